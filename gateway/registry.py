@@ -1,0 +1,119 @@
+"""Named agent graphs the gateway can run.
+
+A checkpoint is only meaningful against the exact agent graph that produced it (SDK_NOTES: a
+renamed agent or tool breaks a restore, sometimes silently). Every graph therefore carries a
+version that is stored with each checkpoint and compared before a restore.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents import Agent
+
+
+class UnknownAgentError(LookupError):
+    """No graph is registered under the requested name."""
+
+
+class GraphMismatchError(RuntimeError):
+    """A checkpoint was written by a graph version the registry no longer accepts."""
+
+    def __init__(self, name: str, stored_version: str, registered_version: str) -> None:
+        super().__init__(
+            f"checkpoint of agent graph {name!r} was written by version {stored_version!r}, "
+            f"but version {registered_version!r} is registered"
+        )
+        self.name = name
+        self.stored_version = stored_version
+        self.registered_version = registered_version
+
+
+ContextSerializer = Callable[[Any], Mapping[str, Any]]
+ContextDeserializer = Callable[[Mapping[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class AgentGraph:
+    """One runnable agent graph.
+
+    `build` returns a fresh starting agent (with its tools, handoffs and nested agent-tools) each
+    time it is called; restores always rebuild the graph rather than sharing live objects.
+    `compatible_versions` lists older versions whose checkpoints this build can still restore.
+    """
+
+    name: str
+    version: str
+    build: Callable[[], Agent[Any]]
+    context_serializer: ContextSerializer | None = None
+    context_deserializer: ContextDeserializer | None = None
+    make_context: Callable[[], Any] | None = None
+    max_turns: int = 100
+    compatible_versions: frozenset[str] = field(default_factory=frozenset)
+
+    def accepts(self, stored_version: str) -> bool:
+        return stored_version == self.version or stored_version in self.compatible_versions
+
+    def check_version(self, stored_version: str) -> None:
+        if not self.accepts(stored_version):
+            raise GraphMismatchError(self.name, stored_version, self.version)
+
+
+class AgentRegistry:
+    """Maps agent names (as clients send them in `run.start`) to graphs."""
+
+    def __init__(self, graphs: Iterable[AgentGraph] = (), default: str | None = None) -> None:
+        self._graphs: dict[str, AgentGraph] = {}
+        for graph in graphs:
+            self.register(graph)
+        self._default = default
+
+    def register(self, graph: AgentGraph) -> None:
+        """Add or replace a graph (replacing is how a compatible new version is deployed)."""
+        self._graphs[graph.name] = graph
+        if self._default is None:
+            self._default = graph.name
+
+    @property
+    def default_name(self) -> str:
+        if self._default is None:
+            raise UnknownAgentError("no agent graph is registered")
+        return self._default
+
+    def names(self) -> list[str]:
+        return sorted(self._graphs)
+
+    def get(self, name: str | None = None) -> AgentGraph:
+        key = self.default_name if name is None else name
+        try:
+            return self._graphs[key]
+        except KeyError:
+            raise UnknownAgentError(f"unknown agent {key!r}") from None
+
+
+def load_registry(spec: str, **factory_kwargs: Any) -> AgentRegistry:
+    """Load a user registry from `module.path:attribute`.
+
+    The attribute may be an `AgentRegistry`, or a callable returning one; a callable receives
+    `factory_kwargs` it declares by name (for example `model_name`), so users can build their
+    graphs against the configured model without importing gateway settings.
+    """
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"agent registry {spec!r} must look like 'package.module:attribute'")
+    module = importlib.import_module(module_name)
+    try:
+        target = getattr(module, attribute)
+    except AttributeError:
+        raise ValueError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if callable(target) and not isinstance(target, AgentRegistry):
+        params = inspect.signature(target).parameters
+        kwargs = {k: v for k, v in factory_kwargs.items() if k in params}
+        target = target(**kwargs)
+    if not isinstance(target, AgentRegistry):
+        raise ValueError(f"{spec!r} is not an AgentRegistry (got {type(target).__name__})")
+    return target
