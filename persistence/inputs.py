@@ -1,0 +1,79 @@
+"""Pending inputs: text a user sent while a run was paused (staged) or busy (queued)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from persistence.db import transaction, utcnow
+from persistence.tables import pending_inputs
+
+
+class Disposition(StrEnum):
+    STAGED = "staged"
+    QUEUED = "queued"
+
+
+@dataclass(frozen=True)
+class PendingInput:
+    input_id: int
+    thread_id: str
+    run_id: str | None
+    input: str
+    disposition: Disposition
+
+
+class InputRepository:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def add(
+        self, *, thread_id: str, run_id: str | None, text: str, disposition: Disposition
+    ) -> int:
+        async with transaction(self._engine) as conn:
+            result = await conn.execute(
+                pending_inputs.insert().values(
+                    thread_id=thread_id,
+                    run_id=run_id,
+                    input=text,
+                    disposition=disposition.value,
+                    created_at=utcnow(),
+                )
+            )
+            return int(result.inserted_primary_key[0])
+
+    async def open(
+        self, *, thread_id: str, disposition: Disposition, run_id: str | None = None
+    ) -> list[PendingInput]:
+        query = select(pending_inputs).where(
+            pending_inputs.c.thread_id == thread_id,
+            pending_inputs.c.disposition == disposition.value,
+            pending_inputs.c.consumed_at.is_(None),
+        )
+        if run_id is not None:
+            query = query.where(pending_inputs.c.run_id == run_id)
+        async with transaction(self._engine) as conn:
+            rows = (await conn.execute(query.order_by(pending_inputs.c.input_id))).mappings()
+            return [
+                PendingInput(
+                    input_id=row["input_id"],
+                    thread_id=row["thread_id"],
+                    run_id=row["run_id"],
+                    input=row["input"],
+                    disposition=Disposition(row["disposition"]),
+                )
+                for row in rows
+            ]
+
+    async def consume(self, input_ids: list[int]) -> None:
+        if not input_ids:
+            return
+        async with transaction(self._engine) as conn:
+            await conn.execute(
+                update(pending_inputs)
+                .where(pending_inputs.c.input_id.in_(input_ids))
+                .values(consumed_at=utcnow())
+            )

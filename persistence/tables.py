@@ -1,0 +1,149 @@
+"""The gateway's tables (SQLAlchemy Core).
+
+Core rather than ORM: the hot paths (event appends, replays) are bulk statements, and the
+repositories want explicit, reviewable SQL rather than identity-map behaviour.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+
+metadata = MetaData()
+
+ID = String(64)
+ACTIVE_RUN_SQL = "status NOT IN ('completed', 'failed', 'cancelled')"
+
+threads = Table(
+    "threads",
+    metadata,
+    Column("thread_id", ID, primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("owner", String(128), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("metadata", JSON, nullable=False),
+    Column("epoch", String(32), nullable=False),
+    Column("head_seq", BigInteger, nullable=False, default=0),
+    Index("ix_threads_tenant_owner", "tenant", "owner"),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", ID, primary_key=True),
+    Column("thread_id", ID, nullable=False),
+    Column("tenant", String(128), nullable=False),
+    Column("owner", String(128), nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("agent", String(128), nullable=False),
+    Column("graph_version", String(64), nullable=False),
+    Column("on_disconnect", String(16), nullable=False),
+    Column("input", Text, nullable=False),
+    Column("checkpoint_version", Integer, nullable=False, default=0),
+    # How many SDK session items existed before this run wrote any: a run restarted from its
+    # input after a crash trims the session back to this mark instead of duplicating history.
+    Column("session_mark", Integer, nullable=False, default=0),
+    Column("lease_owner", String(64), nullable=True),
+    Column("lease_expires_at", DateTime(timezone=True), nullable=True),
+    Column("error", JSON, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Index("ix_runs_thread", "thread_id"),
+    Index("ix_runs_status", "status"),
+    Index(
+        "uq_runs_one_active_per_thread",
+        "thread_id",
+        unique=True,
+        sqlite_where=text(ACTIVE_RUN_SQL),
+        postgresql_where=text(ACTIVE_RUN_SQL),
+    ),
+)
+
+checkpoints = Table(
+    "checkpoints",
+    metadata,
+    Column("run_id", ID, primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("state", Text, nullable=False),
+    Column("sdk_schema_version", String(16), nullable=False),
+    Column("graph_name", String(128), nullable=False),
+    Column("graph_version", String(64), nullable=False),
+    Column("reason", String(16), nullable=False),
+    # SDK session length when the state was taken (see runs.session_mark).
+    Column("session_mark", Integer, nullable=False, default=0),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("approval_id", ID, primary_key=True),
+    Column("run_id", ID, nullable=False),
+    Column("thread_id", ID, nullable=False),
+    Column("tenant", String(128), nullable=False),
+    Column("checkpoint_version", Integer, nullable=False),
+    Column("call_id", String(128), nullable=False),
+    Column("tool_name", String(256), nullable=False),
+    Column("agent", String(256), nullable=False),
+    Column("arguments", JSON, nullable=False),
+    Column("arguments_digest", String(64), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("reviewer", String(128), nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("requested_at", DateTime(timezone=True), nullable=False),
+    Column("decided_at", DateTime(timezone=True), nullable=True),
+    UniqueConstraint("run_id", "checkpoint_version", "call_id", name="uq_approvals_call"),
+    Index("ix_approvals_tenant_status", "tenant", "status"),
+    Index("ix_approvals_run", "run_id", "checkpoint_version"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("thread_id", ID, primary_key=True),
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("run_id", ID, nullable=True),
+    Column("type", String(64), nullable=False),
+    Column("ts", String(32), nullable=False),
+    # The event's data as compact JSON text, stored exactly as it is sent.
+    Column("data", Text, nullable=False),
+    Index("ix_events_run", "run_id"),
+)
+
+pending_inputs = Table(
+    "pending_inputs",
+    metadata,
+    Column("input_id", Integer, primary_key=True, autoincrement=True),
+    Column("thread_id", ID, nullable=False),
+    Column("run_id", ID, nullable=True),
+    Column("input", Text, nullable=False),
+    Column("disposition", String(16), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("consumed_at", DateTime(timezone=True), nullable=True),
+    Index("ix_pending_inputs_thread", "thread_id", "consumed_at"),
+    sqlite_autoincrement=True,
+)
+
+operations = Table(
+    "operations",
+    metadata,
+    Column("scope", ID, primary_key=True),
+    Column("call_id", String(128), primary_key=True),
+    Column("tool_name", String(256), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("result", Text, nullable=True),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+)

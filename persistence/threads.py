@@ -1,0 +1,96 @@
+"""Threads: one durable conversation with one event log."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from persistence.db import as_utc, transaction, utcnow
+from persistence.ids import new_id
+from persistence.tables import threads
+
+
+@dataclass(frozen=True)
+class ThreadRecord:
+    thread_id: str
+    tenant: str
+    owner: str
+    created_at: datetime
+    metadata: dict[str, Any]
+    epoch: str
+    head_seq: int
+
+    @classmethod
+    def from_row(cls, row: RowMapping) -> ThreadRecord:
+        return cls(
+            thread_id=row["thread_id"],
+            tenant=row["tenant"],
+            owner=row["owner"],
+            created_at=as_utc(row["created_at"]) or utcnow(),
+            metadata=dict(row["metadata"] or {}),
+            epoch=row["epoch"],
+            head_seq=int(row["head_seq"]),
+        )
+
+
+class ThreadRepository:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    @staticmethod
+    async def insert(
+        conn: AsyncConnection, *, tenant: str, owner: str, metadata: dict[str, Any] | None
+    ) -> ThreadRecord:
+        record = ThreadRecord(
+            thread_id=new_id("t"),
+            tenant=tenant,
+            owner=owner,
+            created_at=utcnow(),
+            metadata=dict(metadata or {}),
+            epoch=secrets.token_hex(4),
+            head_seq=0,
+        )
+        await conn.execute(
+            threads.insert().values(
+                thread_id=record.thread_id,
+                tenant=record.tenant,
+                owner=record.owner,
+                created_at=record.created_at,
+                metadata=record.metadata,
+                epoch=record.epoch,
+                head_seq=0,
+            )
+        )
+        return record
+
+    async def create(
+        self, *, tenant: str, owner: str, metadata: dict[str, Any] | None = None
+    ) -> ThreadRecord:
+        async with transaction(self._engine) as conn:
+            return await self.insert(conn, tenant=tenant, owner=owner, metadata=metadata)
+
+    async def get(self, thread_id: str) -> ThreadRecord | None:
+        async with transaction(self._engine) as conn:
+            row = (
+                (await conn.execute(select(threads).where(threads.c.thread_id == thread_id)))
+                .mappings()
+                .first()
+            )
+        return ThreadRecord.from_row(row) if row else None
+
+    async def list_for(
+        self, *, tenant: str, owner: str | None = None, limit: int = 100
+    ) -> list[ThreadRecord]:
+        query = select(threads).where(threads.c.tenant == tenant)
+        if owner is not None:
+            query = query.where(threads.c.owner == owner)
+        query = query.order_by(threads.c.created_at.desc()).limit(limit)
+        async with transaction(self._engine) as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [ThreadRecord.from_row(row) for row in rows]
