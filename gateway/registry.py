@@ -68,9 +68,9 @@ class AgentRegistry:
 
     def __init__(self, graphs: Iterable[AgentGraph] = (), default: str | None = None) -> None:
         self._graphs: dict[str, AgentGraph] = {}
+        self._default = default
         for graph in graphs:
             self.register(graph)
-        self._default = default
 
     def register(self, graph: AgentGraph) -> None:
         """Add or replace a graph (replacing is how a compatible new version is deployed)."""

@@ -126,42 +126,31 @@ class ApprovalRepository:
             rows = (await conn.execute(query)).mappings().all()
         return [ApprovalRecord.from_row(row) for row in rows]
 
-    async def decide(
-        self,
+    @staticmethod
+    async def decide_in(
+        conn: AsyncConnection,
         approval_id: str,
         *,
         status: ApprovalStatus,
         reviewer: str,
         reason: str | None,
         checkpoint_version: int,
-    ) -> ApprovalRecord | None:
+        decided_at: datetime,
+    ) -> bool:
         """Record a decision if the approval is still pending at that checkpoint version.
 
-        Returns the decided record, or None when someone else decided first (or it moved on).
+        False when someone else decided first or the run moved on: decided at most once.
         """
-        now = utcnow()
-        async with transaction(self._engine) as conn:
-            result = await conn.execute(
-                update(approvals)
-                .where(
-                    approvals.c.approval_id == approval_id,
-                    approvals.c.status == ApprovalStatus.PENDING.value,
-                    approvals.c.checkpoint_version == checkpoint_version,
-                )
-                .values(status=status.value, reviewer=reviewer, reason=reason, decided_at=now)
+        result = await conn.execute(
+            update(approvals)
+            .where(
+                approvals.c.approval_id == approval_id,
+                approvals.c.status == ApprovalStatus.PENDING.value,
+                approvals.c.checkpoint_version == checkpoint_version,
             )
-            if result.rowcount != 1:
-                return None
-            row = (
-                (
-                    await conn.execute(
-                        select(approvals).where(approvals.c.approval_id == approval_id)
-                    )
-                )
-                .mappings()
-                .one()
-            )
-        return ApprovalRecord.from_row(row)
+            .values(status=status.value, reviewer=reviewer, reason=reason, decided_at=decided_at)
+        )
+        return result.rowcount == 1
 
     @staticmethod
     async def supersede_pending_in(conn: AsyncConnection, run_id: str) -> list[str]:

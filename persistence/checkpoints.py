@@ -1,8 +1,7 @@
 """Checkpoints: serialized SDK RunStates, versioned per run.
 
-A checkpoint is written together with the approvals it raises and the run's new status in one
-transaction, guarded by the run's current checkpoint version, so an older snapshot can never
-overwrite a newer one and approvals never exist without their state.
+A checkpoint is written in the same transaction as the run's new status (and, for a pause, the
+approvals it raises and their events), guarded by the run's current checkpoint version.
 """
 
 from __future__ import annotations
@@ -13,9 +12,8 @@ from datetime import datetime
 
 from sqlalchemy import select, update
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from persistence.approvals import ApprovalRecord, ApprovalRepository
 from persistence.db import as_utc, transaction, utcnow
 from persistence.errors import StaleWrite
 from persistence.runs import RunStatus
@@ -53,52 +51,50 @@ class CheckpointRepository:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
-    async def save(
-        self,
+    @staticmethod
+    async def save_in(
+        conn: AsyncConnection,
         checkpoint: CheckpointRecord,
         *,
         status: RunStatus,
-        expected_status: Sequence[RunStatus],
-        approvals: Sequence[ApprovalRecord] = (),
+        expected: Sequence[RunStatus],
     ) -> None:
-        """Store `checkpoint` as the run's next version, with its approvals and new status.
+        """Store `checkpoint` as the run's next version and move the run's status, atomically.
 
         Raises `StaleWrite` if the run is no longer at `checkpoint.version - 1` in one of
-        `expected_status` (another writer moved it on); nothing is stored then.
+        `expected` (cancelled, or another writer moved it on); nothing is stored then, so an
+        older snapshot can never overwrite a newer one.
         """
-        async with transaction(self._engine) as conn:
-            moved = await conn.execute(
-                update(runs)
-                .where(
-                    runs.c.run_id == checkpoint.run_id,
-                    runs.c.checkpoint_version == checkpoint.version - 1,
-                    runs.c.status.in_([s.value for s in expected_status]),
-                )
-                .values(
-                    checkpoint_version=checkpoint.version,
-                    status=status.value,
-                    updated_at=utcnow(),
-                )
+        moved = await conn.execute(
+            update(runs)
+            .where(
+                runs.c.run_id == checkpoint.run_id,
+                runs.c.checkpoint_version == checkpoint.version - 1,
+                runs.c.status.in_([s.value for s in expected]),
             )
-            if moved.rowcount != 1:
-                raise StaleWrite(
-                    f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}"
-                )
-            await conn.execute(
-                checkpoints.insert().values(
-                    run_id=checkpoint.run_id,
-                    version=checkpoint.version,
-                    state=checkpoint.state,
-                    sdk_schema_version=checkpoint.sdk_schema_version,
-                    graph_name=checkpoint.graph_name,
-                    graph_version=checkpoint.graph_version,
-                    reason=checkpoint.reason,
-                    session_mark=checkpoint.session_mark,
-                    created_at=checkpoint.created_at,
-                )
+            .values(
+                checkpoint_version=checkpoint.version,
+                status=status.value,
+                updated_at=utcnow(),
             )
-            if approvals:
-                await ApprovalRepository.insert_in(conn, approvals)
+        )
+        if moved.rowcount != 1:
+            raise StaleWrite(
+                f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}"
+            )
+        await conn.execute(
+            checkpoints.insert().values(
+                run_id=checkpoint.run_id,
+                version=checkpoint.version,
+                state=checkpoint.state,
+                sdk_schema_version=checkpoint.sdk_schema_version,
+                graph_name=checkpoint.graph_name,
+                graph_version=checkpoint.graph_version,
+                reason=checkpoint.reason,
+                session_mark=checkpoint.session_mark,
+                created_at=checkpoint.created_at,
+            )
+        )
 
     async def latest(self, run_id: str) -> CheckpointRecord | None:
         query = (

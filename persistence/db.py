@@ -80,6 +80,10 @@ def _alembic_config(connection: Connection) -> Any:
 
 
 def _upgrade(connection: Connection) -> None:
+    import logging
+
+    # Alembic narrates every plugin and revision at INFO; the gateway logs the outcome itself.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     from alembic import command
 
     command.upgrade(_alembic_config(connection), "head")

@@ -45,10 +45,15 @@ class ThreadRepository:
 
     @staticmethod
     async def insert(
-        conn: AsyncConnection, *, tenant: str, owner: str, metadata: dict[str, Any] | None
+        conn: AsyncConnection,
+        *,
+        tenant: str,
+        owner: str,
+        metadata: dict[str, Any] | None,
+        thread_id: str | None = None,
     ) -> ThreadRecord:
         record = ThreadRecord(
-            thread_id=new_id("t"),
+            thread_id=thread_id or new_id("t"),
             tenant=tenant,
             owner=owner,
             created_at=utcnow(),

@@ -1,0 +1,111 @@
+"""`python -m gateway serve` (flags mirror GATEWAY_* settings) and `python -m gateway migrate`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from gateway.settings import Settings, SettingsError, load_settings
+
+# Flag -> settings field. GATEWAY_SECRET and OPENAI_API_KEY are environment-only on purpose:
+# command lines are visible to every user of the machine.
+FLAGS: dict[str, tuple[str, type, str]] = {
+    "--host": ("host", str, "listen address (GATEWAY_HOST)"),
+    "--port": ("port", int, "listen port, 0 for any free port (GATEWAY_PORT)"),
+    "--database-url": ("database_url", str, "SQLAlchemy async URL (GATEWAY_DATABASE_URL)"),
+    "--allowed-origins": (
+        "allowed_origins",
+        str,
+        "extra browser origins, comma-separated (GATEWAY_ALLOWED_ORIGINS)",
+    ),
+    "--suspend-grace-s": ("suspend_grace_s", float, "GATEWAY_SUSPEND_GRACE_S"),
+    "--max-frame-bytes": ("max_frame_bytes", int, "GATEWAY_MAX_FRAME_BYTES"),
+    "--demo-delay-ms": ("demo_delay_ms", int, "offline model delay (GATEWAY_DEMO_DELAY_MS)"),
+    "--model": ("model", str, "model name, 'offline' for the demo model (GATEWAY_MODEL)"),
+    "--agents": ("agents", str, "agent registry 'package.module:attribute' (GATEWAY_AGENTS)"),
+    "--heartbeat-s": ("heartbeat_s", float, "GATEWAY_HEARTBEAT_S"),
+    "--hello-timeout-s": ("hello_timeout_s", float, "GATEWAY_HELLO_TIMEOUT_S"),
+    "--send-queue-size": ("send_queue_size", int, "GATEWAY_SEND_QUEUE_SIZE"),
+    "--max-input-chars": ("max_input_chars", int, "GATEWAY_MAX_INPUT_CHARS"),
+    "--log-level": ("log_level", str, "GATEWAY_LOG_LEVEL"),
+}
+BOOL_FLAGS: dict[str, tuple[str, str]] = {
+    "--self-approval": (
+        "self_approval",
+        "owners may approve their own calls (GATEWAY_SELF_APPROVAL)",
+    ),
+    "--tracing": ("tracing", "send SDK traces to the configured exporter (GATEWAY_TRACING)"),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="python -m gateway")
+    commands = root.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the gateway")
+    for flag, (field, kind, text) in FLAGS.items():
+        serve.add_argument(flag, dest=field, type=kind, default=None, help=text)
+    for flag, (field, text) in BOOL_FLAGS.items():
+        serve.add_argument(flag, dest=field, action="store_true", default=None, help=text)
+    migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
+    migrate.add_argument("--database-url", dest="database_url", default=None)
+    return root
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    overrides = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
+    return load_settings(**overrides)
+
+
+def serve(settings: Settings) -> None:
+    import uvicorn
+
+    from gateway.app import create_app
+
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        ws_max_size=settings.max_frame_bytes,
+        log_level=settings.log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+    )
+
+
+def migrate(settings: Settings) -> None:
+    from persistence.db import create_engine
+    from persistence.db import migrate as run_migrations
+
+    async def main() -> None:
+        engine = create_engine(settings.database_url)
+        try:
+            await run_migrations(engine)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(main())
+    print(f"schema is up to date ({settings.database_url.split('://')[0]})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        settings = settings_from(args)
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "serve":
+        serve(settings)
+    else:
+        migrate(settings)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""create_app(settings) -> Starlette. Composition only: routes, lifespan, resources."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from functools import partial
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.routing import Mount, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+from starlette.websockets import WebSocket
+
+from gateway.auth import TokenVerifier
+from gateway.bus import EventBus
+from gateway.connection import CLOSE_RESTART, Connection
+from gateway.demo import demo_graph
+from gateway.eventlog import EventLog
+from gateway.execution import SegmentRunner
+from gateway.http_api import routes as http_routes
+from gateway.models import build_model_provider, default_model_name
+from gateway.origin import origin_allowed
+from gateway.registry import AgentRegistry, load_registry
+from gateway.runs import RunManager
+from gateway.services import Services
+from gateway.settings import Settings
+from persistence.db import create_engine, migrate
+
+log = logging.getLogger("gateway")
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "client_demo" / "static"
+
+
+def server_version() -> str:
+    try:
+        return version("agents-ws-gateway")
+    except PackageNotFoundError:
+        return "0.0.0+local"
+
+
+def build_registry(settings: Settings, model_name: str) -> AgentRegistry:
+    if settings.agents:
+        return load_registry(settings.agents, model_name=model_name)
+    return AgentRegistry([demo_graph(model_name)], default="assistant")
+
+
+def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> Starlette:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        engine = create_engine(settings.database_url)
+        await migrate(engine)
+        bus = EventBus()
+        event_log = EventLog(engine, bus)
+        await event_log.start()
+        model_name = default_model_name(
+            settings.openai_api_key.get_secret_value() if settings.openai_api_key else None,
+            settings.model,
+        )
+        graphs = registry or build_registry(settings, model_name)
+        provider = build_model_provider(
+            model=model_name,
+            delay_ms=settings.demo_delay_ms,
+            openai_api_key=(
+                settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+            ),
+            openai_base_url=settings.openai_base_url,
+        )
+        if settings.secret is None:
+            log.warning(
+                "GATEWAY_SECRET is unset: development tokens are enabled at POST /v1/dev/token "
+                "and the gateway only listens on loopback. Set GATEWAY_SECRET in production."
+            )
+            secret = secrets.token_urlsafe(48)
+        else:
+            secret = settings.secret.get_secret_value()
+        runs = RunManager(
+            engine=engine,
+            log=event_log,
+            bus=bus,
+            registry=graphs,
+            segments_factory=partial(
+                SegmentRunner,
+                engine=engine,
+                log=event_log,
+                provider=provider,
+                tracing=settings.tracing,
+            ),
+            self_approval=settings.self_approval,
+        )
+        services = Services(
+            settings=settings,
+            engine=engine,
+            bus=bus,
+            log=event_log,
+            registry=graphs,
+            runs=runs,
+            verifier=TokenVerifier(secret),
+            server_name="agents-ws-gateway",
+            server_version=server_version(),
+        )
+        app.state.services = services
+        recovered = await runs.recover()
+        if recovered:
+            log.info("recovered %d run(s) left active by a previous process", recovered)
+        log.info("gateway ready (model %s, agents %s)", model_name, ", ".join(graphs.names()))
+        try:
+            yield
+        finally:
+            for connection in list(services.connections):
+                connection.close_soon(CLOSE_RESTART)
+            await runs.close()
+            await event_log.close()
+            await provider.aclose()
+            await engine.dispose()
+
+    async def websocket_endpoint(websocket: WebSocket) -> None:
+        services: Services = websocket.app.state.services
+        if not origin_allowed(websocket.headers, websocket.url, services.settings.allowed_origins):
+            # Closing before accept makes the server answer the upgrade with HTTP 403.
+            await websocket.close(code=1008)
+            return
+        await Connection(websocket, services).serve()
+
+    app_routes = [*http_routes(), WebSocketRoute("/v1/ws", websocket_endpoint)]
+    if STATIC_DIR.is_dir():
+        app_routes.append(Mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="demo"))
+    return Starlette(routes=app_routes, lifespan=lifespan)

@@ -1,0 +1,62 @@
+"""EventBus: wakes subscribers when a thread's log grows or a tenant's inbox changes.
+
+In-process only for now. Listeners are plain callbacks run on the event loop; they must not
+block (subscriptions hand frames to bounded connection queues).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gateway.eventlog_types import LoggedEvent
+
+EventListener = Callable[[Sequence[LoggedEvent]], None]
+InboxListener = Callable[[list[dict[str, Any]], list[str]], None]
+
+
+class EventBus:
+    def __init__(self) -> None:
+        self._threads: dict[str, set[EventListener]] = {}
+        self._inboxes: dict[str, set[InboxListener]] = {}
+
+    def subscribe(self, thread_id: str, listener: EventListener) -> Callable[[], None]:
+        self._threads.setdefault(thread_id, set()).add(listener)
+
+        def unsubscribe() -> None:
+            listeners = self._threads.get(thread_id)
+            if listeners is not None:
+                listeners.discard(listener)
+                if not listeners:
+                    del self._threads[thread_id]
+
+        return unsubscribe
+
+    def watchers(self, thread_id: str) -> int:
+        return len(self._threads.get(thread_id, ()))
+
+    def publish(self, thread_id: str, events: Sequence[LoggedEvent]) -> None:
+        for listener in list(self._threads.get(thread_id, ())):
+            listener(events)
+
+    def subscribe_inbox(self, tenant: str, listener: InboxListener) -> Callable[[], None]:
+        self._inboxes.setdefault(tenant, set()).add(listener)
+
+        def unsubscribe() -> None:
+            listeners = self._inboxes.get(tenant)
+            if listeners is not None:
+                listeners.discard(listener)
+                if not listeners:
+                    del self._inboxes[tenant]
+
+        return unsubscribe
+
+    def publish_inbox(
+        self,
+        tenant: str,
+        *,
+        added: list[dict[str, Any]] | None = None,
+        removed: list[str] | None = None,
+    ) -> None:
+        for listener in list(self._inboxes.get(tenant, ())):
+            listener(added or [], removed or [])

@@ -1,0 +1,45 @@
+"""Errors the gateway answers with: a protocol code and a human sentence (PROTOCOL §5)."""
+
+from __future__ import annotations
+
+from gateway.protocol import ErrorCode
+
+HTTP_STATUS = {
+    ErrorCode.BAD_REQUEST: 400,
+    ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.FORBIDDEN: 403,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.CONFLICT: 409,
+    ErrorCode.RATE_LIMITED: 429,
+    ErrorCode.TOO_LARGE: 413,
+    ErrorCode.UNSUPPORTED_PROTOCOL: 400,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.INTERNAL: 500,
+}
+
+# Added to PROTOCOL §5's list: a checkpoint written by another agent graph version.
+GRAPH_MISMATCH = "graph_mismatch"
+
+
+class GatewayError(Exception):
+    def __init__(self, code: ErrorCode | str, message: str) -> None:
+        super().__init__(message)
+        self.code = str(code)
+        self.message = message
+
+    @property
+    def http_status(self) -> int:
+        if self.code == GRAPH_MISMATCH:
+            return 409
+        try:
+            return HTTP_STATUS[ErrorCode(self.code)]
+        except ValueError:
+            return 500
+
+
+def conflict(message: str) -> GatewayError:
+    return GatewayError(ErrorCode.CONFLICT, message)
+
+
+def not_found(message: str) -> GatewayError:
+    return GatewayError(ErrorCode.NOT_FOUND, message)

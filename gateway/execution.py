@@ -1,0 +1,318 @@
+"""One streamed segment of a run: the background task that owns an SDK stream.
+
+A segment starts from the run's input (a fresh run, or a restart after a crash with no
+checkpoint) or from a restored `RunState` (a continuation after decisions, or a recovery). It is
+never tied to a socket. It ends in exactly one of: paused for approval (checkpoint + approvals +
+events in one transaction), completed, failed, or cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from agents import Agent, RunConfig, Runner
+from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError
+from agents.extensions.memory import SQLAlchemySession
+from agents.models.interface import ModelProvider
+from agents.run_state import CURRENT_SCHEMA_VERSION, RunState
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from gateway.eventlog import EventLog
+from gateway.protocol import EventType, utc_ts
+from gateway.registry import AgentGraph
+from gateway.translate import StreamTranslator, output_text, parse_arguments
+from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
+from persistence.checkpoints import CheckpointRecord, CheckpointRepository
+from persistence.db import utcnow
+from persistence.errors import StaleWrite
+from persistence.ids import new_id
+from persistence.runs import ACTIVE, RunRecord, RunRepository, RunStatus
+from persistence.sessions import SessionMarks
+
+if TYPE_CHECKING:
+    from agents.result import RunResultStreaming
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Segment:
+    """What a segment starts from and how it began."""
+
+    run: RunRecord
+    graph: AgentGraph
+    agent: Agent[Any]
+    start: str | RunState[Any, Any]
+    known_calls: dict[str, str] = field(default_factory=dict)
+    context: Any = None
+
+
+@dataclass
+class Execution:
+    """A live segment: the task and the SDK result it drives."""
+
+    run_id: str
+    thread_id: str
+    task: asyncio.Task[None] | None = None
+    result: RunResultStreaming | None = None
+    cancel_requested: bool = False
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def arguments_digest(tool_name: str, arguments: Any) -> str:
+    canonical = orjson.dumps(
+        {"tool": tool_name, "arguments": arguments}, option=orjson.OPT_SORT_KEYS
+    )
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def approval_view(record: ApprovalRecord) -> dict[str, Any]:
+    """The shape clients see in `inbox`, `inbox.update` and the HTTP API."""
+    view: dict[str, Any] = {
+        "approval_id": record.approval_id,
+        "thread_id": record.thread_id,
+        "run_id": record.run_id,
+        "tool_name": record.tool_name,
+        "arguments": record.arguments,
+        "agent": record.agent,
+        "call_id": record.call_id,
+        "checkpoint_version": record.checkpoint_version,
+        "status": record.status.value,
+        "requested_at": utc_ts(record.requested_at),
+    }
+    if record.status is not ApprovalStatus.PENDING:
+        view["reviewer"] = record.reviewer
+        view["reason"] = record.reason
+        view["decided_at"] = utc_ts(record.decided_at) if record.decided_at else None
+    return view
+
+
+class SegmentRunner:
+    """Drives segments; knows the SDK, the event log and the stores, not the sockets."""
+
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        log: EventLog,
+        provider: ModelProvider,
+        tracing: bool,
+        on_inbox_added: Callable[[str, list[dict[str, Any]]], None],
+        on_finished: Callable[[RunRecord, RunStatus], Awaitable[None]],
+    ) -> None:
+        self._engine = engine
+        self._log = log
+        self._provider = provider
+        self._tracing = tracing
+        self._on_inbox_added = on_inbox_added
+        self._on_finished = on_finished
+
+    def run_config(self) -> RunConfig:
+        return RunConfig(model_provider=self._provider, tracing_disabled=not self._tracing)
+
+    def session(self, thread_id: str) -> SQLAlchemySession:
+        return SQLAlchemySession(thread_id, engine=self._engine)
+
+    async def drive(self, segment: Segment, execution: Execution) -> None:
+        run = segment.run
+        translator = StreamTranslator(
+            agent=segment.agent.name, call_names=dict(segment.known_calls)
+        )
+        try:
+            result = Runner.run_streamed(
+                segment.agent,
+                segment.start,
+                session=self.session(run.thread_id),
+                run_config=self.run_config(),
+                max_turns=segment.graph.max_turns,
+                context=segment.context,
+            )
+            execution.result = result
+            async for sdk_event in result.stream_events():
+                for type_, data in translator.translate(sdk_event):
+                    await self._log.append(run.thread_id, run.run_id, type_, data)
+            if execution.cancel_requested:
+                await self._finish_cancelled(run, translator)
+            elif result.interruptions:
+                await self._pause(segment, result, translator)
+            else:
+                await self._complete(run, translator, result.final_output)
+        except asyncio.CancelledError:
+            # Task cancellation only happens at process shutdown; the run stays active in the
+            # database and is recovered on the next start.
+            if execution.result is not None:
+                execution.result.cancel("immediate")
+            raise
+        except StaleWrite:
+            log.info("run %s moved on while streaming; segment discarded", run.run_id)
+        except Exception as exc:
+            if execution.cancel_requested:
+                await self._finish_cancelled(run, translator)
+            else:
+                log.error("run %s failed", run.run_id, exc_info=True)
+                await self._fail(run, translator, exc)
+        finally:
+            execution.done.set()
+
+    # -- endings -------------------------------------------------------------------------
+
+    async def _pause(
+        self, segment: Segment, result: RunResultStreaming, translator: StreamTranslator
+    ) -> None:
+        run = segment.run
+        state = result.to_state()
+        state_json = orjson.dumps(
+            state.to_json(context_serializer=segment.graph.context_serializer)
+        ).decode()
+        version = run.checkpoint_version + 1
+        now = utcnow()
+        session_mark = await SessionMarks(self._engine).head(run.thread_id)
+        records: list[ApprovalRecord] = []
+        for item in result.interruptions:
+            tool_name = item.tool_name or item.name or "tool"
+            arguments = parse_arguments(item.arguments)
+            records.append(
+                ApprovalRecord(
+                    approval_id=new_id("ap"),
+                    run_id=run.run_id,
+                    thread_id=run.thread_id,
+                    tenant=run.tenant,
+                    checkpoint_version=version,
+                    call_id=str(item.call_id or ""),
+                    tool_name=tool_name,
+                    agent=getattr(item.agent, "name", translator.agent),
+                    arguments=arguments,
+                    arguments_digest=arguments_digest(tool_name, arguments),
+                    status=ApprovalStatus.PENDING,
+                    reviewer=None,
+                    reason=None,
+                    requested_at=now,
+                    decided_at=None,
+                )
+            )
+        checkpoint = CheckpointRecord(
+            run_id=run.run_id,
+            version=version,
+            state=state_json,
+            sdk_schema_version=CURRENT_SCHEMA_VERSION,
+            graph_name=segment.graph.name,
+            graph_version=segment.graph.version,
+            reason="approval",
+            session_mark=session_mark,
+            created_at=now,
+        )
+        events = [
+            self._log.new_event(run.thread_id, run.run_id, type_, data)
+            for type_, data in translator.abort_open("paused")
+        ]
+        for record in records:
+            events.append(
+                self._log.new_event(
+                    run.thread_id,
+                    run.run_id,
+                    EventType.APPROVAL_REQUESTED,
+                    {
+                        "approval_id": record.approval_id,
+                        "call_id": record.call_id,
+                        "tool_name": record.tool_name,
+                        "arguments": record.arguments,
+                        "agent": record.agent,
+                        "checkpoint_version": version,
+                        "requested_at": utc_ts(now),
+                    },
+                )
+            )
+        events.append(
+            self._log.new_event(
+                run.thread_id,
+                run.run_id,
+                EventType.RUN_PAUSED,
+                {"reason": "approval", "checkpoint_version": version},
+            )
+        )
+
+        async def store(conn: AsyncConnection) -> None:
+            await CheckpointRepository.save_in(
+                conn,
+                checkpoint,
+                status=RunStatus.WAITING_FOR_REVIEW,
+                expected=(RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.RECOVERING),
+            )
+            await ApprovalRepository.insert_in(conn, records)
+
+        await self._log.commit(events, store)
+        self._on_inbox_added(run.tenant, [approval_view(r) for r in records])
+
+    async def _complete(self, run: RunRecord, translator: StreamTranslator, final: Any) -> None:
+        events = [
+            self._log.new_event(run.thread_id, run.run_id, t, d)
+            for t, d in translator.abort_open("incomplete")
+        ]
+        events.append(
+            self._log.new_event(
+                run.thread_id,
+                run.run_id,
+                EventType.RUN_COMPLETED,
+                {"final_output": output_text(final) if final is not None else ""},
+            )
+        )
+        await self._end(run, RunStatus.COMPLETED, events)
+
+    async def _fail(self, run: RunRecord, translator: StreamTranslator, exc: Exception) -> None:
+        error = {"code": _failure_code(exc), "message": _failure_message(exc)}
+        events = [
+            self._log.new_event(run.thread_id, run.run_id, t, d)
+            for t, d in translator.abort_open("failed")
+        ]
+        events.append(
+            self._log.new_event(run.thread_id, run.run_id, EventType.RUN_FAILED, {"error": error})
+        )
+        await self._end(run, RunStatus.FAILED, events, error=error)
+
+    async def _finish_cancelled(self, run: RunRecord, translator: StreamTranslator) -> None:
+        events = [
+            self._log.new_event(run.thread_id, run.run_id, t, d)
+            for t, d in translator.abort_open("cancelled")
+        ]
+        events.append(self._log.new_event(run.thread_id, run.run_id, EventType.RUN_CANCELLED, {}))
+        await self._end(run, RunStatus.CANCELLED, events)
+
+    async def _end(
+        self,
+        run: RunRecord,
+        status: RunStatus,
+        events: list[Any],
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        async def transition(conn: AsyncConnection) -> None:
+            moved = await RunRepository.transition_in(
+                conn, run.run_id, status, expected=ACTIVE, error=error
+            )
+            if not moved:
+                raise StaleWrite(run.run_id)
+            if status is RunStatus.CANCELLED:
+                await ApprovalRepository.supersede_pending_in(conn, run.run_id)
+
+        await self._log.commit(events, transition)
+        await self._on_finished(run, status)
+
+
+def _failure_code(exc: Exception) -> str:
+    if isinstance(exc, MaxTurnsExceeded):
+        return "max_turns"
+    if isinstance(exc, ModelBehaviorError):
+        return "model_behavior"
+    return "run_error"
+
+
+def _failure_message(exc: Exception) -> str:
+    # The exception text can hold model output or tool arguments; clients get the class and a
+    # bounded message, logs get the traceback.
+    text = str(exc).strip() or type(exc).__name__
+    return f"{type(exc).__name__}: {text[:300]}"

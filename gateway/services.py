@@ -1,0 +1,32 @@
+"""The resources one running gateway shares, created in the app lifespan and passed down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.auth import TokenVerifier
+from gateway.bus import EventBus
+from gateway.eventlog import EventLog
+from gateway.registry import AgentRegistry
+from gateway.settings import Settings
+
+if TYPE_CHECKING:
+    from gateway.runs import RunManager
+
+
+@dataclass
+class Services:
+    settings: Settings
+    engine: AsyncEngine
+    bus: EventBus
+    log: EventLog
+    registry: AgentRegistry
+    runs: RunManager
+    verifier: TokenVerifier
+    server_name: str
+    server_version: str
+    # Open WebSocket connections, so shutdown can close them with 1012.
+    connections: set[Any] = field(default_factory=set)

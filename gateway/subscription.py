@@ -1,0 +1,91 @@
+"""One connection's subscription to one thread's log: replay from a cursor, then follow live.
+
+The subscription registers with the bus *before* reading the table, and tracks the last seq it
+delivered. Live events that continue exactly from that seq are forwarded directly; anything else
+(a gap, or events arriving while the replay runs) just wakes the pump, which reads the table
+from the cursor. So every seq after the cursor is delivered exactly once, in order, whatever
+interleaving the writer and the replay have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+from gateway.bus import EventBus
+from gateway.eventlog import EventLog
+from gateway.eventlog_types import LoggedEvent
+
+REPLAY_PAGE = 500
+
+
+class Subscription:
+    def __init__(
+        self,
+        *,
+        thread_id: str,
+        after_seq: int,
+        bus: EventBus,
+        log: EventLog,
+        send_replay: Callable[[str], asyncio.Future[None] | object],
+        send_live: Callable[[str], bool],
+    ) -> None:
+        """`send_replay` may wait for queue space; `send_live` must not (False = overflow)."""
+        self.thread_id = thread_id
+        self.last_seq = after_seq
+        self._bus = bus
+        self._log = log
+        self._send_replay = send_replay
+        self._send_live = send_live
+        self._live = False
+        self._wakeup = asyncio.Event()
+        self._unsubscribe = bus.subscribe(thread_id, self._on_events)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._pump(), name=f"subscription-{self.thread_id}")
+
+    def close(self) -> None:
+        self._unsubscribe()
+        if self._task is not None:
+            self._task.cancel()
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        return self._task
+
+    def _on_events(self, events: Sequence[LoggedEvent]) -> None:
+        if not self._live or events[0].seq > self.last_seq + 1:
+            self._wakeup.set()
+            return
+        for event in events:
+            if event.seq <= self.last_seq:
+                continue
+            if event.seq != self.last_seq + 1:
+                self._live = False
+                self._wakeup.set()
+                return
+            if not self._send_live(event.frame):
+                self._live = False
+                return
+            self.last_seq = event.seq
+
+    async def _pump(self) -> None:
+        while True:
+            # Cleared before reading: an event published while the read is in flight sets it
+            # again, so going live below cannot miss it.
+            self._wakeup.clear()
+            while True:
+                page = await self._log.read(
+                    self.thread_id, after_seq=self.last_seq, limit=REPLAY_PAGE
+                )
+                for event in page:
+                    result = self._send_replay(event.frame)
+                    if asyncio.isfuture(result) or asyncio.iscoroutine(result):
+                        await result
+                    self.last_seq = event.seq
+                if len(page) < REPLAY_PAGE:
+                    break
+            self._live = True
+            await self._wakeup.wait()
+            self._live = False
