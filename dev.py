@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Bootstrap and run the project with nothing but Python 3.11+.
+
+    python3 dev.py serve [flags]   create .venv if needed, then serve the demo gateway
+    python3 dev.py test [args]     create .venv if needed, then run the whole test suite
+    python3 dev.py lint            ruff (lint + format check) and mypy
+
+The virtual environment is rebuilt when pyproject.toml changes, so the two quick-start
+commands keep working from a fresh clone and after every pull.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("GATEWAY_VENV", ROOT / ".venv"))
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
+STAMP = VENV / ".installed"
+
+
+def fingerprint() -> str:
+    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+
+
+def ensure_venv() -> None:
+    if sys.version_info < (3, 11):  # noqa: UP036 (this file runs before any venv exists)
+        sys.exit(f"Python 3.11+ is required (this is {sys.version.split()[0]})")
+    if STAMP.exists() and STAMP.read_text() == fingerprint() and PYTHON.exists():
+        return
+    if not PYTHON.exists():
+        print(f"creating virtual environment in {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
+    print("installing the project and its test dependencies", flush=True)
+    pip = [str(PYTHON), "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "install", "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, "install", "-e", f"{ROOT}[test]"], check=True)
+    STAMP.write_text(fingerprint())
+
+
+def run(*args: str) -> int:
+    return subprocess.call([str(PYTHON), *args], cwd=ROOT)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {"serve", "test", "lint"}:
+        print(__doc__)
+        return 2
+    command, rest = argv[0], argv[1:]
+    ensure_venv()
+    if command == "serve":
+        return run("-m", "gateway", "serve", *rest)
+    if command == "test":
+        return run("-m", "pytest", *rest)
+    status = run("-m", "ruff", "check", "gateway", "persistence", "client_demo", "tests", "bench")
+    status |= run(
+        "-m", "ruff", "format", "--check", "gateway", "persistence", "client_demo", "tests", "bench"
+    )
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

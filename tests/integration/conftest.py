@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.registry import AgentRegistry
+from tests.support.client import Client
+from tests.support.gateway import Gateway, running_gateway, test_settings
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "gateway.db"
+
+
+@pytest.fixture
+def gateway_factory(
+    db_path: Path,
+) -> Callable[..., AbstractAsyncContextManager[Gateway]]:
+    """`async with gateway_factory(registry=..., **settings) as gw:` on the test's SQLite file."""
+
+    def make(registry: AgentRegistry | None = None, **overrides: Any) -> Any:
+        return running_gateway(test_settings(db_path, **overrides), registry)
+
+    return make
+
+
+@pytest.fixture
+async def gateway(gateway_factory: Callable[..., Any]) -> AsyncIterator[Gateway]:
+    async with gateway_factory() as gw:
+        yield gw
+
+
+@pytest.fixture
+def connect(gateway: Gateway) -> Callable[..., Any]:
+    clients: list[Client] = []
+
+    async def open_client(user: str = "alice", *roles: str, tenant: str = "acme") -> Client:
+        client = await Client.connect(gateway.ws_url, gateway.token(user, *roles, tenant=tenant))
+        clients.append(client)
+        return client
+
+    return open_client

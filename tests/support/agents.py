@@ -1,0 +1,188 @@
+"""Agent graphs for tests, driven by the SDK's ScriptedModel.
+
+Tools record every execution in an `EffectLog`, so tests can count side effects exactly.
+`registry()` is also importable by a gateway subprocess (`--agents tests.support.agents:registry`);
+there the effect log is a file named by TEST_EFFECTS_FILE.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents import Agent, FunctionTool, RunContextWrapper, handoff
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+from gateway.demo import demo_graph
+from gateway.registry import AgentGraph, AgentRegistry
+
+
+@dataclass
+class EffectLog:
+    """Where test tools record that they ran (in memory, or appended to a file)."""
+
+    path: Path | None = None
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def record(self, tool: str, arguments: dict[str, Any]) -> None:
+        entry = {"tool": tool, "arguments": arguments}
+        self.calls.append(entry)
+        if self.path is not None:
+            with self.path.open("a") as handle:
+                handle.write(json.dumps(entry) + "\n")
+
+    def count(self, tool: str) -> int:
+        if self.path is not None and self.path.exists():
+            lines = self.path.read_text().splitlines()
+            return sum(1 for line in lines if json.loads(line)["tool"] == tool)
+        return sum(1 for call in self.calls if call["tool"] == tool)
+
+
+def effect_tool(
+    effects: EffectLog, name: str, *, needs_approval: bool, output: str | None = None
+) -> FunctionTool:
+    """A tool taking free-form JSON arguments that records each run and returns a fixed text."""
+
+    async def invoke(ctx: RunContextWrapper[Any], raw: str) -> str:
+        arguments = json.loads(raw or "{}")
+        effects.record(name, arguments)
+        return output or f"{name} done with {json.dumps(arguments, sort_keys=True)}"
+
+    return FunctionTool(
+        name=name,
+        description=f"test tool {name}",
+        params_json_schema={
+            "type": "object",
+            "properties": {"value": {"type": "string"}},
+            "required": [],
+            "additionalProperties": True,
+        },
+        on_invoke_tool=invoke,
+        strict_json_schema=False,
+        needs_approval=needs_approval,
+    )
+
+
+def call(name: str, call_id: str, **arguments: Any) -> Any:
+    return function_call(name, arguments, call_id=call_id)
+
+
+def say(text: str) -> Any:
+    return assistant_message(text)
+
+
+def scripted_graph(
+    name: str,
+    steps: Sequence[Any],
+    effects: EffectLog,
+    *,
+    tools: Sequence[tuple[str, bool]] = (("charge", True), ("lookup", False)),
+    version: str = "1",
+) -> tuple[AgentGraph, ScriptedModel]:
+    model = ScriptedModel(list(steps))
+
+    def build() -> Agent[Any]:
+        return Agent(
+            name=name,
+            instructions="test agent",
+            model=model,
+            tools=[effect_tool(effects, tool, needs_approval=gated) for tool, gated in tools],
+        )
+
+    return AgentGraph(name=name, version=version, build=build), model
+
+
+def nested_graph(effects: EffectLog) -> tuple[AgentGraph, ScriptedModel, ScriptedModel]:
+    """`outer` calls the agent-tool `ask_billing`; the inner `billing` agent calls `charge`."""
+    outer_model = ScriptedModel(
+        [
+            ModelStep(output=[call("ask_billing", "call_outer_1", input="charge 5")]),
+            ModelStep(output=[say("outer done: billing said OK")]),
+        ]
+    )
+    inner_model = ScriptedModel(
+        [
+            ModelStep(output=[call("charge", "call_inner_1", value="5")]),
+            ModelStep(output=[say("billing OK")]),
+        ]
+    )
+
+    def build() -> Agent[Any]:
+        billing = Agent(
+            name="billing",
+            instructions="billing",
+            model=inner_model,
+            tools=[effect_tool(effects, "charge", needs_approval=True)],
+        )
+        return Agent(
+            name="outer",
+            instructions="outer",
+            model=outer_model,
+            tools=[billing.as_tool(tool_name="ask_billing", tool_description="billing agent")],
+        )
+
+    return AgentGraph(name="outer", version="1", build=build), outer_model, inner_model
+
+
+def handoff_graph(effects: EffectLog) -> tuple[AgentGraph, ScriptedModel, ScriptedModel]:
+    """`triage` hands off to `refunds`, which calls `charge` (needs approval)."""
+    triage_model = ScriptedModel([ModelStep(output=[call("transfer_to_refunds", "call_h1")])])
+    refunds_model = ScriptedModel(
+        [
+            ModelStep(output=[say("refunds here"), call("charge", "call_r1", value="7")]),
+            ModelStep(output=[say("refunds finished")]),
+        ]
+    )
+
+    def build() -> Agent[Any]:
+        refunds = Agent(
+            name="refunds",
+            instructions="refunds",
+            model=refunds_model,
+            tools=[effect_tool(effects, "charge", needs_approval=True)],
+        )
+        return Agent(
+            name="triage",
+            instructions="triage",
+            model=triage_model,
+            handoffs=[handoff(refunds)],
+        )
+
+    return AgentGraph(name="triage", version="1", build=build), triage_model, refunds_model
+
+
+def registry() -> AgentRegistry:
+    """For gateway subprocesses: the demo agent plus a side-effect-counting `effects` graph.
+
+    `effects` answers every input with one approval-gated `charge` call and, after its output,
+    a final message; each execution of `charge` is appended to TEST_EFFECTS_FILE.
+    """
+    path = os.environ.get("TEST_EFFECTS_FILE")
+    effects = EffectLog(Path(path) if path else None)
+
+    def respond(model_call: Any) -> Any:
+        items = model_call.input if isinstance(model_call.input, list) else []
+        has_output = any(
+            (item.get("type") if isinstance(item, dict) else None) == "function_call_output"
+            for item in items[-3:]
+        )
+        if has_output:
+            return [say("charged and finished")]
+        return [say("charging now"), call("charge", f"call_{len(items)}", value="1")]
+
+    def build() -> Agent[Any]:
+        return Agent(
+            name="effects",
+            instructions="effects",
+            model=ScriptedModel([ModelStep.respond(respond) for _ in range(200)]),
+            tools=[effect_tool(effects, "charge", needs_approval=True)],
+        )
+
+    return AgentRegistry(
+        [demo_graph("offline"), AgentGraph(name="effects", version="1", build=build)],
+        default="assistant",
+    )

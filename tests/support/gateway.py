@@ -1,0 +1,153 @@
+"""Real gateways for tests: in-process uvicorn on an ephemeral port, or a subprocess to kill.
+
+In-process servers let a test hand its own agent registry (ScriptedModel graphs) to the app;
+subprocess servers are for crash tests (SIGKILL) and CLI behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from gateway.app import create_app
+from gateway.auth import TokenVerifier
+from gateway.registry import AgentRegistry
+from gateway.settings import Settings, load_settings
+
+TEST_SECRET = "test-secret-" + "x" * 52
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Gateway:
+    port: int
+    settings: Settings
+    verifier: TokenVerifier = field(default_factory=lambda: TokenVerifier(TEST_SECRET))
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/ws"
+
+    def token(self, user: str, *roles: str, tenant: str = "acme", ttl_s: int = 3600) -> str:
+        return self.verifier.issue(user, tenant, roles or ("user",), ttl_s=ttl_s)
+
+    def http(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.http_url, timeout=10)
+
+
+def test_settings(db_path: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "database_url": f"sqlite+aiosqlite:///{db_path}",
+        "secret": TEST_SECRET,
+        "demo_delay_ms": 0,
+        "heartbeat_s": 20.0,
+    }
+    values.update(overrides)
+    return load_settings(**values)
+
+
+@contextlib.asynccontextmanager
+async def running_gateway(
+    settings: Settings, registry: AgentRegistry | None = None
+) -> AsyncIterator[Gateway]:
+    app = create_app(settings, registry=registry)
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        ws_max_size=settings.max_frame_bytes,
+        lifespan="on",
+        log_level="warning",
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("gateway exited during start-up")
+        if time.monotonic() > deadline:
+            raise TimeoutError("gateway did not start")
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield Gateway(port=port, settings=settings)
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 30)
+
+
+@dataclass
+class GatewayProcess:
+    process: subprocess.Popen[str]
+    port: int
+    log_path: Path
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs, exactly like a crash."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def terminate(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def spawn_gateway(
+    workdir: Path, *, env: dict[str, str] | None = None, args: list[str] | None = None
+) -> GatewayProcess:
+    """`python -m gateway serve --port 0` in a subprocess; returns once it listens."""
+    log_path = workdir / f"gateway-{time.monotonic_ns()}.log"
+    full_env = {
+        **os.environ,
+        "GATEWAY_DATABASE_URL": f"sqlite+aiosqlite:///{workdir / 'gateway.db'}",
+        "GATEWAY_SECRET": TEST_SECRET,
+        "GATEWAY_DEMO_DELAY_MS": "0",
+        "PYTHONPATH": str(ROOT),
+        **(env or {}),
+    }
+    log_file = log_path.open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--port", "0", *(args or [])],
+        cwd=ROOT,
+        env=full_env,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    pattern = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
+    while time.monotonic() < deadline:
+        match = pattern.search(log_path.read_text(errors="replace"))
+        if match:
+            return GatewayProcess(process, int(match.group(1)), log_path)
+        if process.poll() is not None:
+            raise RuntimeError(f"gateway exited early:\n{log_path.read_text()}")
+        time.sleep(0.05)
+    process.kill()
+    raise TimeoutError(f"gateway did not start:\n{log_path.read_text()}")
