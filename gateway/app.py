@@ -90,6 +90,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
                 tracing=settings.tracing,
             ),
             self_approval=settings.self_approval,
+            suspend_grace_s=settings.suspend_grace_s,
         )
         services = Services(
             settings=settings,

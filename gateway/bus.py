@@ -13,22 +13,36 @@ from gateway.eventlog_types import LoggedEvent
 
 EventListener = Callable[[Sequence[LoggedEvent]], None]
 InboxListener = Callable[[list[dict[str, Any]], list[str]], None]
+# Told (thread_id, watchers) whenever the number of watchers of a thread changes.
+WatchListener = Callable[[str, int], None]
 
 
 class EventBus:
     def __init__(self) -> None:
         self._threads: dict[str, set[EventListener]] = {}
         self._inboxes: dict[str, set[InboxListener]] = {}
+        self._watch_listeners: list[WatchListener] = []
+
+    def on_watchers_changed(self, listener: WatchListener) -> None:
+        self._watch_listeners.append(listener)
+
+    def _watchers_changed(self, thread_id: str) -> None:
+        count = self.watchers(thread_id)
+        for listener in self._watch_listeners:
+            listener(thread_id, count)
 
     def subscribe(self, thread_id: str, listener: EventListener) -> Callable[[], None]:
         self._threads.setdefault(thread_id, set()).add(listener)
+        self._watchers_changed(thread_id)
 
         def unsubscribe() -> None:
             listeners = self._threads.get(thread_id)
-            if listeners is not None:
-                listeners.discard(listener)
-                if not listeners:
-                    del self._threads[thread_id]
+            if listeners is None or listener not in listeners:
+                return
+            listeners.discard(listener)
+            if not listeners:
+                del self._threads[thread_id]
+            self._watchers_changed(thread_id)
 
         return unsubscribe
 

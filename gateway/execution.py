@@ -31,6 +31,7 @@ from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalSt
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
 from persistence.db import utcnow
 from persistence.errors import StaleWrite
+from persistence.events import NewEvent
 from persistence.ids import new_id
 from persistence.runs import ACTIVE, RunRecord, RunRepository, RunStatus
 from persistence.sessions import SessionMarks
@@ -59,10 +60,21 @@ class Execution:
 
     run_id: str
     thread_id: str
+    on_disconnect: str = "continue"
     task: asyncio.Task[None] | None = None
     result: RunResultStreaming | None = None
     cancel_requested: bool = False
+    # Set with cancel("after_turn") to suspend at the next turn boundary: "disconnect" when
+    # the last watcher left a `suspend` run, "shutdown" on a graceful stop.
+    stop_reason: str | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def request_stop(self, reason: str) -> None:
+        """Let the current turn finish, then checkpoint and suspend (see `stop_reason`)."""
+        if self.stop_reason is None and not self.cancel_requested:
+            self.stop_reason = reason
+            if self.result is not None:
+                self.result.cancel("after_turn")
 
 
 def arguments_digest(tool_name: str, arguments: Any) -> str:
@@ -141,6 +153,10 @@ class SegmentRunner:
                 await self._finish_cancelled(run, translator)
             elif result.interruptions:
                 await self._pause(segment, result, translator)
+            elif execution.stop_reason is not None and result.final_output is None:
+                # Stopped with cancel("after_turn"): the state is at a turn boundary
+                # (NextStepRunAgain), so resuming repeats nothing.
+                await self._suspend(segment, result, translator, execution.stop_reason)
             else:
                 await self._complete(run, translator, result.final_output)
         except asyncio.CancelledError:
@@ -162,17 +178,33 @@ class SegmentRunner:
 
     # -- endings -------------------------------------------------------------------------
 
-    async def _pause(
-        self, segment: Segment, result: RunResultStreaming, translator: StreamTranslator
-    ) -> None:
+    async def _checkpoint(
+        self, segment: Segment, result: RunResultStreaming, reason: str
+    ) -> CheckpointRecord:
         run = segment.run
         state = result.to_state()
         state_json = orjson.dumps(
             state.to_json(context_serializer=segment.graph.context_serializer)
         ).decode()
-        version = run.checkpoint_version + 1
-        now = utcnow()
-        session_mark = await SessionMarks(self._engine).head(run.thread_id)
+        return CheckpointRecord(
+            run_id=run.run_id,
+            version=run.checkpoint_version + 1,
+            state=state_json,
+            sdk_schema_version=CURRENT_SCHEMA_VERSION,
+            graph_name=segment.graph.name,
+            graph_version=segment.graph.version,
+            reason=reason,
+            session_mark=await SessionMarks(self._engine).head(run.thread_id),
+            created_at=utcnow(),
+        )
+
+    async def _pause(
+        self, segment: Segment, result: RunResultStreaming, translator: StreamTranslator
+    ) -> None:
+        """Checkpoint + approvals + `approval.requested` x k + `run.paused`, one transaction."""
+        run = segment.run
+        checkpoint = await self._checkpoint(segment, result, "approval")
+        now = checkpoint.created_at
         records: list[ApprovalRecord] = []
         for item in result.interruptions:
             tool_name = item.tool_name or item.name or "tool"
@@ -183,7 +215,7 @@ class SegmentRunner:
                     run_id=run.run_id,
                     thread_id=run.thread_id,
                     tenant=run.tenant,
-                    checkpoint_version=version,
+                    checkpoint_version=checkpoint.version,
                     call_id=str(item.call_id or ""),
                     tool_name=tool_name,
                     agent=getattr(item.agent, "name", translator.agent),
@@ -196,17 +228,6 @@ class SegmentRunner:
                     decided_at=None,
                 )
             )
-        checkpoint = CheckpointRecord(
-            run_id=run.run_id,
-            version=version,
-            state=state_json,
-            sdk_schema_version=CURRENT_SCHEMA_VERSION,
-            graph_name=segment.graph.name,
-            graph_version=segment.graph.version,
-            reason="approval",
-            session_mark=session_mark,
-            created_at=now,
-        )
         events = [
             self._log.new_event(run.thread_id, run.run_id, type_, data)
             for type_, data in translator.abort_open("paused")
@@ -223,17 +244,46 @@ class SegmentRunner:
                         "tool_name": record.tool_name,
                         "arguments": record.arguments,
                         "agent": record.agent,
-                        "checkpoint_version": version,
+                        "checkpoint_version": checkpoint.version,
                         "requested_at": utc_ts(now),
                     },
                 )
             )
+        await self._store_pause(
+            run, checkpoint, RunStatus.WAITING_FOR_REVIEW, events, records=records
+        )
+        self._on_inbox_added(run.tenant, [approval_view(r) for r in records])
+
+    async def _suspend(
+        self,
+        segment: Segment,
+        result: RunResultStreaming,
+        translator: StreamTranslator,
+        reason: str,
+    ) -> None:
+        """After an `after_turn` stop: checkpoint at the turn boundary, `run.paused`, suspended."""
+        run = segment.run
+        checkpoint = await self._checkpoint(segment, result, reason)
+        events = [
+            self._log.new_event(run.thread_id, run.run_id, type_, data)
+            for type_, data in translator.abort_open("paused")
+        ]
+        await self._store_pause(run, checkpoint, RunStatus.SUSPENDED, events)
+
+    async def _store_pause(
+        self,
+        run: RunRecord,
+        checkpoint: CheckpointRecord,
+        status: RunStatus,
+        events: list[NewEvent],
+        records: list[ApprovalRecord] | None = None,
+    ) -> None:
         events.append(
             self._log.new_event(
                 run.thread_id,
                 run.run_id,
                 EventType.RUN_PAUSED,
-                {"reason": "approval", "checkpoint_version": version},
+                {"reason": checkpoint.reason, "checkpoint_version": checkpoint.version},
             )
         )
 
@@ -241,13 +291,13 @@ class SegmentRunner:
             await CheckpointRepository.save_in(
                 conn,
                 checkpoint,
-                status=RunStatus.WAITING_FOR_REVIEW,
+                status=status,
                 expected=(RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.RECOVERING),
             )
-            await ApprovalRepository.insert_in(conn, records)
+            if records:
+                await ApprovalRepository.insert_in(conn, records)
 
         await self._log.commit(events, store)
-        self._on_inbox_added(run.tenant, [approval_view(r) for r in records])
 
     async def _complete(self, run: RunRecord, translator: StreamTranslator, final: Any) -> None:
         events = [

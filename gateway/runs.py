@@ -78,6 +78,7 @@ class RunManager:
         registry: AgentRegistry,
         segments_factory: Callable[..., SegmentRunner],
         self_approval: bool,
+        suspend_grace_s: float = 15.0,
     ) -> None:
         self._engine = engine
         self._log = log
@@ -98,6 +99,9 @@ class RunManager:
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self._suspend_grace_s = suspend_grace_s
+        self._suspend_timers: dict[str, asyncio.TimerHandle] = {}
+        bus.on_watchers_changed(self._watchers_changed)
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -257,7 +261,9 @@ class RunManager:
 
     def _launch(self, segment: Segment) -> None:
         run = segment.run
-        execution = Execution(run_id=run.run_id, thread_id=run.thread_id)
+        execution = Execution(
+            run_id=run.run_id, thread_id=run.thread_id, on_disconnect=run.on_disconnect
+        )
         self._executions[run.run_id] = execution
 
         async def body() -> None:
@@ -546,9 +552,68 @@ class RunManager:
             check_can_act_on_thread(principal, thread_ref(thread))
         except AccessDenied as exc:
             raise denied(exc) from None
-        # Nothing suspends runs yet (on_disconnect "suspend" is accepted and stored), so the
-        # only honest answer for every other status is a conflict naming it.
-        raise conflict(f"run is {run.status.value}, not suspended")
+        async with self._lock(thread.thread_id):
+            run = await self.runs.get(run_id) or run
+            if run.status is not RunStatus.SUSPENDED:
+                raise conflict(f"run is {run.status.value}, not suspended")
+            await self._resume_suspended(run)
+
+    async def _resume_suspended(self, run: RunRecord) -> bool:
+        """Continue a suspended run from its checkpoint (caller holds the thread lock)."""
+        if self._closing:
+            return False
+        if not await self.runs.transition(
+            run.run_id,
+            RunStatus.RESUMING,
+            expected=(RunStatus.SUSPENDED,),
+            checkpoint_version=run.checkpoint_version,
+        ):
+            return False
+        try:
+            await self._continue(run, [], EventType.RUN_RESUMED)
+        except Exception:
+            await self.runs.transition(
+                run.run_id, RunStatus.SUSPENDED, expected=(RunStatus.RESUMING,)
+            )
+            raise
+        return True
+
+    # -- watchers (on_disconnect "suspend") ----------------------------------------------
+
+    def _watchers_changed(self, thread_id: str, watchers: int) -> None:
+        timer = self._suspend_timers.pop(thread_id, None)
+        if timer is not None:
+            timer.cancel()
+        if self._closing:
+            return
+        if watchers == 1:
+            self._spawn(self._resume_on_watch(thread_id), name=f"resume-on-watch-{thread_id}")
+        if watchers > 0:
+            return
+        execution = next((e for e in self._executions.values() if e.thread_id == thread_id), None)
+        if execution is None or execution.on_disconnect != "suspend":
+            return
+        self._suspend_timers[thread_id] = asyncio.get_running_loop().call_later(
+            self._suspend_grace_s, self._suspend_unwatched, thread_id
+        )
+
+    def _suspend_unwatched(self, thread_id: str) -> None:
+        self._suspend_timers.pop(thread_id, None)
+        if self._bus.watchers(thread_id):
+            return
+        for execution in self._executions.values():
+            if execution.thread_id == thread_id and execution.on_disconnect == "suspend":
+                execution.request_stop("disconnect")
+
+    async def _resume_on_watch(self, thread_id: str) -> None:
+        """A new watcher on a thread continues its suspended run (PROTOCOL §6)."""
+        try:
+            async with self._lock(thread_id):
+                run = await self.runs.active_for_thread(thread_id)
+                if run is not None and run.status is RunStatus.SUSPENDED:
+                    await self._resume_suspended(run)
+        except Exception:
+            log.error("resuming the suspended run of thread %s failed", thread_id, exc_info=True)
 
     # -- endings -------------------------------------------------------------------------
 
@@ -615,6 +680,16 @@ class RunManager:
                     await self._maybe_continue(run)
             except Exception:
                 log.error("resuming decided run %s failed", run.run_id, exc_info=True)
+        for run in await self.runs.with_status((RunStatus.SUSPENDED,)):
+            checkpoint = await self.checkpoints.latest(run.run_id)
+            if checkpoint is None or checkpoint.reason != "shutdown":
+                continue  # suspended for lack of watchers: a watcher continues it
+            try:
+                async with self._lock(run.thread_id):
+                    if await self._resume_suspended(run):
+                        recovered += 1
+            except Exception:
+                log.error("continuing run %s after shutdown failed", run.run_id, exc_info=True)
         return recovered
 
     async def _recover_one(self, run: RunRecord) -> None:
@@ -716,9 +791,24 @@ class RunManager:
 
     # -- shutdown ------------------------------------------------------------------------
 
-    async def close(self) -> None:
-        """Stop streaming tasks; their runs stay active in the database and are recovered."""
+    async def close(self, grace_s: float = 10.0) -> None:
+        """Graceful stop: bring streaming runs to a turn boundary and checkpoint them.
+
+        Each run is suspended with reason "shutdown" and continued by the next process
+        (`recover`). Runs that cannot reach a boundary within `grace_s` are cut; they stay
+        active in the database and are recovered like after a crash.
+        """
         self._closing = True
+        for timer in self._suspend_timers.values():
+            timer.cancel()
+        self._suspend_timers.clear()
+        executions = list(self._executions.values())
+        for execution in executions:
+            execution.request_stop("shutdown")
+        if executions:
+            await asyncio.wait(
+                [asyncio.create_task(e.done.wait()) for e in executions], timeout=grace_s
+            )
         tasks = [e.task for e in self._executions.values() if e.task is not None]
         tasks += list(self._background)
         for task in tasks:
