@@ -10,6 +10,7 @@ from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from agents import set_tracing_disabled
 from starlette.applications import Starlette
 from starlette.routing import Mount, WebSocketRoute
 from starlette.staticfiles import StaticFiles
@@ -51,6 +52,9 @@ def build_registry(settings: Settings, model_name: str) -> AgentRegistry:
 def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Traces would leave the machine (the SDK exports to OpenAI by default): off unless
+        # asked for. Runs also pass `tracing_disabled` in their RunConfig.
+        set_tracing_disabled(not settings.tracing)
         engine = create_engine(settings.database_url)
         await migrate(engine)
         bus = EventBus()

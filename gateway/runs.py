@@ -45,7 +45,6 @@ from persistence.ids import new_id
 from persistence.inputs import Disposition, InputRepository
 from persistence.runs import ACTIVE, RunRecord, RunRepository, RunStatus
 from persistence.sessions import SessionMarks
-from persistence.tables import pending_inputs
 from persistence.threads import ThreadRecord, ThreadRepository
 
 log = logging.getLogger(__name__)
@@ -240,11 +239,7 @@ class RunManager:
                 )
             await RunRepository.insert(conn, record)
             if consumed_input_id is not None:
-                await conn.execute(
-                    pending_inputs.update()
-                    .where(pending_inputs.c.input_id == consumed_input_id)
-                    .values(consumed_at=now, run_id=run_id)
-                )
+                await InputRepository.consume_in(conn, [consumed_input_id], run_id=run_id)
 
         started = self._log.new_event(
             thread_id, run_id, EventType.RUN_STARTED, {"input": text, "agent": graph.name}
@@ -326,14 +321,8 @@ class RunManager:
         self, run: RunRecord, text: str, disposition: Disposition, event: EventType
     ) -> None:
         async def insert(conn: AsyncConnection) -> None:
-            await conn.execute(
-                pending_inputs.insert().values(
-                    thread_id=run.thread_id,
-                    run_id=run.run_id,
-                    input=text,
-                    disposition=disposition.value,
-                    created_at=utcnow(),
-                )
+            await InputRepository.insert_in(
+                conn, thread_id=run.thread_id, run_id=run.run_id, text=text, disposition=disposition
             )
 
         await self._log.commit(
@@ -488,12 +477,7 @@ class RunManager:
             )
             if not moved:
                 raise StaleWrite(run.run_id)
-            if staged_ids:
-                await conn.execute(
-                    pending_inputs.update()
-                    .where(pending_inputs.c.input_id.in_(staged_ids))
-                    .values(consumed_at=utcnow())
-                )
+            await InputRepository.consume_in(conn, staged_ids)
 
         await self._log.commit(
             [self._log.new_event(run.thread_id, run.run_id, announce, data)], mark_running

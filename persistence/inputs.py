@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from persistence.db import transaction, utcnow
 from persistence.tables import pending_inputs
@@ -30,20 +30,38 @@ class InputRepository:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
-    async def add(
-        self, *, thread_id: str, run_id: str | None, text: str, disposition: Disposition
-    ) -> int:
-        async with transaction(self._engine) as conn:
-            result = await conn.execute(
-                pending_inputs.insert().values(
-                    thread_id=thread_id,
-                    run_id=run_id,
-                    input=text,
-                    disposition=disposition.value,
-                    created_at=utcnow(),
-                )
+    @staticmethod
+    async def insert_in(
+        conn: AsyncConnection,
+        *,
+        thread_id: str,
+        run_id: str | None,
+        text: str,
+        disposition: Disposition,
+    ) -> None:
+        await conn.execute(
+            pending_inputs.insert().values(
+                thread_id=thread_id,
+                run_id=run_id,
+                input=text,
+                disposition=disposition.value,
+                created_at=utcnow(),
             )
-            return int(result.inserted_primary_key[0])
+        )
+
+    @staticmethod
+    async def consume_in(
+        conn: AsyncConnection, input_ids: list[int], *, run_id: str | None = None
+    ) -> None:
+        """Mark inputs as admitted (a queued input also records the run it started)."""
+        if not input_ids:
+            return
+        values: dict[str, object] = {"consumed_at": utcnow()}
+        if run_id is not None:
+            values["run_id"] = run_id
+        await conn.execute(
+            update(pending_inputs).where(pending_inputs.c.input_id.in_(input_ids)).values(**values)
+        )
 
     async def open(
         self, *, thread_id: str, disposition: Disposition, run_id: str | None = None
@@ -67,13 +85,3 @@ class InputRepository:
                 )
                 for row in rows
             ]
-
-    async def consume(self, input_ids: list[int]) -> None:
-        if not input_ids:
-            return
-        async with transaction(self._engine) as conn:
-            await conn.execute(
-                update(pending_inputs)
-                .where(pending_inputs.c.input_id.in_(input_ids))
-                .values(consumed_at=utcnow())
-            )
