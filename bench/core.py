@@ -1,0 +1,564 @@
+"""Core gateway benchmarks: streaming throughput and the latencies of the approval path.
+
+    .venv/bin/python -m bench.core [--runs 60] [--story-runs 20] [--out FILE]
+                                   [--only throughput|approval|decision|start]
+
+The gateway runs as a subprocess (`python -m gateway serve --port 0`) with a fresh SQLite
+database in a temporary directory, so the benchmark's clients and the server never share an
+event loop. The clients are plain `websockets` connections that timestamp every frame with
+`time.perf_counter()` as soon as it is read off the socket. One JSON line with every figure is
+printed to stdout (and written to --out). See docs/benchmarks.md for what each figure means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import os
+import platform
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from gateway.auth import TokenVerifier
+
+ROOT = Path(__file__).resolve().parents[1]
+SECRET = "bench-secret-" + "b" * 51
+TENANT = "bench"
+STORY_INPUT = "tell me a story"
+REFUND_INPUT = "refund order 42 for 30"
+START_INPUT = "hello there"
+WARMUP_RUNS = 3
+TIMEOUT_S = 30.0
+PARTS = ("throughput", "approval", "decision", "start")
+
+Frame = dict[str, Any]
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics.
+# --------------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default, 'inclusive')."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    position = (len(ordered) - 1) * p / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def latency_summary(seconds: list[float]) -> dict[str, float | int]:
+    ms = [s * 1000 for s in seconds]
+    return {
+        "n": len(ms),
+        "p50_ms": round(percentile(ms, 50), 3),
+        "p90_ms": round(percentile(ms, 90), 3),
+        "p99_ms": round(percentile(ms, 99), 3),
+        "max_ms": round(max(ms), 3),
+        "min_ms": round(min(ms), 3),
+        "mean_ms": round(statistics.fmean(ms), 3),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# The gateway subprocess.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GatewayProcess:
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/ws"
+
+    def stop(self) -> None:
+        if self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+
+
+@contextlib.contextmanager
+def gateway_process(workdir: Path) -> Iterator[GatewayProcess]:
+    log_path = workdir / "gateway.log"
+    env = {
+        **os.environ,
+        "GATEWAY_SECRET": SECRET,
+        "GATEWAY_DEMO_DELAY_MS": "0",
+        "GATEWAY_DATABASE_URL": f"sqlite+aiosqlite:///{workdir / 'gateway.db'}",
+        "PYTHONPATH": str(ROOT),
+    }
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--port", "0"],
+            cwd=ROOT,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    pattern = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
+    deadline = time.monotonic() + 30
+    gateway: GatewayProcess | None = None
+    try:
+        while gateway is None:
+            match = pattern.search(log_path.read_text(errors="replace"))
+            if match:
+                gateway = GatewayProcess(process, int(match.group(1)), log_path)
+            elif process.poll() is not None:
+                raise RuntimeError(f"gateway exited early:\n{log_path.read_text()}")
+            elif time.monotonic() > deadline:
+                raise TimeoutError(f"gateway did not start:\n{log_path.read_text()}")
+            else:
+                time.sleep(0.05)
+        yield gateway
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        elif process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
+# --------------------------------------------------------------------------------------------
+# A minimal timestamping protocol client.
+# --------------------------------------------------------------------------------------------
+
+
+class ProtocolError(RuntimeError):
+    pass
+
+
+class BenchClient:
+    """Reads every frame in a background task and stamps it with perf_counter on arrival."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.frames: list[tuple[float, Frame]] = []
+        self._acks: dict[str, asyncio.Future[tuple[float, Frame]]] = {}
+        self._ids = itertools.count(1)
+        self._changed = asyncio.Event()
+        self._closed = False
+        self._reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def connect(cls, url: str, token: str) -> BenchClient:
+        ws = await websockets.connect(url, max_size=None, compression=None)
+        await ws.send(orjson.dumps({"type": "hello", "protocol": 1, "token": token}).decode())
+        welcome = orjson.loads(await asyncio.wait_for(ws.recv(), 10))
+        if welcome.get("type") != "welcome":
+            await ws.close()
+            raise ProtocolError(f"no welcome: {welcome}")
+        return cls(ws)
+
+    async def _read(self) -> None:
+        try:
+            async for raw in self.ws:
+                now = time.perf_counter()
+                frame = orjson.loads(raw)
+                kind = frame.get("type")
+                if kind == "ping":
+                    await self.ws.send('{"type":"pong"}')
+                    continue
+                ref = frame.get("ref")
+                if kind in ("ack", "error") and ref in self._acks:
+                    self._acks.pop(ref).set_result((now, frame))
+                    continue
+                self.frames.append((now, frame))
+                self._changed.set()
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            self._closed = True
+            self._changed.set()
+            for future in self._acks.values():
+                if not future.done():
+                    future.set_exception(ProtocolError("connection closed"))
+
+    async def send(self, type_: str, **fields: Any) -> tuple[float, asyncio.Future[Any]]:
+        """Send a request; returns its send time and a future of (arrival time, ack)."""
+        ref = f"b{next(self._ids)}"
+        future: asyncio.Future[tuple[float, Frame]] = asyncio.get_running_loop().create_future()
+        self._acks[ref] = future
+        data = orjson.dumps({"type": type_, "id": ref, **fields}).decode()
+        sent = time.perf_counter()
+        await self.ws.send(data)
+        return sent, future
+
+    async def request(self, type_: str, **fields: Any) -> tuple[float, float, Frame]:
+        sent, future = await self.send(type_, **fields)
+        arrived, frame = await asyncio.wait_for(future, TIMEOUT_S)
+        if frame["type"] == "error":
+            raise ProtocolError(f"{type_}: {frame.get('code')}: {frame.get('message')}")
+        return sent, arrived, frame
+
+    def mark(self) -> int:
+        return len(self.frames)
+
+    async def wait_for(
+        self, predicate: Callable[[Frame], bool], since: int = 0
+    ) -> tuple[float, Frame]:
+        async def scan() -> tuple[float, Frame]:
+            seen = since
+            while True:
+                for stamped in self.frames[seen:]:
+                    if predicate(stamped[1]):
+                        return stamped
+                seen = len(self.frames)
+                if self._closed:
+                    raise ProtocolError("connection closed while waiting")
+                self._changed.clear()
+                await self._changed.wait()
+
+        return await asyncio.wait_for(scan(), TIMEOUT_S)
+
+    async def wait_event(self, name: str, run_id: str, since: int = 0) -> tuple[float, Frame]:
+        return await self.wait_for(
+            lambda f: f.get("type") == "event" and f["event"] == name and f["run_id"] == run_id,
+            since,
+        )
+
+    def run_events(self, run_id: str, since: int = 0) -> list[tuple[float, Frame]]:
+        return [
+            (t, f)
+            for t, f in self.frames[since:]
+            if f.get("type") == "event" and f.get("run_id") == run_id
+        ]
+
+    def forget(self) -> None:
+        """Drop the frames seen so far (call only between runs)."""
+        self.frames.clear()
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.ws.close()
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+
+
+@dataclass
+class Session:
+    user: BenchClient
+    reviewer: BenchClient
+
+
+@contextlib.asynccontextmanager
+async def session(gateway: GatewayProcess) -> AsyncIterator[Session]:
+    verifier = TokenVerifier(SECRET)
+    user = await BenchClient.connect(gateway.ws_url, verifier.issue("alice", TENANT, ["user"]))
+    reviewer = await BenchClient.connect(
+        gateway.ws_url, verifier.issue("rita", TENANT, ["reviewer"])
+    )
+    try:
+        yield Session(user, reviewer)
+    finally:
+        await user.close()
+        await reviewer.close()
+
+
+# --------------------------------------------------------------------------------------------
+# The measurements.
+# --------------------------------------------------------------------------------------------
+
+
+async def one_plain_run(client: BenchClient, text: str) -> dict[str, Any]:
+    """Start a run on a fresh thread and wait until it completes; return its timings."""
+    client.forget()
+    sent, arrived, ack = await client.request("run.start", input=text)
+    run_id = ack["run_id"]
+    completed_at, completed = await client.wait_event("run.completed", run_id)
+    events = client.run_events(run_id)
+    started_at = next(t for t, f in events if f["event"] == "run.started")
+    first = next(i for i, (_, f) in enumerate(events) if f["event"] == "run.started")
+    last = next(i for i, (_, f) in enumerate(events) if f["event"] == "run.completed")
+    return {
+        "start_sent": sent,
+        "ack_at": arrived,
+        "started_at": started_at,
+        "completed_at": completed_at,
+        "events": last - first + 1,
+        "deltas": sum(1 for _, f in events[first : last + 1] if f["event"] == "message.delta"),
+        "final_words": len(str(completed["data"]["final_output"]).split()),
+    }
+
+
+async def bare_sdk_run() -> tuple[int, float]:
+    """The same demo agent consumed in-process by the SDK, no gateway, no storage."""
+    from agents import RunConfig, Runner
+
+    from gateway.demo import OfflineModelProvider, build_demo_agent
+
+    begin = time.perf_counter()
+    result = Runner.run_streamed(
+        build_demo_agent(),
+        STORY_INPUT,
+        run_config=RunConfig(model_provider=OfflineModelProvider(0), tracing_disabled=True),
+    )
+    count = 0
+    async for _ in result.stream_events():
+        count += 1
+    return count, time.perf_counter() - begin
+
+
+async def throughput(client: BenchClient, runs: int) -> dict[str, Any]:
+    """Gateway story runs and bare-SDK story runs, interleaved one for one.
+
+    Interleaving keeps both sides under the same background load, so the ratio stays
+    meaningful on a shared machine even when the absolute figures drift.
+    """
+    for _ in range(WARMUP_RUNS):
+        await bare_sdk_run()
+    results: list[dict[str, Any]] = []
+    bare: list[tuple[int, float]] = []
+    for _ in range(runs):
+        results.append(await one_plain_run(client, STORY_INPUT))
+        bare.append(await bare_sdk_run())
+
+    rates = [r["events"] / (r["completed_at"] - r["started_at"]) for r in results]
+    run_seconds = [r["completed_at"] - r["start_sent"] for r in results]
+    total_events = sum(r["events"] for r in results)
+    total_seconds = sum(r["completed_at"] - r["started_at"] for r in results)
+    gateway = {
+        "runs": runs,
+        "events_per_run": statistics.median(r["events"] for r in results),
+        "message_deltas_per_run": statistics.median(r["deltas"] for r in results),
+        "story_words": statistics.median(r["final_words"] for r in results),
+        "events_total": total_events,
+        "events_per_s_median": round(statistics.median(rates), 1),
+        "events_per_s_overall": round(total_events / total_seconds, 1),
+        "run_ms_median": round(statistics.median(run_seconds) * 1000, 3),
+        "runs_per_s_median": round(1 / statistics.median(run_seconds), 2),
+    }
+
+    bare_rates = [count / seconds for count, seconds in bare]
+    bare_seconds = [seconds for _, seconds in bare]
+    bare_events = sum(count for count, _ in bare)
+    bare_sdk = {
+        "runs": runs,
+        "events_per_run": statistics.median(count for count, _ in bare),
+        "events_total": bare_events,
+        "events_per_s_median": round(statistics.median(bare_rates), 1),
+        "events_per_s_overall": round(bare_events / sum(bare_seconds), 1),
+        "run_ms_median": round(statistics.median(bare_seconds) * 1000, 3),
+        "runs_per_s_median": round(1 / statistics.median(bare_seconds), 2),
+    }
+    # Median of the per-pair ratios (each gateway run against the bare run right after it).
+    pair_runs_ratio = statistics.median(
+        b / g for g, b in zip(run_seconds, bare_seconds, strict=True)
+    )
+    return {
+        "input": STORY_INPUT,
+        "gateway": gateway,
+        "bare_sdk": bare_sdk,
+        "note": (
+            "gateway counts protocol events (run.started..run.completed); bare_sdk counts SDK "
+            "stream events; only runs_per_s is like for like. Runs are interleaved."
+        ),
+        "ratio_gateway_over_bare": {
+            "events_per_s": round(
+                gateway["events_per_s_median"] / bare_sdk["events_per_s_median"], 4
+            ),
+            "runs_per_s": round(gateway["runs_per_s_median"] / bare_sdk["runs_per_s_median"], 4),
+            "runs_per_s_paired_median": round(pair_runs_ratio, 4),
+        },
+    }
+
+
+def ts_gap(first: Frame, second: Frame) -> float:
+    """Seconds between two events' server `ts` stamps."""
+    parse = datetime.fromisoformat
+    return (parse(second["ts"]) - parse(first["ts"])).total_seconds()
+
+
+async def approval_runs(s: Session, runs: int) -> dict[str, list[float]]:
+    """`runs` refund runs: each pauses for approval, a reviewer approves, the run completes."""
+    samples: dict[str, list[float]] = {
+        "tool_called_to_approval_requested": [],
+        "approval_requested_to_run_paused": [],
+        "decide_to_ack": [],
+        "decide_to_approval_decided": [],
+        "decide_to_run_resumed": [],
+        "run_start_to_run_started": [],
+        # The same gaps by the events' own `ts` (server wall clock at event creation, 1 ms
+        # resolution): what the server spends before the event exists, without delivery.
+        "server_ts_tool_called_to_approval_requested": [],
+        "server_ts_approval_decided_to_run_resumed": [],
+    }
+    for _ in range(runs):
+        s.user.forget()
+        sent, _, ack = await s.user.request("run.start", input=REFUND_INPUT)
+        run_id = ack["run_id"]
+        paused_at, _ = await s.user.wait_event("run.paused", run_id)
+        events = {f["event"]: (t, f) for t, f in s.user.run_events(run_id)}
+        called_at = events["tool.called"][0]
+        requested_at, requested = events["approval.requested"]
+        samples["run_start_to_run_started"].append(events["run.started"][0] - sent)
+        samples["tool_called_to_approval_requested"].append(requested_at - called_at)
+        samples["approval_requested_to_run_paused"].append(paused_at - requested_at)
+        samples["server_ts_tool_called_to_approval_requested"].append(
+            ts_gap(events["tool.called"][1], requested)
+        )
+
+        mark = s.user.mark()
+        decide_sent, ack_future = await s.reviewer.send(
+            "approval.decide", approval_id=requested["data"]["approval_id"], decision="approve"
+        )
+        ack_at, decide_ack = await asyncio.wait_for(ack_future, TIMEOUT_S)
+        if decide_ack["type"] != "ack":
+            raise ProtocolError(f"approval.decide: {decide_ack}")
+        decided_at, decided = await s.user.wait_event("approval.decided", run_id, mark)
+        resumed_at, resumed = await s.user.wait_event("run.resumed", run_id, mark)
+        samples["server_ts_approval_decided_to_run_resumed"].append(ts_gap(decided, resumed))
+        samples["decide_to_ack"].append(ack_at - decide_sent)
+        samples["decide_to_approval_decided"].append(decided_at - decide_sent)
+        samples["decide_to_run_resumed"].append(resumed_at - decide_sent)
+        await s.user.wait_event("run.completed", run_id, mark)
+    return samples
+
+
+async def start_latency(client: BenchClient, runs: int) -> dict[str, Any]:
+    results = [await one_plain_run(client, START_INPUT) for _ in range(runs)]
+    return {
+        "input": START_INPUT,
+        "run_start_to_run_started": latency_summary(
+            [r["started_at"] - r["start_sent"] for r in results]
+        ),
+        "run_start_to_ack": latency_summary([r["ack_at"] - r["start_sent"] for r in results]),
+        "run_start_to_run_completed": latency_summary(
+            [r["completed_at"] - r["start_sent"] for r in results]
+        ),
+    }
+
+
+def machine_info() -> dict[str, Any]:
+    import agents
+
+    return {
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "openai_agents": getattr(agents, "__version__", None),
+        "websockets": websockets.__version__,
+    }
+
+
+async def benchmark(parts: tuple[str, ...], runs: int, story_runs: int) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "benchmark": "bench.core",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "parts": list(parts),
+        "config": {
+            "runs": runs,
+            "story_runs": story_runs,
+            "warmup_runs": WARMUP_RUNS,
+            "demo_delay_ms": 0,
+            "database": "sqlite+aiosqlite (fresh file in a temp dir)",
+            "transport": "websockets client -> gateway subprocess on 127.0.0.1",
+        },
+        "machine": machine_info(),
+    }
+    begin = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
+        with gateway_process(Path(tmp)) as gateway:
+            async with session(gateway) as s:
+                # Warm-up: imports, SQLite pages, SDK code paths on both branches.
+                for _ in range(WARMUP_RUNS):
+                    await one_plain_run(s.user, STORY_INPUT)
+                await approval_runs(s, WARMUP_RUNS)
+
+                if "throughput" in parts:
+                    report["throughput"] = await throughput(s.user, story_runs)
+                if "approval" in parts or "decision" in parts:
+                    samples = await approval_runs(s, runs)
+                    if "approval" in parts:
+                        report["approval"] = {
+                            "input": REFUND_INPUT,
+                            "tool_called_to_approval_requested": latency_summary(
+                                samples["tool_called_to_approval_requested"]
+                            ),
+                            "approval_requested_to_run_paused": latency_summary(
+                                samples["approval_requested_to_run_paused"]
+                            ),
+                            "server_ts_tool_called_to_approval_requested": latency_summary(
+                                samples["server_ts_tool_called_to_approval_requested"]
+                            ),
+                        }
+                    if "decision" in parts:
+                        report["decision"] = {
+                            "input": REFUND_INPUT,
+                            "decide_to_ack": latency_summary(samples["decide_to_ack"]),
+                            "decide_to_approval_decided": latency_summary(
+                                samples["decide_to_approval_decided"]
+                            ),
+                            "decide_to_run_resumed": latency_summary(
+                                samples["decide_to_run_resumed"]
+                            ),
+                            "server_ts_approval_decided_to_run_resumed": latency_summary(
+                                samples["server_ts_approval_decided_to_run_resumed"]
+                            ),
+                        }
+                    if "start" in parts:
+                        report["approval_runs_run_start_to_run_started"] = latency_summary(
+                            samples["run_start_to_run_started"]
+                        )
+                if "start" in parts:
+                    report["start"] = await start_latency(s.user, runs)
+    report["elapsed_s"] = round(time.perf_counter() - begin, 1)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.core", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--runs", type=int, default=60, help="runs for each latency figure (default 60)"
+    )
+    parser.add_argument(
+        "--story-runs", type=int, default=20, help="story runs for throughput (default 20)"
+    )
+    parser.add_argument("--only", choices=PARTS, help="run one part only")
+    parser.add_argument("--out", type=Path, help="also write the JSON line to this file")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.story_runs < 1:
+        parser.error("--runs and --story-runs must be >= 1")
+    parts = (args.only,) if args.only else PARTS
+    report = asyncio.run(benchmark(parts, args.runs, args.story_runs))
+    line = orjson.dumps(report).decode()
+    print(line, flush=True)
+    if args.out:
+        args.out.write_text(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
