@@ -95,6 +95,7 @@ class RunManager:
             on_inbox_added=self._inbox_added, on_finished=self._finished
         )
         self._executions: dict[str, Execution] = {}
+        self._agents: dict[tuple[str, str, int], Any] = {}
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
@@ -129,6 +130,18 @@ class RunManager:
             raise not_found("run not found")
         thread = await self.thread_for(principal, run.thread_id)
         return run, thread
+
+    def _agent(self, graph: AgentGraph) -> Any:
+        """One built agent per graph version, reused by every run and restore.
+
+        SDK agents hold no per-run state, and building one (tool schemas, nested agents) costs
+        more than restoring a checkpoint, so it is done once, not on every decision.
+        """
+        key = (graph.name, graph.version, id(graph))
+        agent = self._agents.get(key)
+        if agent is None:
+            agent = self._agents[key] = graph.build()
+        return agent
 
     def _graph(self, name: str | None) -> AgentGraph:
         try:
@@ -175,11 +188,11 @@ class RunManager:
         if self._closing:
             raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down")
         graph = self._graph(agent)
-        try:
-            check_can_create(principal)
-        except AccessDenied as exc:
-            raise denied(exc) from None
         if thread_id is None:
+            try:
+                check_can_create(principal)
+            except AccessDenied as exc:
+                raise denied(exc) from None
             thread: ThreadRecord | None = None
             key = new_id("t")  # a lock key nobody else can hold
         else:
@@ -249,7 +262,7 @@ class RunManager:
         except IntegrityError:
             # The partial unique index on active runs: another process won the race.
             raise conflict("the thread already has an active run; send run.input instead") from None
-        agent = graph.build()
+        agent = self._agent(graph)
         context = graph.make_context() if graph.make_context else None
         self._launch(Segment(run=record, graph=graph, agent=agent, start=text, context=context))
         return Started(thread_id=thread_id, run_id=run_id, first_seq=logged[0].seq)
@@ -310,7 +323,7 @@ class RunManager:
             raise conflict("the run has no checkpoint to stage input on")
         graph = self._graph_for_checkpoint(run, checkpoint)
         state = await RunState.from_string(
-            graph.build(), checkpoint.state, context_deserializer=graph.context_deserializer
+            self._agent(graph), checkpoint.state, context_deserializer=graph.context_deserializer
         )
         try:
             state.add_input(text)
@@ -403,8 +416,18 @@ class RunManager:
             self._bus.publish_inbox(run.tenant, removed=[approval_id])
             decided = await self.approvals.get(approval_id)
             assert decided is not None
-            await self._maybe_continue(run)
-            return decided
+        # The decision is durable; the reviewer's ack need not wait for the restore.
+        self._spawn(self._continue_when_decided(run), name=f"continue-{run.run_id}")
+        return decided
+
+    async def _continue_when_decided(self, run: RunRecord) -> None:
+        try:
+            async with self._lock(run.thread_id):
+                await self._maybe_continue(run)
+        except Exception:
+            # The run stays waiting_for_review with every decision recorded; the next start
+            # (or the next decision) retries the continuation.
+            log.error("continuing run %s after its decisions failed", run.run_id, exc_info=True)
 
     async def _maybe_continue(self, run: RunRecord) -> None:
         """Start the continuation once every approval of the pause is decided (exactly once)."""
@@ -439,7 +462,7 @@ class RunManager:
         if checkpoint is None:
             raise conflict("the run has no checkpoint")
         graph = self._graph_for_checkpoint(run, checkpoint)
-        agent = graph.build()
+        agent = self._agent(graph)
         state = await RunState.from_string(
             agent, checkpoint.state, context_deserializer=graph.context_deserializer
         )
@@ -716,7 +739,11 @@ class RunManager:
             context = graph.make_context() if graph.make_context else None
             self._launch(
                 Segment(
-                    run=current, graph=graph, agent=graph.build(), start=run.input, context=context
+                    run=current,
+                    graph=graph,
+                    agent=self._agent(graph),
+                    start=run.input,
+                    context=context,
                 )
             )
 
