@@ -28,6 +28,7 @@ FLAGS: dict[str, tuple[str, type, str]] = {
     "--heartbeat-s": ("heartbeat_s", float, "GATEWAY_HEARTBEAT_S"),
     "--hello-timeout-s": ("hello_timeout_s", float, "GATEWAY_HELLO_TIMEOUT_S"),
     "--send-queue-size": ("send_queue_size", int, "GATEWAY_SEND_QUEUE_SIZE"),
+    "--send-timeout-s": ("send_timeout_s", float, "GATEWAY_SEND_TIMEOUT_S"),
     "--max-input-chars": ("max_input_chars", int, "GATEWAY_MAX_INPUT_CHARS"),
     "--log-level": ("log_level", str, "GATEWAY_LOG_LEVEL"),
 }

@@ -13,7 +13,6 @@ from pathlib import Path
 from agents import set_tracing_disabled
 from starlette.applications import Starlette
 from starlette.routing import Mount, WebSocketRoute
-from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
 from gateway.auth import TokenVerifier
@@ -29,6 +28,7 @@ from gateway.registry import AgentRegistry, load_registry
 from gateway.runs import RunManager
 from gateway.services import Services
 from gateway.settings import Settings
+from gateway.static import demo_app
 from persistence.db import create_engine, migrate
 
 log = logging.getLogger("gateway")
@@ -132,5 +132,5 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
 
     app_routes = [*http_routes(), WebSocketRoute("/v1/ws", websocket_endpoint)]
     if STATIC_DIR.is_dir():
-        app_routes.append(Mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="demo"))
+        app_routes.append(Mount("/", demo_app(STATIC_DIR), name="demo"))
     return Starlette(routes=app_routes, lifespan=lifespan)

@@ -87,6 +87,10 @@ class Connection:
             self._close_code = code
         for task in self._tasks:
             task.cancel()
+        # Nobody will send what is queued: drop it, so a reader or subscription waiting for
+        # room wakes up and sees the connection is closing.
+        while not self._outbox.empty():
+            self._outbox.get_nowait()
         asyncio.get_running_loop().create_task(self._close(code))
 
     # -- handshake -------------------------------------------------------------------------
@@ -232,9 +236,10 @@ class Connection:
                     agent=frame.agent,
                     on_disconnect=frame.on_disconnect,
                 )
-                await self._send_or_queue(
-                    protocol.ack(ref, thread_id=started.thread_id, run_id=started.run_id)
-                )
+                if ref is not None:
+                    await self._send_or_queue(
+                        protocol.ack(ref, thread_id=started.thread_id, run_id=started.run_id)
+                    )
                 if started.thread_id not in self._subscriptions:
                     await self._subscribe(
                         started.thread_id, started.first_seq - 1, None, None, quiet=True
@@ -243,7 +248,8 @@ class Connection:
             case protocol.RunInput():
                 result = await runs.submit_input(principal, frame.thread_id, frame.input)
                 first_seq = result.pop("first_seq", None)
-                await self._send_or_queue(protocol.ack(ref, **result))
+                if ref is not None:
+                    await self._send_or_queue(protocol.ack(ref, **result))
                 if first_seq is not None and frame.thread_id not in self._subscriptions:
                     await self._subscribe(frame.thread_id, first_seq - 1, None, None, quiet=True)
                 return None
@@ -292,8 +298,8 @@ class Connection:
             after_seq=cursor,
             bus=self._services.bus,
             log=self._services.log,
-            send_replay=self._outbox.put,
-            send_live=self._send_live,
+            send_replay=self._send_paced,
+            send_live=self._try_send,
         )
         self._subscriptions[thread_id] = subscription
         subscription.start()
@@ -314,7 +320,8 @@ class Connection:
             if not ready:
                 buffered.append((added, removed))
                 return
-            self._send_live(protocol.encode(protocol.inbox_update(added, removed)))
+            if not self._try_send(protocol.encode(protocol.inbox_update(added, removed))):
+                self.close_soon(CLOSE_TOO_SLOW)
 
         self._inbox_unsubscribe = self._services.bus.subscribe_inbox(principal.tenant, on_update)
         pending = await self._services.runs.approvals.pending_for_tenant(principal.tenant)
@@ -327,17 +334,31 @@ class Connection:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def _send_live(self, text: str) -> bool:
+    def _try_send(self, text: str) -> bool:
         try:
             self._outbox.put_nowait(text)
         except asyncio.QueueFull:
-            log.info("closing a connection that cannot keep up (outgoing queue full)")
-            self.close_soon(CLOSE_TOO_SLOW)
             return False
         return True
 
+    async def _send_paced(self, text: str) -> None:
+        """Wait for room in the bounded queue; a consumer that stalls is closed with 4009.
+
+        It loses nothing: every event is in the log and it resumes with `after_seq`.
+        """
+        if self._close_code is not None:
+            raise Closed()
+        try:
+            await asyncio.wait_for(self._outbox.put(text), self._settings.send_timeout_s)
+        except TimeoutError:
+            log.info("closing a connection that stopped reading (outgoing queue full)")
+            self.close_soon(CLOSE_TOO_SLOW)
+            raise Closed() from None
+        if self._close_code is not None:
+            raise Closed()
+
     async def _send_or_queue(self, frame: dict[str, Any]) -> None:
-        await self._outbox.put(protocol.encode(frame))
+        await self._send_paced(protocol.encode(frame))
 
     async def _send_direct(self, frame: dict[str, Any]) -> None:
         await self._ws.send_text(protocol.encode(frame))
@@ -356,4 +377,5 @@ class Connection:
         ping = protocol.encode(protocol.ping())
         while True:
             await asyncio.sleep(self._settings.heartbeat_s)
-            self._send_live(ping)
+            # A full queue already proves the peer is behind; skipping a ping loses nothing.
+            self._try_send(ping)

@@ -34,6 +34,7 @@ from agents.model_settings import ModelSettings
 from agents.models.interface import Model, ModelProvider, ModelTracing
 from agents.testing import assistant_message, function_call
 from agents.tool import Tool
+from agents.tool_context import ToolContext
 from agents.usage import Usage
 from openai.types.responses import (
     Response,
@@ -56,6 +57,7 @@ from openai.types.responses import (
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
+from gateway.ledger import Policy, run_once
 from gateway.registry import AgentGraph
 
 DEMO_AGENT_NAME = "assistant"
@@ -111,17 +113,19 @@ def get_order_status(order_id: int) -> str:
     return order_status_text(order_id)
 
 
-def issue_refund(order_id: int, amount: float) -> str:
+async def issue_refund(ctx: ToolContext[Any], order_id: int, amount: float) -> str:
     """Refund money to the customer for an order. Needs approval.
 
     Args:
         order_id: The order number.
         amount: The amount to refund, in USD.
     """
-    return refund_text(order_id, amount)
+    # Through the ledger: a refund happens once per approved call, even across crashes. A
+    # refund whose outcome is unknown after a crash is reported, never silently repeated.
+    return await run_once(ctx, lambda key: refund_text(order_id, amount), policy=Policy.RECONCILE)
 
 
-def send_email(to: str, subject: str, body: str) -> str:
+async def send_email(ctx: ToolContext[Any], to: str, subject: str, body: str) -> str:
     """Send an e-mail to a customer. Needs approval.
 
     Args:
@@ -129,7 +133,8 @@ def send_email(to: str, subject: str, body: str) -> str:
         subject: The subject line.
         body: The message body.
     """
-    return email_text(to, subject)
+    # Mail providers deduplicate on the idempotency key, so re-sending after a crash is safe.
+    return await run_once(ctx, lambda key: email_text(to, subject), policy=Policy.RERUN)
 
 
 def demo_tools() -> list[Tool]:

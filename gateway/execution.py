@@ -12,11 +12,18 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from agents import Agent, RunConfig, Runner
+from agents import (
+    Agent,
+    RawResponsesStreamEvent,
+    RunConfig,
+    RunItemStreamEvent,
+    Runner,
+)
 from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError
 from agents.extensions.memory import SQLAlchemySession
 from agents.models.interface import ModelProvider
@@ -24,15 +31,17 @@ from agents.run_state import CURRENT_SCHEMA_VERSION, RunState
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.eventlog import EventLog
-from gateway.protocol import EventType, utc_ts
+from gateway.ledger import LedgerScope, current_scope
+from gateway.protocol import TOOL_NEEDS_RECONCILIATION, EventType, utc_ts
 from gateway.registry import AgentGraph
 from gateway.translate import StreamTranslator, output_text, parse_arguments
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
 from persistence.db import utcnow
-from persistence.errors import StaleWrite
+from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.events import NewEvent
 from persistence.ids import new_id
+from persistence.ledger import OperationRepository
 from persistence.runs import ACTIVE, RunRecord, RunRepository, RunStatus
 from persistence.sessions import SessionMarks
 
@@ -52,6 +61,8 @@ class Segment:
     start: str | RunState[Any, Any]
     known_calls: dict[str, str] = field(default_factory=dict)
     context: Any = None
+    # call ids whose `tool.output` is already in the run's log (a recovery replays the turn)
+    logged_outputs: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -117,6 +128,7 @@ class SegmentRunner:
         tracing: bool,
         on_inbox_added: Callable[[str, list[dict[str, Any]]], None],
         on_finished: Callable[[RunRecord, RunStatus], Awaitable[None]],
+        on_suspended: Callable[[RunRecord, str], Awaitable[None]],
     ) -> None:
         self._engine = engine
         self._log = log
@@ -124,6 +136,7 @@ class SegmentRunner:
         self._tracing = tracing
         self._on_inbox_added = on_inbox_added
         self._on_finished = on_finished
+        self._on_suspended = on_suspended
 
     def run_config(self) -> RunConfig:
         return RunConfig(model_provider=self._provider, tracing_disabled=not self._tracing)
@@ -134,7 +147,16 @@ class SegmentRunner:
     async def drive(self, segment: Segment, execution: Execution) -> None:
         run = segment.run
         translator = StreamTranslator(
-            agent=segment.agent.name, call_names=dict(segment.known_calls)
+            agent=segment.agent.name,
+            call_names=dict(segment.known_calls),
+            skip_outputs=set(segment.logged_outputs),
+        )
+        scope = current_scope.set(
+            LedgerScope(
+                scope=run.run_id,
+                repository=OperationRepository(self._engine),
+                on_reconcile=partial(self._needs_reconciliation, run),
+            )
         )
         try:
             result = Runner.run_streamed(
@@ -146,19 +168,30 @@ class SegmentRunner:
                 context=segment.context,
             )
             execution.result = result
+            turn_state: str | None = None
             async for sdk_event in result.stream_events():
+                if _is_tool_output(sdk_event):
+                    # A consistent point (SDK_NOTES): the turn's tools have run.
+                    turn_state = self._serialize(segment, result)
+                elif turn_state is not None and _is_response_start(sdk_event):
+                    # The next model call has started, so the SDK has written the finished
+                    # turn to the session: only now is the session mark right for that state.
+                    await self._save_turn(segment, turn_state)
+                    turn_state = None
                 for type_, data in translator.translate(sdk_event):
                     await self._log.append(run.thread_id, run.run_id, type_, data)
+            run = segment.run
             if execution.cancel_requested:
                 await self._finish_cancelled(run, translator)
             elif result.interruptions:
-                await self._pause(segment, result, translator)
-            elif execution.stop_reason is not None and result.final_output is None:
+                await storage_retry(lambda: self._pause(segment, result, translator))
+            elif (reason := execution.stop_reason) is not None and result.final_output is None:
                 # Stopped with cancel("after_turn"): the state is at a turn boundary
                 # (NextStepRunAgain), so resuming repeats nothing.
-                await self._suspend(segment, result, translator, execution.stop_reason)
+                await storage_retry(lambda: self._suspend(segment, result, translator, reason))
+                await self._on_suspended(segment.run, reason)
             else:
-                await self._complete(run, translator, result.final_output)
+                await storage_retry(lambda: self._complete(run, translator, result.final_output))
         except asyncio.CancelledError:
             # Task cancellation only happens at process shutdown; the run stays active in the
             # database and is recovered on the next start.
@@ -167,14 +200,63 @@ class SegmentRunner:
             raise
         except StaleWrite:
             log.info("run %s moved on while streaming; segment discarded", run.run_id)
+        except StorageUnavailable:
+            # Nothing may be decided without storage: the run stays active in the database
+            # and continues from its newest checkpoint when the gateway next recovers runs.
+            log.error("run %s stopped: storage unavailable", run.run_id, exc_info=True)
+            if execution.result is not None:
+                execution.result.cancel("immediate")
         except Exception as exc:
             if execution.cancel_requested:
-                await self._finish_cancelled(run, translator)
+                await self._finish_cancelled(segment.run, translator)
             else:
                 log.error("run %s failed", run.run_id, exc_info=True)
-                await self._fail(run, translator, exc)
+                await self._fail(segment.run, translator, exc)
         finally:
+            current_scope.reset(scope)
             execution.done.set()
+
+    def _serialize(self, segment: Segment, result: RunResultStreaming) -> str:
+        state = result.to_state()
+        return orjson.dumps(
+            state.to_json(context_serializer=segment.graph.context_serializer)
+        ).decode()
+
+    async def _save_turn(self, segment: Segment, state_json: str) -> None:
+        """A turn checkpoint: a crash from here on loses at most the model call in flight."""
+        run = segment.run
+        checkpoint = CheckpointRecord(
+            run_id=run.run_id,
+            version=run.checkpoint_version + 1,
+            state=state_json,
+            sdk_schema_version=CURRENT_SCHEMA_VERSION,
+            graph_name=segment.graph.name,
+            graph_version=segment.graph.version,
+            reason="turn",
+            session_mark=await SessionMarks(self._engine).head(run.thread_id),
+            created_at=utcnow(),
+        )
+
+        async def store(conn: AsyncConnection) -> None:
+            await CheckpointRepository.save_in(
+                conn,
+                checkpoint,
+                status=RunStatus.RUNNING,
+                expected=(RunStatus.RUNNING,),
+            )
+
+        await self._log.commit((), store)
+        segment.run = replace(run, checkpoint_version=checkpoint.version)
+
+    async def _needs_reconciliation(
+        self, run: RunRecord, call_id: str, tool_name: str, key: str
+    ) -> None:
+        await self._log.append(
+            run.thread_id,
+            run.run_id,
+            TOOL_NEEDS_RECONCILIATION,
+            {"call_id": call_id, "tool_name": tool_name, "idempotency_key": key},
+        )
 
     # -- endings -------------------------------------------------------------------------
 
@@ -351,6 +433,31 @@ class SegmentRunner:
 
         await self._log.commit(events, transition)
         await self._on_finished(run, status)
+
+
+def _is_tool_output(event: Any) -> bool:
+    return isinstance(event, RunItemStreamEvent) and event.name == "tool_output"
+
+
+def _is_response_start(event: Any) -> bool:
+    return (
+        isinstance(event, RawResponsesStreamEvent)
+        and getattr(event.data, "type", None) == "response.created"
+    )
+
+
+async def storage_retry(
+    operation: Callable[[], Awaitable[None]], delays: tuple[float, ...] = (0.2, 0.5, 1, 2, 4, 8)
+) -> None:
+    """Retry a run's final write while storage is down: the state is only in memory."""
+    for delay in delays:
+        try:
+            await operation()
+            return
+        except StorageUnavailable:
+            log.warning("storage unavailable; retrying in %.1f s", delay)
+            await asyncio.sleep(delay)
+    await operation()
 
 
 def _failure_code(exc: Exception) -> str:

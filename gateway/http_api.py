@@ -20,7 +20,7 @@ from gateway.auth import AccessDenied, AuthError, Principal, Role, check_can_use
 from gateway.errors import GatewayError
 from gateway.eventlog_types import LoggedEvent
 from gateway.execution import approval_view
-from gateway.protocol import MAX_ID_CHARS, MAX_REASON_CHARS, ErrorCode
+from gateway.protocol import MAX_ID_CHARS, MAX_REASON_CHARS, ErrorCode, utc_ts
 from gateway.services import Services
 from persistence.errors import StorageUnavailable
 
@@ -210,6 +210,8 @@ async def list_threads(request: Request, services: Services) -> Response:
     principal = authenticate(request, services)
     limit = int_param(request, "limit", 100, low=1, high=500)
     sees_tenant = principal.has_any(Role.REVIEWER, Role.VIEWER, Role.ADMIN)
+    if not sees_tenant and not principal.has(Role.USER):
+        raise GatewayError(ErrorCode.FORBIDDEN, "listing threads needs a role")
     threads = await services.runs.threads.list_for(
         tenant=principal.tenant, owner=None if sees_tenant else principal.user, limit=limit
     )
@@ -219,7 +221,7 @@ async def list_threads(request: Request, services: Services) -> Response:
                 {
                     "thread_id": t.thread_id,
                     "owner": t.owner,
-                    "created_at": t.created_at.isoformat(),
+                    "created_at": utc_ts(t.created_at),
                     "metadata": t.metadata,
                     "epoch": t.epoch,
                     "head_seq": t.head_seq,

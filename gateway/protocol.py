@@ -72,6 +72,10 @@ class EventType(StrEnum):
     RUN_CANCELLED = "run.cancelled"
 
 
+# Events added to PROTOCOL §6 by this gateway (documented in docs/protocol.md).
+TOOL_NEEDS_RECONCILIATION = "tool.needs_reconciliation"
+
+
 class ProtocolError(Exception):
     """A client request the server answers with an `error` frame (PROTOCOL §5).
 

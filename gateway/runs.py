@@ -92,7 +92,9 @@ class RunManager:
         self.events = EventRepository(engine)
         self.sessions = SessionMarks(engine)
         self._segments = segments_factory(
-            on_inbox_added=self._inbox_added, on_finished=self._finished
+            on_inbox_added=self._inbox_added,
+            on_finished=self._finished,
+            on_suspended=self._suspended,
         )
         self._executions: dict[str, Execution] = {}
         self._agents: dict[tuple[str, str, int], Any] = {}
@@ -506,8 +508,19 @@ class RunManager:
             [self._log.new_event(run.thread_id, run.run_id, announce, data)], mark_running
         )
         current = await self.runs.get(run.run_id) or run
+        logged: frozenset[str] = frozenset()
+        if announce is EventType.RUN_RECOVERED:
+            outputs = await self.events.for_run(run.run_id, (EventType.TOOL_OUTPUT,))
+            logged = frozenset(orjson.loads(e.data).get("call_id") for e in outputs)
         self._launch(
-            Segment(run=current, graph=graph, agent=agent, start=state, known_calls=known_calls)
+            Segment(
+                run=current,
+                graph=graph,
+                agent=agent,
+                start=state,
+                known_calls=known_calls,
+                logged_outputs=logged,
+            )
         )
 
     # -- cancel and resume ---------------------------------------------------------------
@@ -611,6 +624,11 @@ class RunManager:
         for execution in self._executions.values():
             if execution.thread_id == thread_id and execution.on_disconnect == "suspend":
                 execution.request_stop("disconnect")
+
+    async def _suspended(self, run: RunRecord, reason: str) -> None:
+        """A watcher may have arrived after the grace timer fired: continue at once then."""
+        if reason == "disconnect" and self._bus.watchers(run.thread_id):
+            self._spawn(self._resume_on_watch(run.thread_id), name=f"resume-{run.run_id}")
 
     async def _resume_on_watch(self, thread_id: str) -> None:
         """A new watcher on a thread continues its suspended run (PROTOCOL §6)."""

@@ -35,6 +35,7 @@ class Settings(BaseSettings):
     heartbeat_s: float = Field(20.0, gt=0)
     hello_timeout_s: float = Field(10.0, gt=0)
     send_queue_size: int = Field(1024, ge=16)
+    send_timeout_s: float = Field(5.0, gt=0)
     max_input_chars: int = Field(32_000, ge=1)
     tracing: bool = False
     log_level: str = "info"

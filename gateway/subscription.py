@@ -30,7 +30,12 @@ class Subscription:
         send_replay: Callable[[str], asyncio.Future[None] | object],
         send_live: Callable[[str], bool],
     ) -> None:
-        """`send_replay` may wait for queue space; `send_live` must not (False = overflow)."""
+        """`send_replay` may wait for queue space; `send_live` must not (False = no room).
+
+        A live batch that does not fit is not dropped and does not close the connection:
+        the subscription falls back to reading the table from its cursor, paced by the
+        connection (`send_replay`), which closes a consumer that stops reading altogether.
+        """
         self.thread_id = thread_id
         self.last_seq = after_seq
         self._bus = bus
@@ -67,6 +72,7 @@ class Subscription:
                 return
             if not self._send_live(event.frame):
                 self._live = False
+                self._wakeup.set()
                 return
             self.last_seq = event.seq
 

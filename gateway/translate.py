@@ -47,6 +47,8 @@ class StreamTranslator:
     # call_id -> tool name, seeded with the decided approvals when resuming (the resumed stream
     # carries their outputs without a second `tool_called`).
     call_names: dict[str, str] = field(default_factory=dict)
+    # call ids whose output is already logged: a recovered run replays their turn
+    skip_outputs: set[str] = field(default_factory=set)
     # model item id -> (gateway message id, text so far), for messages of the current response
     open_messages: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
 
@@ -120,6 +122,8 @@ class StreamTranslator:
             ]
         if event.name == "tool_output":
             call_id = getattr(item, "call_id", None) or _field(item.raw_item, "call_id") or ""
+            if call_id in self.skip_outputs:
+                return []
             return [
                 (
                     EventType.TOOL_OUTPUT,

@@ -23,8 +23,12 @@ def gateway_factory(
 ) -> Callable[..., AbstractAsyncContextManager[Gateway]]:
     """`async with gateway_factory(registry=..., **settings) as gw:` on the test's SQLite file."""
 
-    def make(registry: AgentRegistry | None = None, **overrides: Any) -> Any:
-        return running_gateway(test_settings(db_path, **overrides), registry)
+    def make(
+        registry: AgentRegistry | None = None, *, socket_sndbuf: int | None = None, **overrides: Any
+    ) -> Any:
+        return running_gateway(
+            test_settings(db_path, **overrides), registry, socket_sndbuf=socket_sndbuf
+        )
 
     return make
 

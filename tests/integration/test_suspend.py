@@ -94,8 +94,17 @@ async def test_continue_runs_on_without_watchers(gateway_factory) -> None:
         ack = await alice.request("run.start", input=STATUS_INPUT)
         await alice.wait_event("message.delta")
         await alice.close()
-        run = await wait_status(gw, ack["run_id"], "completed", timeout=30)
-        assert run["checkpoint_version"] == 0
+        await wait_status(gw, ack["run_id"], "completed", timeout=30)
+        async with gw.http() as http:
+            body = (
+                await http.get(
+                    f"/v1/threads/{ack['thread_id']}/events?limit=1000",
+                    headers={"Authorization": f"Bearer {gw.token('alice')}"},
+                )
+            ).json()
+        names = [e["event"] for e in body["events"]]
+        assert "run.paused" not in names and "run.resumed" not in names
+        assert tool_calls(body["events"]) == [11, 12, 13, 14, 15]
 
 
 async def test_resume_of_a_running_run_is_conflict(gateway) -> None:

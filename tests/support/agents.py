@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents import Agent, FunctionTool, RunContextWrapper, handoff
+from agents import Agent, FunctionTool, handoff
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from agents.tool_context import ToolContext
 
 from gateway.demo import demo_graph
+from gateway.ledger import Policy, run_once
 from gateway.registry import AgentGraph, AgentRegistry
 
 
@@ -47,10 +49,15 @@ def effect_tool(
 ) -> FunctionTool:
     """A tool taking free-form JSON arguments that records each run and returns a fixed text."""
 
-    async def invoke(ctx: RunContextWrapper[Any], raw: str) -> str:
+    async def invoke(ctx: ToolContext[Any], raw: str) -> str:
         arguments = json.loads(raw or "{}")
-        effects.record(name, arguments)
-        return output or f"{name} done with {json.dumps(arguments, sort_keys=True)}"
+
+        def effect(key: str) -> str:
+            effects.record(name, arguments)
+            return output or f"{name} done with {json.dumps(arguments, sort_keys=True)}"
+
+        # Through the operation ledger, as a real side-effecting tool would be.
+        return await run_once(ctx, effect, policy=Policy.RECONCILE, tool_name=name)
 
     return FunctionTool(
         name=name,

@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -65,9 +66,16 @@ def test_settings(db_path: Path, **overrides: Any) -> Settings:
 
 @contextlib.asynccontextmanager
 async def running_gateway(
-    settings: Settings, registry: AgentRegistry | None = None
+    settings: Settings, registry: AgentRegistry | None = None, *, socket_sndbuf: int | None = None
 ) -> AsyncIterator[Gateway]:
+    """`socket_sndbuf` shrinks the kernel send buffer of accepted sockets (Linux inherits it
+    from the listener), so a client that stops reading pushes back on the gateway quickly."""
     app = create_app(settings, registry=registry)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if socket_sndbuf is not None:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, socket_sndbuf)
+    listener.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
@@ -77,7 +85,7 @@ async def running_gateway(
         log_level="warning",
     )
     server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
+    task = asyncio.create_task(server.serve(sockets=[listener]))
     deadline = time.monotonic() + 20
     while not server.started:
         if task.done():

@@ -1,0 +1,94 @@
+// Tokens: from the URL fragment (#token=...), a pasted token, or the development endpoint.
+// The token lives in sessionStorage (per tab), never in localStorage.
+
+const TOKEN_KEY = "gw.token";
+
+export function takeTokenFromFragment() {
+  const hash = window.location.hash.replace(/^#/, "");
+  if (!hash) return null;
+  const params = new URLSearchParams(hash);
+  const token = params.get("token");
+  if (!token) return null;
+  params.delete("token");
+  const rest = params.toString();
+  // Drop the token from the address bar and history right away.
+  const url = window.location.pathname + window.location.search + (rest ? `#${rest}` : "");
+  window.history.replaceState(null, "", url);
+  return token.trim();
+}
+
+export function storedToken() {
+  try {
+    return sessionStorage.getItem(TOKEN_KEY);
+  } catch {
+    return null;
+  }
+}
+
+export function storeToken(token) {
+  try {
+    sessionStorage.setItem(TOKEN_KEY, token);
+  } catch {
+    /* storage disabled: the token only lives in memory */
+  }
+}
+
+export function forgetToken() {
+  try {
+    sessionStorage.removeItem(TOKEN_KEY);
+  } catch {
+    /* ignore */
+  }
+}
+
+/** The JWT's claims, decoded without verification (display only; the server verifies). */
+export function decodeClaims(token) {
+  try {
+    const payload = token.split(".")[1];
+    const b64 = payload.replace(/-/g, "+").replace(/_/g, "/");
+    const json = atob(b64 + "===".slice((b64.length + 3) % 4));
+    const bytes = Uint8Array.from(json, (c) => c.charCodeAt(0));
+    return JSON.parse(new TextDecoder().decode(bytes));
+  } catch {
+    return null;
+  }
+}
+
+/** A token that is not even shaped like a JWT, or already expired by its own claims. */
+export function tokenProblem(token) {
+  if (!token || token.split(".").length !== 3) return "That does not look like a token (a JWT has three dot-separated parts).";
+  const claims = decodeClaims(token);
+  if (!claims) return "The token could not be decoded.";
+  if (typeof claims.exp === "number" && claims.exp * 1000 < Date.now() - 30_000) return "This token has expired.";
+  return null;
+}
+
+/**
+ * Whether the gateway hands out development tokens. An empty body is answered with 400
+ * (user missing) in development mode and 404 when GATEWAY_SECRET is set; nothing is issued.
+ */
+export async function devTokensAvailable() {
+  try {
+    const response = await fetch("/v1/dev/token", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: "{}",
+    });
+    return response.status !== 404 && response.status < 500;
+  } catch {
+    return false;
+  }
+}
+
+export async function fetchDevToken({ user, tenant, roles }) {
+  const response = await fetch("/v1/dev/token", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ user, tenant, roles }),
+  });
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    throw new Error(body?.error?.message || `the gateway answered ${response.status}`);
+  }
+  return body.token;
+}

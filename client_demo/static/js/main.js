@@ -1,0 +1,864 @@
+// The browser chat client: sign-in, threads, streaming chat, inline approvals, reviewer inbox
+// and lossless reconnects. Plain ES modules, no build step.
+
+import { Api } from "./api.js";
+import {
+  decodeClaims,
+  devTokensAvailable,
+  fetchDevToken,
+  forgetToken,
+  storedToken,
+  storeToken,
+  takeTokenFromFragment,
+  tokenProblem,
+} from "./auth.js";
+import { GatewayConnection } from "./connection.js";
+import { $, clear, h, relativeTime, setText } from "./dom.js";
+import { Inbox, InboxView } from "./inbox.js";
+import { SnapshotStore, ThreadState, stats } from "./store.js";
+import { ChatView, renderStatusBadge } from "./view.js";
+
+const MAX_OPEN_THREADS = 8;
+const THREADS_REFRESH_MS = 30_000;
+const SUGGESTIONS = [
+  "refund order 42 for 30 dollars",
+  "what is the status of orders 3 and 8?",
+  "tell me a story",
+  "email ann@example.com about order 7",
+];
+
+// -- elements ---------------------------------------------------------------------------------
+
+const el = {
+  signin: $("#signin"),
+  devForm: $("#dev-form"),
+  devError: $("#dev-error"),
+  tokenForm: $("#token-form"),
+  tokenError: $("#token-error"),
+  signinNote: $("#signin-note"),
+  divider: $("#signin-divider"),
+  app: $("#app"),
+  sidebar: $("#sidebar"),
+  scrim: $("#scrim"),
+  menu: $("#menu"),
+  newChat: $("#new-chat"),
+  threadList: $("#thread-list"),
+  threadsEmpty: $("#threads-empty"),
+  inbox: $("#inbox"),
+  me: $("#me"),
+  meName: $("#me-name"),
+  meDetail: $("#me-detail"),
+  signOut: $("#sign-out"),
+  title: $("#chat-title"),
+  sub: $("#chat-sub"),
+  badge: $("#status-badge"),
+  cancel: $("#cancel-run"),
+  conn: $("#conn"),
+  connLabel: $("#conn-label"),
+  log: $("#log"),
+  empty: $("#empty-chat"),
+  suggestions: $("#suggestions"),
+  items: $("#items"),
+  outbox: $("#outbox"),
+  composer: $("#composer"),
+  input: $("#input"),
+  send: $("#send"),
+  composerNote: $("#composer-note"),
+  composerHint: $("#composer-hint"),
+  toast: $("#toast"),
+};
+
+// -- state ------------------------------------------------------------------------------------
+
+const app = {
+  token: null,
+  claims: null,
+  me: null, // the `welcome` frame
+  conn: null,
+  api: null,
+  snapshots: null,
+  scope: null,
+  states: new Map(), // thread_id -> ThreadState
+  open: [], // subscribed thread ids, most recently used last
+  current: null, // the thread shown, or null for a new chat
+  threads: [], // from GET /v1/threads
+  threadsVersion: 0,
+  titles: {},
+  outbox: [], // local messages not yet acknowledged: {id, threadId, text, status, error}
+  inbox: new Inbox(),
+  subscribedSet: new Set(), // threads subscribed on the current socket
+  scrollToApproval: null,
+  cancelling: false,
+  timers: [],
+};
+
+let outboxIds = 1;
+const chat = new ChatView(el.items, {
+  decide: (approvalId, decision, reason) => decide(approvalId, decision, reason),
+  canDecide: () => hasRole("reviewer", "admin"),
+});
+const inboxView = new InboxView(el.inbox, {
+  onOpen: (approval) => openThread(approval.thread_id, { approvalId: approval.approval_id }),
+  titleOf: (threadId) => titleOf(threadId),
+});
+
+// -- roles ------------------------------------------------------------------------------------
+
+function roles() {
+  return app.me?.roles || app.claims?.roles || [];
+}
+
+function hasRole(...wanted) {
+  const have = roles();
+  return wanted.some((role) => have.includes(role));
+}
+
+function userName() {
+  return app.me?.user || app.claims?.sub || "";
+}
+
+function threadMeta(threadId) {
+  return app.threads.find((t) => t.thread_id === threadId) || null;
+}
+
+function canCompose(threadId) {
+  if (hasRole("admin")) return true;
+  if (!hasRole("user")) return false;
+  if (!threadId) return true;
+  const meta = threadMeta(threadId);
+  return !meta || meta.owner === userName();
+}
+
+// -- sign-in ----------------------------------------------------------------------------------
+
+async function boot() {
+  const fromFragment = takeTokenFromFragment();
+  if (fromFragment) storeToken(fromFragment);
+  const token = fromFragment || storedToken();
+  if (token && !tokenProblem(token)) {
+    startSession(token);
+    return;
+  }
+  if (token) forgetToken();
+  await showSignin(token ? tokenProblem(token) : null);
+}
+
+async function showSignin(message) {
+  el.app.hidden = true;
+  el.signin.hidden = false;
+  document.title = "Sign in · Agents Gateway";
+  setText(el.tokenError, message || "");
+  el.tokenError.hidden = !message;
+  const dev = await devTokensAvailable();
+  el.devForm.hidden = !dev;
+  el.divider.hidden = !dev;
+  el.signin.dataset.mode = dev ? "development" : "token";
+  setText(
+    el.signinNote,
+    dev
+      ? "Development mode: the gateway issues tokens to anyone on this machine."
+      : "Paste an access token issued for this gateway, or open this page with #token=… in the address.",
+  );
+  (dev ? el.devForm.querySelector("input[name=user]") : el.tokenForm.querySelector("textarea")).focus();
+}
+
+el.devForm.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const form = new FormData(el.devForm);
+  const user = String(form.get("user") || "").trim();
+  const tenant = String(form.get("tenant") || "").trim() || "demo";
+  const chosen = form.getAll("roles").map(String);
+  el.devError.hidden = true;
+  if (!user) return;
+  if (!chosen.length) {
+    setText(el.devError, "Pick at least one role.");
+    el.devError.hidden = false;
+    return;
+  }
+  const button = el.devForm.querySelector("button[type=submit]");
+  button.disabled = true;
+  try {
+    const token = await fetchDevToken({ user, tenant, roles: chosen });
+    storeToken(token);
+    startSession(token);
+  } catch (err) {
+    setText(el.devError, `Could not get a token: ${err.message}`);
+    el.devError.hidden = false;
+  } finally {
+    button.disabled = false;
+  }
+});
+
+el.tokenForm.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const token = String(new FormData(el.tokenForm).get("token") || "").trim();
+  const problem = tokenProblem(token);
+  if (problem) {
+    setText(el.tokenError, problem);
+    el.tokenError.hidden = false;
+    return;
+  }
+  storeToken(token);
+  startSession(token);
+});
+
+function startSession(token) {
+  app.token = token;
+  app.claims = decodeClaims(token) || {};
+  app.scope = `${app.claims.tenant || "?"}/${app.claims.sub || "?"}`;
+  app.snapshots = new SnapshotStore(app.scope);
+  app.api = new Api(token);
+  app.titles = loadTitles();
+  const ui = loadUi();
+  app.open = ui.open;
+  app.current = ui.current;
+  el.signin.hidden = true;
+  el.app.hidden = false;
+  el.tokenForm.reset();
+  renderMe();
+  const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
+  app.conn = new GatewayConnection({
+    url: `${scheme}//${window.location.host}/v1/ws`,
+    token,
+    onFrame,
+    onStatus: renderConnection,
+    onWelcome,
+    onAuthFailed: (message) => signOut(`The gateway refused your token: ${message}`),
+  });
+  app.conn.start();
+  refreshThreads();
+  app.timers.push(setInterval(() => app.conn?.online && refreshThreads(), THREADS_REFRESH_MS));
+  app.timers.push(setInterval(() => renderConnection(app.conn?.status), 1000));
+  render({ full: true });
+  if (app.current) getState(app.current);
+  el.input.focus();
+}
+
+function signOut(message) {
+  app.conn?.stop();
+  app.conn = null;
+  for (const timer of app.timers) clearInterval(timer);
+  app.timers = [];
+  try {
+    // Forget everything this tab kept for the session: token, cursors, snapshots, UI.
+    const keys = [];
+    for (let i = 0; i < sessionStorage.length; i += 1) keys.push(sessionStorage.key(i));
+    for (const key of keys) if (key?.startsWith("gw.")) sessionStorage.removeItem(key);
+  } catch {
+    /* ignore */
+  }
+  forgetToken();
+  Object.assign(app, {
+    token: null,
+    claims: null,
+    me: null,
+    states: new Map(),
+    open: [],
+    subscribedSet: new Set(),
+    current: null,
+    threads: [],
+    outbox: [],
+  });
+  app.inbox.reset();
+  chat.reset(null);
+  showSignin(message);
+}
+
+el.signOut.addEventListener("click", () => signOut());
+
+// -- session UI state (sessionStorage) ---------------------------------------------------------
+
+function uiKey() {
+  return `gw.ui.${app.scope}`;
+}
+
+function loadUi() {
+  try {
+    const ui = JSON.parse(sessionStorage.getItem(uiKey()) || "{}");
+    return { open: Array.isArray(ui.open) ? ui.open : [], current: ui.current || null };
+  } catch {
+    return { open: [], current: null };
+  }
+}
+
+function saveUi() {
+  try {
+    sessionStorage.setItem(uiKey(), JSON.stringify({ open: app.open, current: app.current }));
+  } catch {
+    /* ignore */
+  }
+}
+
+function loadTitles() {
+  try {
+    return JSON.parse(localStorage.getItem(`gw.titles.${app.claims.tenant}`) || "{}");
+  } catch {
+    return {};
+  }
+}
+
+function saveTitles() {
+  try {
+    localStorage.setItem(`gw.titles.${app.claims.tenant}`, JSON.stringify(app.titles));
+  } catch {
+    /* ignore */
+  }
+}
+
+function titleOf(threadId) {
+  if (!threadId) return "New chat";
+  const title = app.states.get(threadId)?.title || app.titles[threadId];
+  return title || `Conversation ${threadId.slice(2, 8)}`;
+}
+
+// -- connection -------------------------------------------------------------------------------
+
+function onWelcome(welcome) {
+  app.me = welcome;
+  renderMe();
+  // Re-subscribe every open thread from its cursor: the replay brings exactly what we missed.
+  for (const threadId of [...app.open]) subscribe(threadId);
+  app.subscribedSet = new Set(app.open);
+  if (hasRole("reviewer", "admin")) {
+    app.conn.request("inbox.subscribe").catch((err) => toast(`Inbox unavailable: ${err.message}`));
+  }
+  refreshThreads();
+  flushOutbox();
+  render({ full: true });
+}
+
+function subscribe(threadId) {
+  const state = getState(threadId);
+  const frame = { thread_id: threadId, after_seq: state.seq };
+  if (state.epoch) frame.epoch = state.epoch;
+  stats.subscribedFrom[threadId] = state.seq;
+  app.conn.request("thread.subscribe", frame).catch((err) => {
+    if (err.code === "not_found" || err.code === "forbidden") {
+      closeThread(threadId);
+      toast(`Cannot open that conversation: ${err.message}`);
+    }
+  });
+}
+
+function getState(threadId) {
+  let state = app.states.get(threadId);
+  if (!state) {
+    state = ThreadState.fromSnapshot(threadId, app.snapshots.load(threadId));
+    app.states.set(threadId, state);
+  }
+  return state;
+}
+
+function onFrame(frame) {
+  switch (frame.type) {
+    case "subscribed": {
+      const state = getState(frame.thread_id);
+      state.onSubscribed(frame);
+      app.snapshots.save(state);
+      if (frame.reset && frame.thread_id === app.current) chat.reset(frame.thread_id);
+      scheduleRender();
+      break;
+    }
+    case "event": {
+      const state = getState(frame.thread_id);
+      if (state.apply(frame)) {
+        app.snapshots.save(state);
+        if (frame.event === "run.started" && state.title && !app.titles[frame.thread_id]) {
+          app.titles[frame.thread_id] = state.title;
+          saveTitles();
+          app.threadsVersion += 1;
+        }
+        if (frame.event.startsWith("run.")) app.threadsVersion += 1;
+        scheduleRender();
+      }
+      break;
+    }
+    case "inbox":
+      app.inbox.replace(frame.approvals);
+      scheduleRender();
+      break;
+    case "inbox.update":
+      app.inbox.update(frame.added, frame.removed);
+      if ((frame.added || []).some((a) => !threadMeta(a.thread_id))) refreshThreads();
+      scheduleRender();
+      break;
+    case "error":
+      if (frame.code !== "unauthorized") toast(frame.message || frame.code);
+      break;
+    default:
+      break;
+  }
+}
+
+// -- threads ----------------------------------------------------------------------------------
+
+async function refreshThreads() {
+  if (!app.api) return;
+  try {
+    app.threads = await app.api.threads();
+    app.threadsVersion += 1;
+    scheduleRender();
+    fetchMissingTitles();
+  } catch (err) {
+    if (err.status === 401) signOut(`Your session ended: ${err.message}`);
+  }
+}
+
+let titleFetches = 0;
+const titleQueue = new Set();
+
+function fetchMissingTitles() {
+  for (const thread of app.threads.slice(0, 40)) {
+    if (!app.titles[thread.thread_id] && !app.states.get(thread.thread_id)?.title && thread.head_seq > 0) {
+      titleQueue.add(thread.thread_id);
+    }
+  }
+  pumpTitles();
+}
+
+function pumpTitles() {
+  while (titleFetches < 3 && titleQueue.size) {
+    const threadId = titleQueue.values().next().value;
+    titleQueue.delete(threadId);
+    titleFetches += 1;
+    app.api
+      .events(threadId, { afterSeq: 0, limit: 1 })
+      .then((body) => {
+        const first = (body.events || [])[0];
+        if (first?.event === "run.started" && typeof first.data?.input === "string") {
+          app.titles[threadId] = first.data.input;
+          saveTitles();
+          app.threadsVersion += 1;
+          scheduleRender();
+        }
+      })
+      .catch(() => {})
+      .finally(() => {
+        titleFetches -= 1;
+        pumpTitles();
+      });
+  }
+}
+
+function openThread(threadId, { approvalId = null } = {}) {
+  closeDrawer();
+  app.scrollToApproval = approvalId ? { id: approvalId, until: Date.now() + 15_000 } : null;
+  if (app.current !== threadId) {
+    app.current = threadId;
+    chat.reset(threadId);
+    stickToBottom = true;
+  }
+  getState(threadId);
+  app.open = app.open.filter((id) => id !== threadId);
+  app.open.push(threadId);
+  while (app.open.length > MAX_OPEN_THREADS) {
+    const oldest = app.open.shift();
+    if (app.conn?.online) app.conn.send({ type: "thread.unsubscribe", thread_id: oldest });
+    app.subscribedSet.delete(oldest);
+  }
+  if (!app.subscribedSet.has(threadId) && app.conn?.online) {
+    subscribe(threadId);
+    app.subscribedSet.add(threadId);
+  }
+  saveUi();
+  render({ full: true });
+  if (!approvalId) el.input.focus({ preventScroll: true });
+}
+
+function closeThread(threadId) {
+  app.open = app.open.filter((id) => id !== threadId);
+  app.subscribedSet.delete(threadId);
+  if (app.current === threadId) app.current = null;
+  app.states.delete(threadId);
+  app.snapshots.forget(threadId);
+  saveUi();
+  render({ full: true });
+}
+
+function newChat() {
+  closeDrawer();
+  app.current = null;
+  app.scrollToApproval = null;
+  chat.reset(null);
+  saveUi();
+  render({ full: true });
+  el.input.focus();
+}
+
+el.newChat.addEventListener("click", newChat);
+
+// -- sending ----------------------------------------------------------------------------------
+
+function submitComposer() {
+  const text = el.input.value;
+  if (!text.trim() || !canCompose(app.current)) return;
+  el.input.value = "";
+  autosize();
+  const item = { id: outboxIds++, threadId: app.current, text, status: "waiting", error: null };
+  app.outbox.push(item);
+  stickToBottom = true;
+  sendOutboxItem(item);
+  render();
+}
+
+function sendOutboxItem(item) {
+  if (!app.conn?.online) {
+    item.status = "waiting";
+    return;
+  }
+  item.status = "sending";
+  item.error = null;
+  const request = item.threadId
+    ? app.conn.request("run.input", { thread_id: item.threadId, input: item.text })
+    : app.conn.request("run.start", { input: item.text });
+  request
+    .then((ack) => {
+      removeOutbox(item);
+      if (!item.threadId && ack.thread_id) {
+        // The gateway subscribed this connection to the new thread already.
+        app.subscribedSet.add(ack.thread_id);
+        app.open = app.open.filter((id) => id !== ack.thread_id).concat(ack.thread_id);
+        getState(ack.thread_id);
+        if (!threadMeta(ack.thread_id)) {
+          app.threads.unshift({ thread_id: ack.thread_id, owner: userName(), created_at: new Date().toISOString(), head_seq: 0 });
+        }
+        app.titles[ack.thread_id] = item.text;
+        saveTitles();
+        app.threadsVersion += 1;
+        if (app.current === null) {
+          app.current = ack.thread_id;
+          chat.reset(ack.thread_id);
+        }
+        saveUi();
+        refreshThreads();
+      }
+      render();
+    })
+    .catch((err) => {
+      item.status = "error";
+      item.error =
+        err.code === "disconnected"
+          ? "The connection dropped before the gateway confirmed this message; it may or may not have arrived."
+          : err.message;
+      render();
+    });
+}
+
+function removeOutbox(item) {
+  app.outbox = app.outbox.filter((other) => other !== item);
+}
+
+function flushOutbox() {
+  for (const item of app.outbox) if (item.status === "waiting") sendOutboxItem(item);
+}
+
+el.composer.addEventListener("submit", (event) => {
+  event.preventDefault();
+  submitComposer();
+});
+
+el.input.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    submitComposer();
+  }
+});
+
+function autosize() {
+  el.input.style.height = "auto";
+  el.input.style.height = `${Math.min(el.input.scrollHeight, 200)}px`;
+}
+el.input.addEventListener("input", autosize);
+
+el.cancel.addEventListener("click", () => {
+  const state = app.current ? app.states.get(app.current) : null;
+  const runId = state?.activeRunId;
+  if (!runId || app.cancelling) return;
+  app.cancelling = true;
+  render();
+  app.conn
+    .request("run.cancel", { run_id: runId })
+    .catch((err) => toast(`Could not cancel: ${err.message}`))
+    .finally(() => {
+      app.cancelling = false;
+      render();
+    });
+});
+
+async function decide(approvalId, decision, reason) {
+  if (!app.conn?.online) throw new Error("Not connected; try again when the indicator shows online.");
+  const fields = { approval_id: approvalId, decision };
+  if (reason) fields.reason = reason;
+  try {
+    await app.conn.request("approval.decide", fields);
+  } catch (err) {
+    throw new Error(err.code === "conflict" ? `Already settled: ${err.message}` : err.message);
+  }
+}
+
+// -- rendering --------------------------------------------------------------------------------
+
+let renderQueued = false;
+let stickToBottom = true;
+let renderedThreadsVersion = -1;
+
+function scheduleRender() {
+  if (renderQueued) return;
+  renderQueued = true;
+  const run = () => {
+    if (!renderQueued) return;
+    renderQueued = false;
+    render();
+  };
+  requestAnimationFrame(run);
+  setTimeout(run, 100); // rAF does not fire in background tabs
+}
+
+el.log.addEventListener("scroll", () => {
+  stickToBottom = el.log.scrollHeight - el.log.scrollTop - el.log.clientHeight < 80;
+});
+
+function render({ full = false } = {}) {
+  if (!app.token) return;
+  const state = app.current ? getState(app.current) : null;
+  document.title = `${app.current ? titleOf(app.current) : "New chat"} · Agents Gateway`;
+  el.app.dataset.thread = app.current || "";
+
+  // Header
+  setText(el.title, titleOf(app.current));
+  el.title.title = app.current ? titleOf(app.current) : "";
+  const meta = app.current ? threadMeta(app.current) : null;
+  const subParts = [];
+  if (meta && meta.owner !== userName()) subParts.push(`owned by ${meta.owner}`);
+  if (state?.catchingUp) subParts.push(`catching up… ${state.seq}/${state.headSeq}`);
+  else if (state?.lastRun?.agent) subParts.push(`agent: ${state.lastRun.agent}`);
+  setText(el.sub, subParts.join(" · "));
+  renderStatusBadge(el.badge, state);
+  const activeRun = state?.activeRunId;
+  el.cancel.hidden = !(activeRun && canCompose(app.current));
+  el.cancel.disabled = app.cancelling || !app.conn?.online;
+  setText(el.cancel, app.cancelling ? "Cancelling…" : "Cancel run");
+
+  // Conversation
+  if (full) chat.invalidateApprovals();
+  chat.render(state);
+  // Screen readers wait for a streaming answer to finish instead of reading every delta.
+  const streaming = Boolean(state?.items.some((item) => item.kind === "assistant" && item.streaming));
+  el.items.setAttribute("aria-busy", String(streaming));
+  renderOutbox();
+  const pendingHere = app.outbox.some((item) => item.threadId === app.current);
+  el.empty.hidden = Boolean(state && (state.items.length || state.seq > 0)) || pendingHere;
+  renderSuggestions();
+
+  // Composer
+  const allowed = canCompose(app.current);
+  el.composer.hidden = !allowed;
+  el.composerNote.hidden = allowed;
+  setText(
+    el.composerNote,
+    hasRole("user", "admin")
+      ? "Only the owner of this conversation can send messages here."
+      : `You are signed in as ${roles().join(", ") || "a guest"}: you can follow conversations${hasRole("reviewer") ? " and decide approvals" : ""}, not start them.`,
+  );
+  const status = state?.status;
+  let hint = "Enter to send · Shift+Enter for a new line";
+  let placeholder = "Message the assistant…";
+  if (status === "waiting_for_review") {
+    placeholder = "Add a message to the paused run…";
+    hint = "Staged input joins the paused run before its next step.";
+  } else if (activeRun) {
+    placeholder = "Queue a follow-up message…";
+    hint = "Queued input starts when the current run ends.";
+  }
+  el.input.placeholder = placeholder;
+  setText(el.composerHint, hint);
+
+  // Sidebar
+  if (full || renderedThreadsVersion !== app.threadsVersion) renderThreads();
+  el.inbox.hidden = !hasRole("reviewer", "admin");
+  inboxView.render(app.inbox, { force: full });
+
+  if (stickToBottom) el.log.scrollTop = el.log.scrollHeight;
+  maybeScrollToApproval();
+}
+
+function renderOutbox() {
+  clear(el.outbox);
+  for (const item of app.outbox) {
+    if (item.threadId !== app.current) continue;
+    const label = {
+      waiting: "Waiting for the connection…",
+      sending: "Sending…",
+      error: item.error || "Not sent",
+    }[item.status];
+    const li = h(
+      "li",
+      { class: `msg msg-user pending status-${item.status}`, dataset: { testid: "pending-message", status: item.status } },
+      h("div", { class: "bubble" }, h("div", { class: "bubble-text" }, item.text)),
+      h("div", { class: "input-state" }, label),
+    );
+    if (item.status === "error") {
+      li.append(
+        h(
+          "div",
+          { class: "pending-actions" },
+          h("button", { type: "button", class: "btn btn-small", onclick: () => { sendOutboxItem(item); render(); } }, "Send again"),
+          h("button", { type: "button", class: "btn btn-small btn-ghost", onclick: () => { removeOutbox(item); render(); } }, "Dismiss"),
+        ),
+      );
+    }
+    el.outbox.append(li);
+  }
+}
+
+let suggestionsRendered = false;
+function renderSuggestions() {
+  if (suggestionsRendered) return;
+  suggestionsRendered = true;
+  for (const text of SUGGESTIONS) {
+    el.suggestions.append(
+      h(
+        "button",
+        {
+          type: "button",
+          class: "suggestion",
+          onclick: () => {
+            el.input.value = text;
+            autosize();
+            el.input.focus();
+          },
+        },
+        text,
+      ),
+    );
+  }
+}
+
+function renderThreads() {
+  renderedThreadsVersion = app.threadsVersion;
+  clear(el.threadList);
+  const known = new Set(app.threads.map((t) => t.thread_id));
+  const rows = [...app.threads];
+  // A thread opened from the inbox may not be in the first page of the list yet.
+  if (app.current && !known.has(app.current)) rows.unshift({ thread_id: app.current, owner: "", created_at: "" });
+  el.threadsEmpty.hidden = rows.length > 0;
+  for (const thread of rows) {
+    const state = app.states.get(thread.thread_id);
+    const status = state && state.seq > 0 ? state.status : null;
+    const owner = thread.owner && thread.owner !== userName() ? thread.owner : null;
+    const sub = [owner, thread.created_at ? relativeTime(thread.created_at) : ""].filter(Boolean).join(" · ");
+    const button = h(
+      "button",
+      {
+        type: "button",
+        class: "thread-item",
+        "aria-current": thread.thread_id === app.current ? "page" : null,
+        dataset: { testid: "thread-item", threadId: thread.thread_id },
+        onclick: () => openThread(thread.thread_id),
+      },
+      h("span", { class: "thread-title" }, titleOf(thread.thread_id)),
+      h(
+        "span",
+        { class: "thread-sub" },
+        status ? h("span", { class: `dot status-${status}`, title: status }) : null,
+        sub,
+      ),
+    );
+    el.threadList.append(h("li", {}, button));
+  }
+}
+
+function maybeScrollToApproval() {
+  const target = app.scrollToApproval;
+  if (!target) return;
+  if (Date.now() > target.until) {
+    app.scrollToApproval = null;
+    return;
+  }
+  const card = el.items.querySelector(`[data-approval-id="${CSS.escape(target.id)}"]`);
+  if (!card) return;
+  app.scrollToApproval = null;
+  stickToBottom = false;
+  card.scrollIntoView({ block: "center", behavior: "smooth" });
+  card.classList.add("flash");
+  setTimeout(() => card.classList.remove("flash"), 2000);
+  const first = card.querySelector("textarea:not([hidden]), button:not([disabled])");
+  (first && first.offsetParent ? first : card).focus({ preventScroll: true });
+}
+
+function renderMe() {
+  const user = userName();
+  setText(el.meName, user || "?");
+  const tenant = app.me?.tenant || app.claims?.tenant || "";
+  setText(el.meDetail, `${tenant} · ${roles().join(", ") || "no roles"}`);
+  el.me.dataset.initial = (user || "?").slice(0, 1).toUpperCase();
+  setText(el.me.querySelector(".me-avatar"), el.me.dataset.initial);
+}
+
+let lastConnStatus = null;
+
+function renderConnection(status) {
+  if (!status || !app.conn) return;
+  el.conn.dataset.state = status === "unauthorized" || status === "stopped" ? "offline" : status;
+  let label = { connecting: "Connecting…", online: "Online", unauthorized: "Signed out", stopped: "Offline" }[status];
+  if (status === "offline") {
+    const seconds = app.conn.retryAt ? Math.max(0, Math.ceil((app.conn.retryAt - Date.now()) / 1000)) : 0;
+    label = seconds > 0 ? `Offline · retrying in ${seconds} s` : "Offline · retrying…";
+  }
+  setText(el.connLabel, label);
+  el.conn.title = status === "offline" ? "Click to reconnect now" : "";
+  if (status !== lastConnStatus) {
+    lastConnStatus = status;
+    scheduleRender(); // composer, cancel button and cards depend on being online
+  }
+}
+
+el.conn.addEventListener("click", () => app.conn?.reconnectNow());
+
+let toastTimer = null;
+function toast(message) {
+  setText(el.toast, message);
+  el.toast.hidden = false;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => {
+    el.toast.hidden = true;
+  }, 6000);
+}
+
+// -- drawer (phone width) ---------------------------------------------------------------------
+
+function closeDrawer() {
+  document.body.classList.remove("drawer-open");
+  el.menu.setAttribute("aria-expanded", "false");
+}
+
+el.menu.addEventListener("click", () => {
+  const open = !document.body.classList.contains("drawer-open");
+  document.body.classList.toggle("drawer-open", open);
+  el.menu.setAttribute("aria-expanded", String(open));
+  if (open) el.newChat.focus();
+});
+el.scrim.addEventListener("click", closeDrawer);
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape") closeDrawer();
+});
+
+// Save cursors and snapshots before the page goes away (reload, tab close, navigation).
+window.addEventListener("pagehide", () => app.snapshots?.flush());
+document.addEventListener("visibilitychange", () => {
+  if (document.visibilityState === "hidden") app.snapshots?.flush();
+  else if (app.conn?.online) refreshThreads();
+});
+
+// -- test and debugging hook --------------------------------------------------------------------
+
+window.__gateway = {
+  dropConnection: () => app.conn?.dropConnection(),
+  connectionStatus: () => app.conn?.status ?? "stopped",
+  currentThreadId: () => app.current,
+  stats: () => ({ ...stats, connection: { ...(app.conn?.stats || {}) } }),
+  thread: (threadId) => app.states.get(threadId || app.current)?.toSnapshot() ?? null,
+  flush: () => app.snapshots?.flush(),
+};
+
+boot();

@@ -1,0 +1,338 @@
+// Renders a ThreadState into the chat log. Items are keyed; a node is rebuilt or patched only
+// when its item's version changed, so streaming a long answer touches one text node per frame
+// and typing in an approval card's reason box is never disturbed by other updates.
+
+import { argsSummary, clear, h, icon, prettyJson, setText, setTime, timeEl } from "./dom.js";
+import { STATUS_LABELS } from "./store.js";
+
+const USER_STATE_LABELS = {
+  staged: "Staged — added to the paused run before its next step",
+  delivered: "Added to the run",
+  queued: "Queued — starts when the current run ends",
+};
+
+const TOOL_STATE_LABELS = {
+  running: "calling…",
+  approval: "needs approval",
+  done: "done",
+  rejected: "rejected",
+};
+
+export class ChatView {
+  /**
+   * @param {HTMLElement} list  the <ol> that holds the conversation
+   * @param {object} actions   {decide(approvalId, decision, reason), canDecide(), me()}
+   */
+  constructor(list, actions) {
+    this.list = list;
+    this.actions = actions;
+    this.nodes = new Map(); // key -> {el, v, patch}
+    this.threadId = undefined;
+    this.cardState = new Map(); // approval_id -> {busy, error}
+  }
+
+  reset(threadId) {
+    this.threadId = threadId;
+    this.nodes.clear();
+    clear(this.list);
+  }
+
+  render(state) {
+    if (!state) {
+      if (this.threadId !== null) this.reset(null);
+      return;
+    }
+    if (state.threadId !== this.threadId) this.reset(state.threadId);
+    const wanted = new Set(state.items.map((item) => item.key));
+    for (const [key, node] of this.nodes) {
+      if (!wanted.has(key)) {
+        node.el.remove();
+        this.nodes.delete(key);
+      }
+    }
+    let previous = null;
+    for (const item of state.items) {
+      let node = this.nodes.get(item.key);
+      if (!node || node.kind !== item.kind) {
+        node?.el.remove();
+        node = this._create(item);
+        this.nodes.set(item.key, node);
+      }
+      if (node.v !== item.v || node.dirty) {
+        node.patch(item);
+        node.v = item.v;
+        node.dirty = false;
+      }
+      const expectedNext = previous ? previous.nextSibling : this.list.firstChild;
+      if (expectedNext !== node.el) this.list.insertBefore(node.el, expectedNext);
+      previous = node.el;
+    }
+  }
+
+  /** Re-patch every approval card (roles or a card's local state changed). */
+  invalidateApprovals() {
+    for (const node of this.nodes.values()) if (node.kind === "approvals") node.dirty = true;
+  }
+
+  _create(item) {
+    switch (item.kind) {
+      case "user":
+        return this._userNode(item);
+      case "assistant":
+        return this._assistantNode(item);
+      case "tool":
+        return this._toolNode(item);
+      case "approvals":
+        return this._approvalsNode(item);
+      default:
+        return this._noticeNode(item);
+    }
+  }
+
+  _userNode(item) {
+    const text = h("div", { class: "bubble-text", dataset: { testid: "message-text" } });
+    const tag = h("div", { class: "input-state", dataset: { testid: "input-state" } });
+    const el = h(
+      "li",
+      { class: "msg msg-user", dataset: { testid: "message", role: "user", key: item.key } },
+      h("div", { class: "bubble" }, text),
+      tag,
+    );
+    return {
+      kind: "user",
+      el,
+      v: 0,
+      patch: (it) => {
+        setText(text, it.text);
+        el.dataset.state = it.state;
+        const label = USER_STATE_LABELS[it.state] || "";
+        setText(tag, label);
+        tag.hidden = !label;
+      },
+    };
+  }
+
+  _assistantNode(item) {
+    const text = h("div", { class: "bubble-text", dataset: { testid: "message-text" } });
+    const agent = h("span", { class: "msg-agent" });
+    const el = h(
+      "li",
+      { class: "msg msg-assistant", dataset: { testid: "message", role: "assistant", key: item.key } },
+      h("div", { class: "avatar", "aria-hidden": "true" }, "AI"),
+      h("div", { class: "msg-body" }, h("div", { class: "msg-meta" }, agent), h("div", { class: "bubble" }, text)),
+    );
+    if (item.messageId) el.dataset.messageId = item.messageId;
+    return {
+      kind: "assistant",
+      el,
+      v: 0,
+      patch: (it) => {
+        setText(text, it.text);
+        setText(agent, it.agent || "assistant");
+        el.classList.toggle("streaming", Boolean(it.streaming));
+        el.dataset.streaming = it.streaming ? "true" : "false";
+      },
+    };
+  }
+
+  _toolNode(item) {
+    const name = h("span", { class: "tool-name", dataset: { testid: "tool-name" } });
+    const args = h("code", { class: "tool-args", dataset: { testid: "tool-args" } });
+    const flag = h("span", { class: "tool-flag" });
+    const chip = h(
+      "div",
+      { class: "tool-chip", dataset: { testid: "tool-call" } },
+      h("span", { class: "tool-icon" }, icon("tool")),
+      name,
+      args,
+      flag,
+    );
+    const outputText = h("pre", { class: "tool-output-text", dataset: { testid: "tool-output-text" } });
+    const outputSummary = h("summary", {}, "Output");
+    const output = h("details", { class: "tool-output", dataset: { testid: "tool-output" } }, outputSummary, outputText);
+    const el = h("li", { class: "tool", dataset: { key: item.key, callId: item.callId } }, chip, output);
+    return {
+      kind: "tool",
+      el,
+      v: 0,
+      patch: (it) => {
+        setText(name, it.toolName || "tool");
+        setText(args, it.args ? argsSummary(it.args) : "");
+        args.title = it.args ? prettyJson(it.args) : "";
+        args.hidden = !it.args;
+        output.hidden = !it.hasOutput;
+        setText(outputText, it.output ?? "");
+        setText(outputSummary, it.hasOutput ? `Output · ${argsSummary(it.output, 60)}` : "Output");
+        let state = "running";
+        if (it.decision === "reject") state = "rejected";
+        else if (it.hasOutput) state = "done";
+        else if (it.needsApproval) state = "approval";
+        chip.dataset.state = state;
+        setText(flag, TOOL_STATE_LABELS[state]);
+      },
+    };
+  }
+
+  _noticeNode(item) {
+    const el = h("li", { class: `notice tone-${item.tone || "info"}`, dataset: { testid: "notice", key: item.key } });
+    return { kind: item.kind, el, v: 0, patch: (it) => setText(el, it.text) };
+  }
+
+  _approvalsNode(item) {
+    const title = h("div", { class: "approvals-title" });
+    const cards = h("div", { class: "approval-cards" });
+    const el = h(
+      "li",
+      { class: "approvals", dataset: { testid: "approval-group", key: item.key } },
+      title,
+      cards,
+    );
+    const cardNodes = new Map();
+    return {
+      kind: "approvals",
+      el,
+      v: 0,
+      patch: (it) => {
+        const pending = it.approvals.filter((a) => a.status === "pending").length;
+        const n = it.approvals.length;
+        setText(
+          title,
+          pending
+            ? `${pending === 1 ? "An action needs" : `${pending} actions need`} approval`
+            : n === 1
+              ? "Approval"
+              : `Approvals (${n})`,
+        );
+        el.dataset.pending = String(pending);
+        for (const approval of it.approvals) {
+          let card = cardNodes.get(approval.approvalId);
+          if (!card) {
+            card = this._approvalCard(approval);
+            cardNodes.set(approval.approvalId, card);
+            cards.append(card.el);
+          }
+          card.patch(approval);
+        }
+      },
+    };
+  }
+
+  _approvalCard(approval) {
+    const id = approval.approvalId;
+    const reasonId = `reason-${id}`;
+    const tool = h("span", { class: "approval-tool", dataset: { testid: "approval-tool" } });
+    const agent = h("span", { class: "approval-agent", dataset: { testid: "approval-agent" } });
+    const time = timeEl(approval.requestedAt);
+    time.dataset.testid = "approval-time";
+    const args = h("pre", { class: "approval-args", dataset: { testid: "approval-args" } });
+    const reason = h("textarea", {
+      id: reasonId,
+      class: "approval-reason",
+      rows: "2",
+      maxlength: "4000",
+      placeholder: "Reason (optional; if you reject, the model is told this)",
+      dataset: { testid: "approval-reason" },
+    });
+    const approve = h("button", { type: "button", class: "btn btn-approve", dataset: { testid: "approve-button" } }, "Approve");
+    const reject = h("button", { type: "button", class: "btn btn-reject", dataset: { testid: "reject-button" } }, "Reject");
+    const error = h("p", { class: "approval-error", role: "alert", dataset: { testid: "approval-error" } });
+    const actions = h(
+      "div",
+      { class: "approval-actions", dataset: { testid: "approval-actions" } },
+      h("label", { class: "sr-only", for: reasonId }, "Reason"),
+      reason,
+      h("div", { class: "approval-buttons" }, reject, approve),
+      error,
+    );
+    const waiting = h(
+      "p",
+      { class: "approval-waiting", dataset: { testid: "approval-waiting" } },
+      h("span", { class: "spinner", "aria-hidden": "true" }),
+      "Waiting for a reviewer",
+    );
+    const decision = h("div", { class: "approval-decision", dataset: { testid: "approval-decision" } });
+    const statusPill = h("span", { class: "approval-status", dataset: { testid: "approval-status" } });
+    const el = h(
+      "article",
+      { class: "approval-card", tabindex: "-1", dataset: { testid: "approval-card", approvalId: id } },
+      h(
+        "header",
+        { class: "approval-head" },
+        h("span", { class: "approval-icon" }, icon("shield")),
+        h("div", { class: "approval-heading" }, tool, h("div", { class: "approval-sub" }, agent, " · ", time)),
+        statusPill,
+      ),
+      args,
+      actions,
+      waiting,
+      decision,
+    );
+    const submit = (decisionValue) => {
+      const local = this.cardState.get(id) || {};
+      if (local.busy) return;
+      this.cardState.set(id, { busy: decisionValue, error: null });
+      patch(current);
+      this.actions
+        .decide(id, decisionValue, reason.value.trim())
+        .then(() => this.cardState.set(id, { busy: null, error: null }))
+        .catch((err) => this.cardState.set(id, { busy: null, error: err.message || String(err) }))
+        .finally(() => patch(current));
+    };
+    approve.addEventListener("click", () => submit("approve"));
+    reject.addEventListener("click", () => submit("reject"));
+    reason.addEventListener("keydown", (event) => {
+      // Ctrl/Cmd+Enter in the reason box rejects (the reason is what the model is told).
+      if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+        event.preventDefault();
+        submit("reject");
+      }
+    });
+
+    let current = approval;
+    const patch = (a) => {
+      current = a;
+      el.dataset.status = a.status;
+      setText(tool, a.toolName);
+      setText(agent, a.agent ? `requested by ${a.agent}` : "requested");
+      setTime(time, a.requestedAt);
+      setText(args, prettyJson(a.args));
+      const pending = a.status === "pending";
+      const canDecide = this.actions.canDecide();
+      const local = this.cardState.get(a.approvalId) || {};
+      actions.hidden = !(pending && canDecide);
+      waiting.hidden = !(pending && !canDecide);
+      approve.disabled = reject.disabled = reason.disabled = Boolean(local.busy);
+      setText(approve, local.busy === "approve" ? "Approving…" : "Approve");
+      setText(reject, local.busy === "reject" ? "Rejecting…" : "Reject");
+      setText(error, local.error || "");
+      error.hidden = !local.error;
+      setText(statusPill, { pending: "pending", approved: "approved", rejected: "rejected", superseded: "superseded" }[a.status] || a.status);
+      decision.hidden = pending;
+      if (!pending) {
+        clear(decision);
+        if (a.status === "superseded") {
+          decision.append(`No decision: the run was ${a.outcome || "ended"} first.`);
+        } else {
+          decision.append(
+            h("strong", {}, a.status === "approved" ? "Approved" : "Rejected"),
+            a.reviewer ? ` by ${a.reviewer}` : "",
+            a.decidedAt ? " at " : "",
+            a.decidedAt ? timeEl(a.decidedAt) : "",
+          );
+          if (a.reason) {
+            decision.append(h("blockquote", { class: "approval-reason-text", dataset: { testid: "approval-decision-reason" } }, a.reason));
+          }
+        }
+      }
+    };
+    return { el, patch };
+  }
+}
+
+/** The run status badge. */
+export function renderStatusBadge(el, state) {
+  const status = state ? state.status : "idle";
+  el.dataset.status = status;
+  setText(el, STATUS_LABELS[status] || status);
+  el.hidden = !state || status === "idle";
+}

@@ -1,0 +1,50 @@
+"""The browser demo as static files, served with strict security headers.
+
+The page loads only its own scripts and styles and talks only to its own origin, so the
+Content-Security-Policy can forbid everything else; `frame-ancestors` (which a <meta> tag
+cannot set) keeps other sites from framing the reviewer's approve button.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+from pathlib import Path
+
+from starlette.datastructures import MutableHeaders
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+HEADERS = {
+    "content-security-policy": CONTENT_SECURITY_POLICY,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+    # Revalidate on every load, so an upgrade never leaves old modules in a browser cache.
+    "cache-control": "no-cache",
+}
+
+
+class SecurityHeaders:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in HEADERS.items():
+                    headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def demo_app(directory: Path) -> ASGIApp:
+    # Browsers refuse ES modules served as text/plain, which some hosts' MIME tables produce.
+    mimetypes.add_type("text/javascript", ".js")
+    mimetypes.add_type("image/svg+xml", ".svg")
+    return SecurityHeaders(StaticFiles(directory=directory, html=True))

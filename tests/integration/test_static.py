@@ -1,0 +1,28 @@
+"""The browser demo at `/`: served, with strict security headers."""
+
+from __future__ import annotations
+
+from gateway.static import CONTENT_SECURITY_POLICY
+
+
+async def test_demo_page_is_served_with_security_headers(gateway) -> None:
+    async with gateway.http() as http:
+        page = await http.get("/")
+        script = await http.get("/js/main.js")
+    assert page.status_code == 200
+    assert "<html" in page.text.lower()
+    assert page.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    assert page.headers["x-content-type-options"] == "nosniff"
+    assert page.headers["referrer-policy"] == "no-referrer"
+    assert page.headers["cache-control"] == "no-cache"
+    assert script.status_code == 200
+    assert script.headers["content-type"].startswith("text/javascript")
+
+
+async def test_api_routes_are_not_shadowed_by_the_static_mount(gateway) -> None:
+    async with gateway.http() as http:
+        health = await http.get("/healthz")
+        missing = await http.get("/no-such-file.js")
+    assert health.json() == {"status": "ok"}
+    assert missing.status_code == 404
