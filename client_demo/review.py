@@ -201,7 +201,10 @@ class ReviewApp:
             finally:
                 line_task.cancel()
             if line is None:
+                self.out.write("\n")
                 return None
+            if not stdin.is_tty:  # show piped answers, as a terminal would have
+                self.out.write(line + "\n")
             if approval_id not in self.pending:
                 return ("gone", None)
             parsed = parse_answer(line)

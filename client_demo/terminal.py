@@ -157,6 +157,13 @@ class StdinLines:
         if item is None:
             self.eof.set()
 
+    @property
+    def is_tty(self) -> bool:
+        try:
+            return self._stream.isatty()
+        except (AttributeError, ValueError):
+            return False
+
     def exhausted(self) -> bool:
         """End of input reached and every line read: only the end marker is left, if that."""
         return self.eof.is_set() and self.queue.qsize() <= 1

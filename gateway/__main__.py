@@ -31,6 +31,13 @@ FLAGS: dict[str, tuple[str, type, str]] = {
     "--send-timeout-s": ("send_timeout_s", float, "GATEWAY_SEND_TIMEOUT_S"),
     "--max-input-chars": ("max_input_chars", int, "GATEWAY_MAX_INPUT_CHARS"),
     "--log-level": ("log_level", str, "GATEWAY_LOG_LEVEL"),
+    "--instance-id": ("instance_id", str, "this process's id for run leases (GATEWAY_INSTANCE_ID)"),
+    "--lease-ttl-s": ("lease_ttl_s", float, "run lease time-to-live (GATEWAY_LEASE_TTL_S)"),
+    "--log-watch-interval-s": (
+        "log_watch_interval_s",
+        float,
+        "poll for other processes' events, 0 = off (GATEWAY_LOG_WATCH_INTERVAL_S)",
+    ),
 }
 BOOL_FLAGS: dict[str, tuple[str, str]] = {
     "--self-approval": (

@@ -22,6 +22,7 @@ from gateway.demo import demo_graph
 from gateway.eventlog import EventLog
 from gateway.execution import SegmentRunner
 from gateway.http_api import routes as http_routes
+from gateway.log_watch import LogWatch
 from gateway.models import build_model_provider, default_model_name
 from gateway.origin import origin_allowed
 from gateway.registry import AgentRegistry, load_registry
@@ -60,6 +61,8 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
         bus = EventBus()
         event_log = EventLog(engine, bus)
         await event_log.start()
+        log_watch = LogWatch(engine, bus, settings.log_watch_interval_s)
+        log_watch.start()
         model_name = default_model_name(
             settings.openai_api_key.get_secret_value() if settings.openai_api_key else None,
             settings.model,
@@ -81,6 +84,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             secret = secrets.token_urlsafe(48)
         else:
             secret = settings.secret.get_secret_value()
+        instance_id = settings.resolved_instance_id()
         runs = RunManager(
             engine=engine,
             log=event_log,
@@ -92,9 +96,12 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
                 log=event_log,
                 provider=provider,
                 tracing=settings.tracing,
+                lease_ttl_s=settings.lease_ttl_s,
             ),
             self_approval=settings.self_approval,
             suspend_grace_s=settings.suspend_grace_s,
+            instance_id=instance_id,
+            lease_ttl_s=settings.lease_ttl_s,
         )
         services = Services(
             settings=settings,
@@ -111,6 +118,8 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
         recovered = await runs.recover()
         if recovered:
             log.info("recovered %d run(s) left active by a previous process", recovered)
+        # Runs of peers that die later are taken over when their leases expire.
+        runs.watch_leases()
         log.info("gateway ready (model %s, agents %s)", model_name, ", ".join(graphs.names()))
         try:
             yield
@@ -118,6 +127,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             for connection in list(services.connections):
                 connection.close_soon(CLOSE_RESTART)
             await runs.close()
+            await log_watch.close()
             await event_log.close()
             await provider.aclose()
             await engine.dispose()

@@ -50,8 +50,13 @@ class EventBus:
         return len(self._threads.get(thread_id, ()))
 
     def publish(self, thread_id: str, events: Sequence[LoggedEvent]) -> None:
+        """Hand committed events to the thread's listeners; an empty batch is a bare wake-up
+        ("the log may have grown": listeners read it from the table)."""
         for listener in list(self._threads.get(thread_id, ())):
             listener(events)
+
+    def watched_threads(self) -> list[str]:
+        return list(self._threads)
 
     def subscribe_inbox(self, tenant: str, listener: InboxListener) -> Callable[[], None]:
         self._inboxes.setdefault(tenant, set()).add(listener)

@@ -30,6 +30,9 @@ CLOSE_TOO_SLOW = 4009
 CLOSE_TOO_LARGE = 1009
 CLOSE_GOING_AWAY = 1001
 CLOSE_RESTART = 1012
+CLOSE_INTERNAL = 1011
+# How long a close frame may wait behind unread data before the connection is dropped.
+CLOSE_TIMEOUT_S = 10.0
 
 
 class Closed(Exception):
@@ -47,6 +50,7 @@ class Connection:
         self._close_code: int | None = None
         self._inbox_unsubscribe: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._closing: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -74,6 +78,9 @@ class Connection:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._closing is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._closing), CLOSE_TIMEOUT_S)
         await self._close(self._close_code or 1000)
 
     async def _close(self, code: int) -> None:
@@ -91,7 +98,11 @@ class Connection:
         # room wakes up and sees the connection is closing.
         while not self._outbox.empty():
             self._outbox.get_nowait()
-        asyncio.get_running_loop().create_task(self._close(code))
+        if self._closing is None:
+            # Kept and awaited by `_cleanup`: the close frame may wait behind data a slow
+            # client has yet to read, and the handler must not return (which drops the TCP
+            # connection) before it is written.
+            self._closing = asyncio.get_running_loop().create_task(self._close(code))
 
     # -- handshake -------------------------------------------------------------------------
 
@@ -303,6 +314,8 @@ class Connection:
         )
         self._subscriptions[thread_id] = subscription
         subscription.start()
+        assert subscription.task is not None
+        subscription.task.add_done_callback(self._subscription_ended)
 
     async def _subscribe_inbox(self, ref: str | None) -> None:
         principal = self._principal
@@ -331,6 +344,17 @@ class Connection:
         for added, removed in buffered:
             await self._send_or_queue(protocol.inbox_update(added, removed))
         ready = True
+
+    def _subscription_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None or isinstance(error, Closed):
+            return
+        # A subscription that cannot read the log must not leave its client waiting in
+        # silence: close, and the client resumes from its cursor on reconnect.
+        log.error("subscription failed; closing the connection", exc_info=error)
+        self.close_soon(CLOSE_INTERNAL)
 
     # -- writing ---------------------------------------------------------------------------
 

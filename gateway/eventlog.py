@@ -24,7 +24,8 @@ from gateway.bus import EventBus
 from gateway.eventlog_types import LoggedEvent
 from persistence.db import transaction
 from persistence.errors import StorageUnavailable
-from persistence.events import EventRepository, NewEvent
+from persistence.events import EventRecord, EventRepository, NewEvent
+from persistence.leases import Lease, LeaseLost, LeaseRepository
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +73,29 @@ class EventLog:
         self._task = None
 
     @staticmethod
-    def new_event(thread_id: str, run_id: str | None, type_: str, data: Any) -> NewEvent:
-        return NewEvent(thread_id, run_id, str(type_), event_ts(), orjson.dumps(data).decode())
+    def new_event(
+        thread_id: str, run_id: str | None, type_: str, data: Any, lease: Lease | None = None
+    ) -> NewEvent:
+        return NewEvent(
+            thread_id, run_id, str(type_), event_ts(), orjson.dumps(data).decode(), lease
+        )
 
     async def append(
-        self, thread_id: str, run_id: str | None, type_: str, data: Any
+        self,
+        thread_id: str,
+        run_id: str | None,
+        type_: str,
+        data: Any,
+        lease: Lease | None = None,
     ) -> asyncio.Future[LoggedEvent]:
-        """Queue one event; waits only for queue space. Await the future for durability."""
+        """Queue one event; waits only for queue space. Await the future for durability.
+
+        With a `lease`, the event is stored only while that lease is the run's current one;
+        otherwise its future fails with `LeaseLost`.
+        """
         future: asyncio.Future[LoggedEvent] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Plain(self.new_event(thread_id, run_id, type_, data), future))
+        event = self.new_event(thread_id, run_id, type_, data, lease)
+        await self._queue.put(_Plain(event, future))
         return future
 
     async def commit(
@@ -130,12 +145,11 @@ class EventLog:
                 return
 
     async def _commit_plain(self, entries: list[_Plain]) -> None:
-        batch = [entry.event for entry in entries]
         for attempt, delay in enumerate((0.0, *RETRY_DELAYS_S)):
             if delay:
                 await asyncio.sleep(delay)
             try:
-                records = await EventRepository(self._engine).append_batch(batch)
+                kept, lost = await self._store_fenced(entries)
             except StorageUnavailable as exc:
                 log.warning("event log write failed (attempt %d): %s", attempt + 1, exc)
                 continue
@@ -145,8 +159,11 @@ class EventLog:
                     if not entry.future.done():
                         entry.future.set_exception(exc)
                 return
-            logged = [LoggedEvent.from_record(record) for record in records]
-            for entry, event in zip(entries, logged, strict=True):
+            for entry in lost:
+                if not entry.future.done():
+                    entry.future.set_exception(LeaseLost(entry.event.run_id or ""))
+            logged = [LoggedEvent.from_record(record) for record in kept[1]]
+            for entry, event in zip(kept[0], logged, strict=True):
                 if not entry.future.done():
                     entry.future.set_result(event)
             self._publish(logged)
@@ -156,9 +173,27 @@ class EventLog:
             if not entry.future.done():
                 entry.future.set_exception(error)
 
+    async def _store_fenced(
+        self, entries: list[_Plain]
+    ) -> tuple[tuple[list[_Plain], list[EventRecord]], list[_Plain]]:
+        """One transaction: check each lease once, store the events whose lease still holds."""
+        async with transaction(self._engine) as conn:
+            lost_leases: set[Lease] = set()
+            for lease in {e.event.lease for e in entries if e.event.lease is not None}:
+                try:
+                    await LeaseRepository.fence_in(conn, lease)
+                except LeaseLost:
+                    lost_leases.add(lease)
+            kept = [e for e in entries if e.event.lease not in lost_leases]
+            lost = [e for e in entries if e.event.lease in lost_leases]
+            records = await EventRepository.append_in(conn, [e.event for e in kept]) if kept else []
+        return (kept, records), lost
+
     async def _commit_atomic(self, entry: _Atomic) -> None:
         try:
             async with transaction(self._engine) as conn:
+                for lease in {e.lease for e in entry.events if e.lease is not None}:
+                    await LeaseRepository.fence_in(conn, lease)
                 result = await entry.action(conn) if entry.action is not None else None
                 records = (
                     await EventRepository.append_in(conn, entry.events) if entry.events else []

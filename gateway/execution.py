@@ -41,6 +41,7 @@ from persistence.db import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.events import NewEvent
 from persistence.ids import new_id
+from persistence.leases import Lease, LeaseLost, LeaseRepository
 from persistence.ledger import OperationRepository
 from persistence.runs import ACTIVE, RunRecord, RunRepository, RunStatus
 from persistence.sessions import SessionMarks
@@ -63,6 +64,8 @@ class Segment:
     context: Any = None
     # call ids whose `tool.output` is already in the run's log (a recovery replays the turn)
     logged_outputs: frozenset[str] = frozenset()
+    # This process's lease on the run: every write for the segment is fenced with it.
+    lease: Lease | None = None
 
 
 @dataclass
@@ -129,6 +132,7 @@ class SegmentRunner:
         on_inbox_added: Callable[[str, list[dict[str, Any]]], None],
         on_finished: Callable[[RunRecord, RunStatus], Awaitable[None]],
         on_suspended: Callable[[RunRecord, str], Awaitable[None]],
+        lease_ttl_s: float = 15.0,
     ) -> None:
         self._engine = engine
         self._log = log
@@ -137,6 +141,7 @@ class SegmentRunner:
         self._on_inbox_added = on_inbox_added
         self._on_finished = on_finished
         self._on_suspended = on_suspended
+        self._lease_ttl_s = lease_ttl_s
 
     def run_config(self) -> RunConfig:
         return RunConfig(model_provider=self._provider, tracing_disabled=not self._tracing)
@@ -151,11 +156,12 @@ class SegmentRunner:
             call_names=dict(segment.known_calls),
             skip_outputs=set(segment.logged_outputs),
         )
+        renewer: asyncio.Task[None] | None = None
         scope = current_scope.set(
             LedgerScope(
                 scope=run.run_id,
                 repository=OperationRepository(self._engine),
-                on_reconcile=partial(self._needs_reconciliation, run),
+                on_reconcile=partial(self._needs_reconciliation, segment),
             )
         )
         try:
@@ -168,6 +174,8 @@ class SegmentRunner:
                 context=segment.context,
             )
             execution.result = result
+            if segment.lease is not None:
+                renewer = asyncio.create_task(self._keep_lease(segment.lease, execution))
             turn_state: str | None = None
             async for sdk_event in result.stream_events():
                 if _is_tool_output(sdk_event):
@@ -179,10 +187,9 @@ class SegmentRunner:
                     await self._save_turn(segment, turn_state)
                     turn_state = None
                 for type_, data in translator.translate(sdk_event):
-                    await self._log.append(run.thread_id, run.run_id, type_, data)
-            run = segment.run
+                    await self._log.append(run.thread_id, run.run_id, type_, data, segment.lease)
             if execution.cancel_requested:
-                await self._finish_cancelled(run, translator)
+                await self._finish_cancelled(segment, translator)
             elif result.interruptions:
                 await storage_retry(lambda: self._pause(segment, result, translator))
             elif (reason := execution.stop_reason) is not None and result.final_output is None:
@@ -191,15 +198,20 @@ class SegmentRunner:
                 await storage_retry(lambda: self._suspend(segment, result, translator, reason))
                 await self._on_suspended(segment.run, reason)
             else:
-                await storage_retry(lambda: self._complete(run, translator, result.final_output))
+                await storage_retry(
+                    lambda: self._complete(segment, translator, result.final_output)
+                )
         except asyncio.CancelledError:
             # Task cancellation only happens at process shutdown; the run stays active in the
             # database and is recovered on the next start.
             if execution.result is not None:
                 execution.result.cancel("immediate")
             raise
-        except StaleWrite:
+        except (StaleWrite, LeaseLost):
+            # Cancelled meanwhile, or another process took the run over: it owns the run now.
             log.info("run %s moved on while streaming; segment discarded", run.run_id)
+            if execution.result is not None:
+                execution.result.cancel("immediate")
         except StorageUnavailable:
             # Nothing may be decided without storage: the run stays active in the database
             # and continues from its newest checkpoint when the gateway next recovers runs.
@@ -208,13 +220,29 @@ class SegmentRunner:
                 execution.result.cancel("immediate")
         except Exception as exc:
             if execution.cancel_requested:
-                await self._finish_cancelled(segment.run, translator)
+                await self._finish_cancelled(segment, translator)
             else:
                 log.error("run %s failed", run.run_id, exc_info=True)
-                await self._fail(segment.run, translator, exc)
+                await self._fail(segment, translator, exc)
         finally:
+            if renewer is not None:
+                renewer.cancel()
             current_scope.reset(scope)
             execution.done.set()
+
+    async def _keep_lease(self, lease: Lease, execution: Execution) -> None:
+        """Renew the run's lease while streaming; on losing it, stop at once (no more writes)."""
+        while True:
+            await asyncio.sleep(self._lease_ttl_s / 3)
+            try:
+                held = await LeaseRepository(self._engine).renew(lease, self._lease_ttl_s)
+            except StorageUnavailable:
+                continue  # fencing still protects the log; try again at the next tick
+            if not held:
+                log.warning("lost the lease of run %s; stopping its stream", lease.run_id)
+                if execution.result is not None:
+                    execution.result.cancel("immediate")
+                return
 
     def _serialize(self, segment: Segment, result: RunResultStreaming) -> str:
         state = result.to_state()
@@ -238,6 +266,8 @@ class SegmentRunner:
         )
 
         async def store(conn: AsyncConnection) -> None:
+            if segment.lease is not None:
+                await LeaseRepository.fence_in(conn, segment.lease)
             await CheckpointRepository.save_in(
                 conn,
                 checkpoint,
@@ -249,13 +279,20 @@ class SegmentRunner:
         segment.run = replace(run, checkpoint_version=checkpoint.version)
 
     async def _needs_reconciliation(
-        self, run: RunRecord, call_id: str, tool_name: str, key: str
+        self, segment: Segment, call_id: str, tool_name: str, key: str
     ) -> None:
+        run = segment.run
         await self._log.append(
             run.thread_id,
             run.run_id,
             TOOL_NEEDS_RECONCILIATION,
             {"call_id": call_id, "tool_name": tool_name, "idempotency_key": key},
+            segment.lease,
+        )
+
+    def _ev(self, segment: Segment, type_: str, data: Any) -> NewEvent:
+        return self._log.new_event(
+            segment.run.thread_id, segment.run.run_id, type_, data, segment.lease
         )
 
     # -- endings -------------------------------------------------------------------------
@@ -310,15 +347,11 @@ class SegmentRunner:
                     decided_at=None,
                 )
             )
-        events = [
-            self._log.new_event(run.thread_id, run.run_id, type_, data)
-            for type_, data in translator.abort_open("paused")
-        ]
+        events = [self._ev(segment, type_, data) for type_, data in translator.abort_open("paused")]
         for record in records:
             events.append(
-                self._log.new_event(
-                    run.thread_id,
-                    run.run_id,
+                self._ev(
+                    segment,
                     EventType.APPROVAL_REQUESTED,
                     {
                         "approval_id": record.approval_id,
@@ -332,7 +365,7 @@ class SegmentRunner:
                 )
             )
         await self._store_pause(
-            run, checkpoint, RunStatus.WAITING_FOR_REVIEW, events, records=records
+            segment, checkpoint, RunStatus.WAITING_FOR_REVIEW, events, records=records
         )
         self._on_inbox_added(run.tenant, [approval_view(r) for r in records])
 
@@ -344,26 +377,21 @@ class SegmentRunner:
         reason: str,
     ) -> None:
         """After an `after_turn` stop: checkpoint at the turn boundary, `run.paused`, suspended."""
-        run = segment.run
         checkpoint = await self._checkpoint(segment, result, reason)
-        events = [
-            self._log.new_event(run.thread_id, run.run_id, type_, data)
-            for type_, data in translator.abort_open("paused")
-        ]
-        await self._store_pause(run, checkpoint, RunStatus.SUSPENDED, events)
+        events = [self._ev(segment, type_, data) for type_, data in translator.abort_open("paused")]
+        await self._store_pause(segment, checkpoint, RunStatus.SUSPENDED, events)
 
     async def _store_pause(
         self,
-        run: RunRecord,
+        segment: Segment,
         checkpoint: CheckpointRecord,
         status: RunStatus,
         events: list[NewEvent],
         records: list[ApprovalRecord] | None = None,
     ) -> None:
         events.append(
-            self._log.new_event(
-                run.thread_id,
-                run.run_id,
+            self._ev(
+                segment,
                 EventType.RUN_PAUSED,
                 {"reason": checkpoint.reason, "checkpoint_version": checkpoint.version},
             )
@@ -378,56 +406,51 @@ class SegmentRunner:
             )
             if records:
                 await ApprovalRepository.insert_in(conn, records)
+            if segment.lease is not None:
+                # A paused run holds no lease: whichever process wins the continuation does.
+                await LeaseRepository.release_in(conn, segment.lease)
 
         await self._log.commit(events, store)
 
-    async def _complete(self, run: RunRecord, translator: StreamTranslator, final: Any) -> None:
-        events = [
-            self._log.new_event(run.thread_id, run.run_id, t, d)
-            for t, d in translator.abort_open("incomplete")
-        ]
+    async def _complete(self, segment: Segment, translator: StreamTranslator, final: Any) -> None:
+        events = [self._ev(segment, t, d) for t, d in translator.abort_open("incomplete")]
         events.append(
-            self._log.new_event(
-                run.thread_id,
-                run.run_id,
+            self._ev(
+                segment,
                 EventType.RUN_COMPLETED,
                 {"final_output": output_text(final) if final is not None else ""},
             )
         )
-        await self._end(run, RunStatus.COMPLETED, events)
+        await self._end(segment, RunStatus.COMPLETED, events)
 
-    async def _fail(self, run: RunRecord, translator: StreamTranslator, exc: Exception) -> None:
+    async def _fail(self, segment: Segment, translator: StreamTranslator, exc: Exception) -> None:
         error = {"code": _failure_code(exc), "message": _failure_message(exc)}
-        events = [
-            self._log.new_event(run.thread_id, run.run_id, t, d)
-            for t, d in translator.abort_open("failed")
-        ]
-        events.append(
-            self._log.new_event(run.thread_id, run.run_id, EventType.RUN_FAILED, {"error": error})
-        )
-        await self._end(run, RunStatus.FAILED, events, error=error)
+        events = [self._ev(segment, t, d) for t, d in translator.abort_open("failed")]
+        events.append(self._ev(segment, EventType.RUN_FAILED, {"error": error}))
+        await self._end(segment, RunStatus.FAILED, events, error=error)
 
-    async def _finish_cancelled(self, run: RunRecord, translator: StreamTranslator) -> None:
-        events = [
-            self._log.new_event(run.thread_id, run.run_id, t, d)
-            for t, d in translator.abort_open("cancelled")
-        ]
-        events.append(self._log.new_event(run.thread_id, run.run_id, EventType.RUN_CANCELLED, {}))
-        await self._end(run, RunStatus.CANCELLED, events)
+    async def _finish_cancelled(self, segment: Segment, translator: StreamTranslator) -> None:
+        events = [self._ev(segment, t, d) for t, d in translator.abort_open("cancelled")]
+        events.append(self._ev(segment, EventType.RUN_CANCELLED, {}))
+        await self._end(segment, RunStatus.CANCELLED, events)
 
     async def _end(
         self,
-        run: RunRecord,
+        segment: Segment,
         status: RunStatus,
         events: list[Any],
         error: dict[str, Any] | None = None,
     ) -> None:
+        run = segment.run
+
         async def transition(conn: AsyncConnection) -> None:
             moved = await RunRepository.transition_in(
                 conn, run.run_id, status, expected=ACTIVE, error=error
             )
             if not moved:
                 raise StaleWrite(run.run_id)
+            if segment.lease is not None:
+                await LeaseRepository.release_in(conn, segment.lease)
             if status is RunStatus.CANCELLED:
                 await ApprovalRepository.supersede_pending_in(conn, run.run_id)
 

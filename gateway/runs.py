@@ -40,9 +40,10 @@ from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalSt
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
 from persistence.db import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
-from persistence.events import EventRepository
+from persistence.events import EventRepository, NewEvent
 from persistence.ids import new_id
 from persistence.inputs import Disposition, InputRepository
+from persistence.leases import Lease, LeaseLost, LeaseRepository
 from persistence.runs import ACTIVE, RunRecord, RunRepository, RunStatus
 from persistence.sessions import SessionMarks
 from persistence.threads import ThreadRecord, ThreadRepository
@@ -78,6 +79,8 @@ class RunManager:
         segments_factory: Callable[..., SegmentRunner],
         self_approval: bool,
         suspend_grace_s: float = 15.0,
+        instance_id: str = "gateway",
+        lease_ttl_s: float = 15.0,
     ) -> None:
         self._engine = engine
         self._log = log
@@ -91,6 +94,7 @@ class RunManager:
         self.inputs = InputRepository(engine)
         self.events = EventRepository(engine)
         self.sessions = SessionMarks(engine)
+        self.leases = LeaseRepository(engine)
         self._segments = segments_factory(
             on_inbox_added=self._inbox_added,
             on_finished=self._finished,
@@ -102,6 +106,8 @@ class RunManager:
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
         self._suspend_grace_s = suspend_grace_s
+        self._instance_id = instance_id
+        self._lease_ttl_s = lease_ttl_s
         self._suspend_timers: dict[str, asyncio.TimerHandle] = {}
         bus.on_watchers_changed(self._watchers_changed)
 
@@ -247,7 +253,7 @@ class RunManager:
             updated_at=now,
         )
 
-        async def insert(conn: AsyncConnection) -> None:
+        async def insert(conn: AsyncConnection) -> Lease | None:
             if thread is None:
                 await ThreadRepository.insert(
                     conn, tenant=tenant, owner=owner, metadata=None, thread_id=thread_id
@@ -255,18 +261,23 @@ class RunManager:
             await RunRepository.insert(conn, record)
             if consumed_input_id is not None:
                 await InputRepository.consume_in(conn, [consumed_input_id], run_id=run_id)
+            return await LeaseRepository.acquire_in(
+                conn, run_id, self._instance_id, self._lease_ttl_s
+            )
 
         started = self._log.new_event(
             thread_id, run_id, EventType.RUN_STARTED, {"input": text, "agent": graph.name}
         )
         try:
-            _, logged = await self._log.commit([started], insert)
+            lease, logged = await self._log.commit([started], insert)
         except IntegrityError:
             # The partial unique index on active runs: another process won the race.
             raise conflict("the thread already has an active run; send run.input instead") from None
         agent = self._agent(graph)
         context = graph.make_context() if graph.make_context else None
-        self._launch(Segment(run=record, graph=graph, agent=agent, start=text, context=context))
+        self._launch(
+            Segment(run=record, graph=graph, agent=agent, start=text, context=context, lease=lease)
+        )
         return Started(thread_id=thread_id, run_id=run_id, first_seq=logged[0].seq)
 
     def _launch(self, segment: Segment) -> None:
@@ -458,8 +469,12 @@ class RunManager:
         approvals: list[ApprovalRecord],
         announce: EventType,
         checkpoint: CheckpointRecord | None = None,
+        lease: Lease | None = None,
     ) -> None:
-        """Restore the newest checkpoint, apply decisions and staged input, stream on."""
+        """Restore the newest checkpoint, apply decisions and staged input, stream on.
+
+        Takes the run's lease (a paused run has none) unless the caller already holds it.
+        """
         checkpoint = checkpoint or await self.checkpoints.latest(run.run_id)
         if checkpoint is None:
             raise conflict("the run has no checkpoint")
@@ -493,7 +508,12 @@ class RunManager:
         data: dict[str, Any] = {"checkpoint_version": checkpoint.version}
         staged_ids = [p.input_id for p in staged]
 
-        async def mark_running(conn: AsyncConnection) -> None:
+        async def mark_running(conn: AsyncConnection) -> Lease:
+            held = lease or await LeaseRepository.acquire_in(
+                conn, run.run_id, self._instance_id, self._lease_ttl_s
+            )
+            if held is None:
+                raise LeaseLost(run.run_id)  # another live process executes this run
             moved = await RunRepository.transition_in(
                 conn,
                 run.run_id,
@@ -503,9 +523,10 @@ class RunManager:
             if not moved:
                 raise StaleWrite(run.run_id)
             await InputRepository.consume_in(conn, staged_ids)
+            return held
 
-        await self._log.commit(
-            [self._log.new_event(run.thread_id, run.run_id, announce, data)], mark_running
+        held, _ = await self._log.commit(
+            [self._log.new_event(run.thread_id, run.run_id, announce, data, lease)], mark_running
         )
         current = await self.runs.get(run.run_id) or run
         logged: frozenset[str] = frozenset()
@@ -520,6 +541,7 @@ class RunManager:
                 start=state,
                 known_calls=known_calls,
                 logged_outputs=logged,
+                lease=held,
             )
         )
 
@@ -686,8 +708,12 @@ class RunManager:
 
     # -- recovery ------------------------------------------------------------------------
 
-    async def recover(self) -> int:
-        """Restart runs a previous process left streaming; resume fully decided pauses."""
+    async def recover(self, *, startup: bool = True) -> int:
+        """Take over runs whose process is gone (lease free or expired).
+
+        At start-up also continue pauses whose decisions were all recorded before a crash,
+        and runs suspended by a graceful shutdown.
+        """
         recovered = 0
         for run in await self.runs.with_status(
             (RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.RECOVERING)
@@ -695,10 +721,11 @@ class RunManager:
             if run.run_id in self._executions:
                 continue
             try:
-                await self._recover_one(run)
-                recovered += 1
+                recovered += await self._recover_one(run)
             except Exception:
                 log.error("recovery of run %s failed", run.run_id, exc_info=True)
+        if not startup:
+            return recovered
         for run in await self.runs.with_status((RunStatus.WAITING_FOR_REVIEW,)):
             try:
                 async with self._lock(run.thread_id):
@@ -717,20 +744,47 @@ class RunManager:
                 log.error("continuing run %s after shutdown failed", run.run_id, exc_info=True)
         return recovered
 
-    async def _recover_one(self, run: RunRecord) -> None:
+    def watch_leases(self) -> None:
+        """Periodically take over runs whose lease expired (their process died)."""
+
+        async def loop() -> None:
+            while not self._closing:
+                await asyncio.sleep(self._lease_ttl_s / 2)
+                try:
+                    taken = await self.recover(startup=False)
+                except Exception:
+                    log.warning("lease scan failed", exc_info=True)
+                    continue
+                if taken:
+                    log.info("took over %d run(s) whose lease had expired", taken)
+
+        self._spawn(loop(), name="lease-watch")
+
+    async def _recover_one(self, run: RunRecord) -> bool:
+        """Take over a run whose process is gone; False when a live process still holds it."""
         async with self._lock(run.thread_id):
-            if not await self.runs.transition(
-                run.run_id,
-                RunStatus.RECOVERING,
-                expected=(RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.RECOVERING),
-            ):
-                return
-            await self._abort_open_messages(run)
+            lease = await self.leases.acquire(run.run_id, self._instance_id, self._lease_ttl_s)
+            if lease is None:
+                return False
+
+            async def mark_recovering(conn: AsyncConnection) -> None:
+                if not await RunRepository.transition_in(
+                    conn,
+                    run.run_id,
+                    RunStatus.RECOVERING,
+                    expected=(RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.RECOVERING),
+                ):
+                    raise StaleWrite(run.run_id)
+
+            try:
+                await self._log.commit(await self._abort_open_messages(run, lease), mark_recovering)
+            except StaleWrite:
+                return False
             checkpoint = await self.checkpoints.latest(run.run_id)
             if checkpoint is not None:
                 approvals = await self.approvals.for_checkpoint(run.run_id, checkpoint.version)
-                await self._continue(run, approvals, EventType.RUN_RECOVERED, checkpoint)
-                return
+                await self._continue(run, approvals, EventType.RUN_RECOVERED, checkpoint, lease)
+                return True
             graph = self._graph(run.agent)
             if not graph.accepts(run.graph_version):
                 raise GraphMismatchError(graph.name, run.graph_version, graph.version)
@@ -749,6 +803,7 @@ class RunManager:
                         run.run_id,
                         EventType.RUN_RECOVERED,
                         {"checkpoint_version": None},
+                        lease,
                     )
                 ],
                 mark_running,
@@ -762,10 +817,13 @@ class RunManager:
                     agent=self._agent(graph),
                     start=run.input,
                     context=context,
+                    lease=lease,
                 )
             )
+            return True
 
-    async def _abort_open_messages(self, run: RunRecord) -> None:
+    async def _abort_open_messages(self, run: RunRecord, lease: Lease) -> list[NewEvent]:
+        """`message.aborted` for every message of the run that started and never ended."""
         records = await self.events.for_run(
             run.run_id,
             (
@@ -781,18 +839,16 @@ class RunManager:
                 open_ids[message_id] = None
             else:
                 open_ids.pop(message_id, None)
-        if open_ids:
-            await self._log.commit(
-                [
-                    self._log.new_event(
-                        run.thread_id,
-                        run.run_id,
-                        EventType.MESSAGE_ABORTED,
-                        {"message_id": message_id, "reason": "gateway_restart"},
-                    )
-                    for message_id in open_ids
-                ]
+        return [
+            self._log.new_event(
+                run.thread_id,
+                run.run_id,
+                EventType.MESSAGE_ABORTED,
+                {"message_id": message_id, "reason": "gateway_restart"},
+                lease,
             )
+            for message_id in open_ids
+        ]
 
     # -- views ---------------------------------------------------------------------------
 

@@ -6,6 +6,8 @@ A bad value stops the server with a message naming the variable (see `load_setti
 from __future__ import annotations
 
 import ipaddress
+import secrets
+import socket
 from typing import Annotated
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -38,6 +40,13 @@ class Settings(BaseSettings):
     send_timeout_s: float = Field(5.0, gt=0)
     max_input_chars: int = Field(32_000, ge=1)
     tracing: bool = False
+    # Identifies this gateway process to its peers on a shared database (run leases). One id
+    # runs one process at a time; default: host name and port.
+    instance_id: str | None = Field(None, min_length=1, max_length=64)
+    lease_ttl_s: float = Field(15.0, ge=1.0, le=3600.0)
+    # How often to look for events other processes appended to watched threads (0: never,
+    # for a single process per database).
+    log_watch_interval_s: float = Field(0.5, ge=0.0, le=60.0)
     log_level: str = "info"
 
     # Read without the GATEWAY_ prefix: the SDK's own variables.
@@ -87,6 +96,14 @@ class Settings(BaseSettings):
     @property
     def dev_mode(self) -> bool:
         return self.secret is None
+
+    def resolved_instance_id(self) -> str:
+        if self.instance_id:
+            return self.instance_id
+        if self.port == 0:
+            # An ephemeral port names no stable instance: never mistake a peer for ourselves.
+            return f"{socket.gethostname()}:ephemeral-{secrets.token_hex(4)}"
+        return f"{socket.gethostname()}:{self.port}"
 
 
 def is_loopback(host: str) -> bool:

@@ -60,7 +60,7 @@ class Subscription:
         return self._task
 
     def _on_events(self, events: Sequence[LoggedEvent]) -> None:
-        if not self._live or events[0].seq > self.last_seq + 1:
+        if not events or not self._live or events[0].seq > self.last_seq + 1:
             self._wakeup.set()
             return
         for event in events:

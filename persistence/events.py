@@ -13,6 +13,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from persistence.db import transaction
+from persistence.leases import Lease
 from persistence.tables import events, threads
 
 
@@ -23,6 +24,8 @@ class NewEvent:
     type: str
     ts: str
     data: str  # compact JSON text
+    # The run lease the writer held when producing the event; stored only if still current.
+    lease: Lease | None = None
 
 
 @dataclass(frozen=True)

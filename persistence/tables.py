@@ -57,6 +57,9 @@ runs = Table(
     Column("session_mark", Integer, nullable=False, default=0),
     Column("lease_owner", String(64), nullable=True),
     Column("lease_expires_at", DateTime(timezone=True), nullable=True),
+    # Fencing token: bumped on every acquisition; writes for the run carry the token they were
+    # granted and are refused once another process has taken the lease.
+    Column("lease_token", BigInteger, nullable=False, default=0, server_default="0"),
     Column("error", JSON, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),

@@ -136,6 +136,9 @@ def spawn_gateway(
         "GATEWAY_DATABASE_URL": f"sqlite+aiosqlite:///{workdir / 'gateway.db'}",
         "GATEWAY_SECRET": TEST_SECRET,
         "GATEWAY_DEMO_DELAY_MS": "0",
+        # A stable instance id: a restarted gateway takes its dead predecessor's runs over at
+        # once instead of waiting for their leases to expire.
+        "GATEWAY_INSTANCE_ID": "test-gateway",
         "PYTHONPATH": str(ROOT),
         **(env or {}),
     }

@@ -1,0 +1,69 @@
+"""Wake-ups for events written by other gateway processes sharing the database.
+
+The in-process bus only sees this process's commits. Until a shared bus (Redis) is configured,
+one query per interval reads the log heads of every thread this process has watchers on and
+wakes the subscriptions whose thread grew elsewhere; they then read the table from their cursor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.bus import EventBus
+from persistence.db import transaction
+from persistence.errors import StorageUnavailable
+from persistence.tables import threads
+
+log = logging.getLogger(__name__)
+
+CHUNK = 500  # threads per query (keeps IN lists within every backend's limits)
+
+
+class LogWatch:
+    def __init__(self, engine: AsyncEngine, bus: EventBus, interval_s: float) -> None:
+        self._engine = engine
+        self._bus = bus
+        self._interval_s = interval_s
+        self._heads: dict[str, int] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._interval_s > 0:
+            self._task = asyncio.create_task(self._loop(), name="log-watch")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            try:
+                await self.poll()
+            except StorageUnavailable:
+                log.debug("log watch skipped: storage unavailable")
+
+    async def poll(self) -> None:
+        watched = self._bus.watched_threads()
+        self._heads = {t: h for t, h in self._heads.items() if t in set(watched)}
+        for start in range(0, len(watched), CHUNK):
+            chunk = watched[start : start + CHUNK]
+            async with transaction(self._engine) as conn:
+                rows = (
+                    await conn.execute(
+                        select(threads.c.thread_id, threads.c.head_seq).where(
+                            threads.c.thread_id.in_(chunk)
+                        )
+                    )
+                ).all()
+            for thread_id, head in rows:
+                previous = self._heads.get(thread_id)
+                self._heads[thread_id] = int(head)
+                if previous is not None and int(head) > previous:
+                    # A bare wake-up: subscriptions already caught up ignore it cheaply.
+                    self._bus.publish(thread_id, [])

@@ -1,0 +1,109 @@
+"""Run leases: which gateway process executes a run, with a fencing token.
+
+A process acquires a run's lease before streaming it and renews it while it does. Every log
+append and checkpoint for the run carries the (owner, token) it was granted; `fence_in` makes the
+write fail once another process has taken the lease over, so a process that lost its lease
+(paused for too long, partitioned) can never write into a run someone else now executes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import or_, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from persistence.db import transaction, utcnow
+from persistence.tables import runs
+
+
+class LeaseLost(RuntimeError):
+    """This process no longer holds the run's lease; it must stop writing for the run."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    run_id: str
+    owner: str
+    token: int
+
+
+class LeaseRepository:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def acquire(self, run_id: str, owner: str, ttl_s: float) -> Lease | None:
+        """Take the lease if it is free, expired, or held by an earlier incarnation of `owner`.
+
+        Owner ids are stable per gateway instance (GATEWAY_INSTANCE_ID), and one instance id
+        runs one process at a time, so a lease already held by `owner` at acquisition time
+        belongs to a process that died: it can be taken at once rather than after its expiry.
+        """
+        async with transaction(self._engine) as conn:
+            return await self.acquire_in(conn, run_id, owner, ttl_s)
+
+    @staticmethod
+    async def acquire_in(
+        conn: AsyncConnection, run_id: str, owner: str, ttl_s: float
+    ) -> Lease | None:
+        now = utcnow()
+        token = (
+            await conn.execute(
+                update(runs)
+                .where(
+                    runs.c.run_id == run_id,
+                    or_(
+                        runs.c.lease_owner.is_(None),
+                        runs.c.lease_owner == owner,
+                        runs.c.lease_expires_at < now,
+                    ),
+                )
+                .values(
+                    lease_owner=owner,
+                    lease_expires_at=now + timedelta(seconds=ttl_s),
+                    lease_token=runs.c.lease_token + 1,
+                )
+                .returning(runs.c.lease_token)
+            )
+        ).scalar_one_or_none()
+        return None if token is None else Lease(run_id, owner, int(token))
+
+    async def renew(self, lease: Lease, ttl_s: float) -> bool:
+        async with transaction(self._engine) as conn:
+            result = await conn.execute(
+                update(runs)
+                .where(
+                    runs.c.run_id == lease.run_id,
+                    runs.c.lease_owner == lease.owner,
+                    runs.c.lease_token == lease.token,
+                )
+                .values(lease_expires_at=utcnow() + timedelta(seconds=ttl_s))
+            )
+        return result.rowcount == 1
+
+    @staticmethod
+    async def fence_in(conn: AsyncConnection, lease: Lease) -> None:
+        """Inside a write transaction: fail unless `lease` is still the run's current lease.
+
+        An UPDATE rather than a SELECT, so the row is locked until commit on every backend.
+        """
+        result = await conn.execute(
+            update(runs)
+            .where(
+                runs.c.run_id == lease.run_id,
+                runs.c.lease_owner == lease.owner,
+                runs.c.lease_token == lease.token,
+            )
+            .values(lease_owner=lease.owner)
+        )
+        if result.rowcount != 1:
+            raise LeaseLost(lease.run_id)
+
+    @staticmethod
+    async def release_in(conn: AsyncConnection, lease: Lease) -> None:
+        await conn.execute(
+            update(runs)
+            .where(runs.c.run_id == lease.run_id, runs.c.lease_token == lease.token)
+            .values(lease_owner=None, lease_expires_at=None)
+        )

@@ -1,0 +1,163 @@
+"""Run leases: two gateway processes on one database never execute one run at the same time,
+a dead process's runs are taken over when its lease expires, and a stale lease cannot write."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import update
+
+from gateway.auth import TokenVerifier
+from gateway.bus import EventBus
+from gateway.eventlog import EventLog
+from persistence.db import create_engine, migrate, transaction, utcnow
+from persistence.leases import LeaseLost, LeaseRepository
+from persistence.tables import runs
+from persistence.threads import ThreadRepository
+from tests.support.client import Client
+from tests.support.gateway import TEST_SECRET, spawn_gateway
+
+TOKEN = TokenVerifier(TEST_SECRET)
+
+
+def ws(process) -> str:
+    return f"ws://127.0.0.1:{process.port}/v1/ws"
+
+
+async def events_of(process, thread_id: str) -> list[dict]:
+    token = TOKEN.issue("alice", "acme", ["user"])
+    async with httpx.AsyncClient() as http:
+        response = await http.get(
+            f"http://127.0.0.1:{process.port}/v1/threads/{thread_id}/events?limit=1000",
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    return response.json()["events"]
+
+
+@pytest.fixture
+def processes():
+    started = []
+    yield started
+    for process in started:
+        process.kill()
+
+
+async def test_second_process_leaves_a_live_run_alone_then_takes_it_over_when_its_owner_dies(
+    tmp_path: Path, processes
+) -> None:
+    env = {"GATEWAY_LEASE_TTL_S": "2", "GATEWAY_DEMO_DELAY_MS": "80"}
+    a = spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-a"})
+    processes.append(a)
+    alice = await Client.connect(ws(a), TOKEN.issue("alice", "acme", ["user"]))
+    ack = await alice.request("run.start", input="tell me a story about two gateways")
+    await alice.wait_event("message.delta")
+
+    b = spawn_gateway(
+        tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-b", "GATEWAY_DEMO_DELAY_MS": "2"}
+    )
+    processes.append(b)
+    await asyncio.sleep(3)  # more than a lease TTL: A renews, so B must not take over
+    names = [e["event"] for e in await events_of(b, ack["thread_id"])]
+    assert "run.recovered" not in names
+    assert names.count("message.started") == 1
+    assert "run.completed" not in names, "the story must still be streaming when A dies"
+
+    a.kill()
+    watcher = await Client.connect(ws(b), TOKEN.issue("alice", "acme", ["user"]))
+    await watcher.request("thread.subscribe", thread_id=ack["thread_id"], after_seq=0)
+    await watcher.wait_event("run.completed", timeout=60)
+    events = watcher.events_of(ack["thread_id"])
+    names = [e["event"] for e in events]
+    assert names.count("run.recovered") == 1
+    assert names.count("run.completed") == 1
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    await alice.close()
+    await watcher.close()
+
+
+async def test_decisions_on_two_processes_start_one_continuation(tmp_path: Path, processes) -> None:
+    env = {"GATEWAY_LEASE_TTL_S": "5"}
+    a = spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-a"})
+    b = spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-b"})
+    processes.extend([a, b])
+    alice = await Client.connect(ws(a), TOKEN.issue("alice", "acme", ["user"]))
+    ack = await alice.request("run.start", input="refund order 8 for 9 and email x@example.com")
+    await alice.wait_event("run.paused")
+    requested = [e for e in alice.events if e["event"] == "approval.requested"]
+    assert len(requested) == 2
+    bob_a = await Client.connect(ws(a), TOKEN.issue("bob", "acme", ["reviewer"]))
+    bob_b = await Client.connect(ws(b), TOKEN.issue("carol", "acme", ["reviewer"]))
+    await asyncio.gather(
+        bob_a.request(
+            "approval.decide", approval_id=requested[0]["data"]["approval_id"], decision="approve"
+        ),
+        bob_b.request(
+            "approval.decide", approval_id=requested[1]["data"]["approval_id"], decision="approve"
+        ),
+    )
+    await alice.wait_event("run.completed", timeout=60)
+    await asyncio.sleep(1)  # a second continuation, if any, would show up by now
+    names = [e["event"] for e in await events_of(a, ack["thread_id"])]
+    assert names.count("run.resumed") == 1
+    assert names.count("tool.output") == 2
+    assert names.count("run.completed") == 1
+    for client in (alice, bob_a, bob_b):
+        await client.close()
+
+
+async def test_a_stale_lease_cannot_append_or_checkpoint(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'fence.db'}")
+    await migrate(engine)
+    log = EventLog(engine, EventBus())
+    await log.start()
+    try:
+        thread = await ThreadRepository(engine).create(tenant="acme", owner="alice")
+        async with transaction(engine) as conn:
+            await conn.execute(
+                runs.insert().values(
+                    run_id="r_fence",
+                    thread_id=thread.thread_id,
+                    tenant="acme",
+                    owner="alice",
+                    status="running",
+                    agent="assistant",
+                    graph_version="1",
+                    on_disconnect="continue",
+                    input="hi",
+                    checkpoint_version=0,
+                    session_mark=0,
+                    created_at=utcnow(),
+                    updated_at=utcnow(),
+                )
+            )
+        leases = LeaseRepository(engine)
+        old = await leases.acquire("r_fence", "gw-a", ttl_s=30)
+        assert old is not None
+        assert await leases.acquire("r_fence", "gw-b", ttl_s=30) is None  # still held
+        # gw-a stops renewing; its lease expires and gw-b takes over.
+        async with transaction(engine) as conn:
+            await conn.execute(
+                update(runs)
+                .where(runs.c.run_id == "r_fence")
+                .values(lease_expires_at=utcnow() - timedelta(seconds=1))
+            )
+        new = await leases.acquire("r_fence", "gw-b", ttl_s=30)
+        assert new is not None and new.token > old.token
+        assert not await leases.renew(old, 30)
+
+        stale = await log.append(thread.thread_id, "r_fence", "message.delta", {"d": 1}, old)
+        fresh = await log.append(thread.thread_id, "r_fence", "message.delta", {"d": 2}, new)
+        with pytest.raises(LeaseLost):
+            await stale
+        stored = await fresh
+        assert stored.seq == 1  # only the current holder's event got a seq
+        with pytest.raises(LeaseLost):
+            await log.commit([log.new_event(thread.thread_id, "r_fence", "x", {}, old)])
+        assert [e.seq for e in await log.read(thread.thread_id, after_seq=0)] == [1]
+    finally:
+        await log.close()
+        await engine.dispose()
