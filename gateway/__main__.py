@@ -31,6 +31,12 @@ FLAGS: dict[str, tuple[str, type, str]] = {
     "--send-timeout-s": ("send_timeout_s", float, "GATEWAY_SEND_TIMEOUT_S"),
     "--max-input-chars": ("max_input_chars", int, "GATEWAY_MAX_INPUT_CHARS"),
     "--log-level": ("log_level", str, "GATEWAY_LOG_LEVEL"),
+    "--retention-s": (
+        "retention_s",
+        float,
+        "keep ended runs' logs this long (GATEWAY_RETENTION_S)",
+    ),
+    "--retention-sweep-s": ("retention_sweep_s", float, "GATEWAY_RETENTION_SWEEP_S"),
     "--instance-id": ("instance_id", str, "this process's id for run leases (GATEWAY_INSTANCE_ID)"),
     "--lease-ttl-s": ("lease_ttl_s", float, "run lease time-to-live (GATEWAY_LEASE_TTL_S)"),
     "--log-watch-interval-s": (

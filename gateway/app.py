@@ -26,6 +26,7 @@ from gateway.log_watch import LogWatch
 from gateway.models import build_model_provider, default_model_name
 from gateway.origin import origin_allowed
 from gateway.registry import AgentRegistry, load_registry
+from gateway.retention import Retention
 from gateway.runs import RunManager
 from gateway.services import Services
 from gateway.settings import Settings
@@ -63,6 +64,10 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
         await event_log.start()
         log_watch = LogWatch(engine, bus, settings.log_watch_interval_s)
         log_watch.start()
+        retention = Retention(
+            engine, retention_s=settings.retention_s, sweep_s=settings.retention_sweep_s
+        )
+        retention.start()
         model_name = default_model_name(
             settings.openai_api_key.get_secret_value() if settings.openai_api_key else None,
             settings.model,
@@ -128,6 +133,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
                 connection.close_soon(CLOSE_RESTART)
             await runs.close()
             await log_watch.close()
+            await retention.close()
             await event_log.close()
             await provider.aclose()
             await engine.dispose()

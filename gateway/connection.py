@@ -294,7 +294,12 @@ class Connection:
         principal = self._principal
         assert principal is not None
         thread = await self._services.runs.authorize_subscribe(principal, thread_id)
-        reset = (epoch is not None and epoch != thread.epoch) or after_seq > thread.head_seq
+        reset = (
+            (epoch is not None and epoch != thread.epoch)
+            or after_seq > thread.head_seq
+            # Retention removed events the client has not seen: it must rebuild its view.
+            or after_seq < thread.truncated_seq
+        )
         cursor = 0 if reset else after_seq
         existing = self._subscriptions.pop(thread_id, None)
         if existing is not None:

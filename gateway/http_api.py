@@ -185,17 +185,20 @@ async def thread_events(request: Request, services: Services) -> Response:
     after_seq = int_param(request, "after_seq", 0, low=0, high=2**62)
     limit = int_param(request, "limit", 500, low=1, high=MAX_EVENTS_PAGE)
     events = await services.log.read(thread.thread_id, after_seq=after_seq, limit=limit)
-    head = await services.runs.threads.get(thread.thread_id)
+    current = await services.runs.threads.get(thread.thread_id) or thread
     return Response(
-        _events_body(events, head.head_seq if head else thread.head_seq, thread.epoch),
+        _events_body(events, current.head_seq, current.epoch, current.truncated_seq),
         media_type="application/json",
     )
 
 
-def _events_body(events: list[LoggedEvent], head_seq: int, epoch: str) -> bytes:
+def _events_body(events: list[LoggedEvent], head_seq: int, epoch: str, truncated_seq: int) -> bytes:
     # Each event's frame is already encoded; splice them rather than decode and re-encode.
     frames = ",".join(event.frame for event in events)
-    return f'{{"events":[{frames}],"head_seq":{head_seq},"epoch":"{epoch}"}}'.encode()
+    return (
+        f'{{"events":[{frames}],"head_seq":{head_seq},"epoch":"{epoch}",'
+        f'"truncated_seq":{truncated_seq}}}'
+    ).encode()
 
 
 @endpoint

@@ -47,6 +47,10 @@ class Settings(BaseSettings):
     # How often to look for events other processes appended to watched threads (0: never,
     # for a single process per database).
     log_watch_interval_s: float = Field(0.5, ge=0.0, le=60.0)
+    # Keep checkpoints and event logs of ended runs this long (0: forever). Approvals, the
+    # operation ledger and conversation history are kept regardless.
+    retention_s: float = Field(0.0, ge=0.0)
+    retention_sweep_s: float = Field(3600.0, gt=0.0)
     log_level: str = "info"
 
     # Read without the GATEWAY_ prefix: the SDK's own variables.

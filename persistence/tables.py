@@ -36,6 +36,8 @@ threads = Table(
     Column("metadata", JSON, nullable=False),
     Column("epoch", String(32), nullable=False),
     Column("head_seq", BigInteger, nullable=False, default=0),
+    # Every event up to this seq was removed by retention; the log starts after it.
+    Column("truncated_seq", BigInteger, nullable=False, default=0, server_default="0"),
     Index("ix_threads_tenant_owner", "tenant", "owner"),
 )
 

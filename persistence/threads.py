@@ -25,6 +25,7 @@ class ThreadRecord:
     metadata: dict[str, Any]
     epoch: str
     head_seq: int
+    truncated_seq: int = 0
 
     @classmethod
     def from_row(cls, row: RowMapping) -> ThreadRecord:
@@ -36,6 +37,7 @@ class ThreadRecord:
             metadata=dict(row["metadata"] or {}),
             epoch=row["epoch"],
             head_seq=int(row["head_seq"]),
+            truncated_seq=int(row["truncated_seq"] or 0),
         )
 
 

@@ -1,0 +1,87 @@
+"""Retention: drop the checkpoints and event-log prefix of runs that ended long ago.
+
+Runs on a thread are sequential, so the events of runs that ended before the cutoff form a
+prefix of the thread's log. That prefix is deleted, `threads.truncated_seq` records where the
+log now starts, and the thread gets a new epoch so subscribers holding an old cursor are told
+to reset. Approvals (who decided what, and why), the operation ledger and the conversation
+history are kept.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from persistence.db import transaction
+from persistence.runs import TERMINAL
+from persistence.tables import checkpoints, events, pending_inputs, runs, threads
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    runs: int
+    threads: int
+    events: int
+    checkpoints: int
+
+
+class RetentionRepository:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def sweep(self, cutoff: datetime, *, limit: int = 500) -> SweepResult:
+        terminal = [s.value for s in TERMINAL]
+        async with transaction(self._engine) as conn:
+            expired = (
+                await conn.execute(
+                    select(runs.c.run_id, runs.c.thread_id)
+                    .where(runs.c.status.in_(terminal), runs.c.updated_at < cutoff)
+                    .where(
+                        select(checkpoints.c.run_id)
+                        .where(checkpoints.c.run_id == runs.c.run_id)
+                        .exists()
+                        | select(events.c.seq).where(events.c.run_id == runs.c.run_id).exists()
+                    )
+                    .limit(limit)
+                )
+            ).all()
+        if not expired:
+            return SweepResult(0, 0, 0, 0)
+        run_ids = [run_id for run_id, _ in expired]
+        removed_events = removed_checkpoints = 0
+        touched = 0
+        async with transaction(self._engine) as conn:
+            removed_checkpoints = (
+                await conn.execute(delete(checkpoints).where(checkpoints.c.run_id.in_(run_ids)))
+            ).rowcount or 0
+            await conn.execute(
+                delete(pending_inputs).where(
+                    pending_inputs.c.run_id.in_(run_ids), pending_inputs.c.consumed_at.is_not(None)
+                )
+            )
+            for thread_id in sorted({thread_id for _, thread_id in expired}):
+                cut = (
+                    await conn.execute(
+                        select(func.max(events.c.seq)).where(
+                            events.c.thread_id == thread_id, events.c.run_id.in_(run_ids)
+                        )
+                    )
+                ).scalar()
+                if cut is None:
+                    continue
+                removed_events += (
+                    await conn.execute(
+                        delete(events).where(events.c.thread_id == thread_id, events.c.seq <= cut)
+                    )
+                ).rowcount or 0
+                await conn.execute(
+                    update(threads)
+                    .where(threads.c.thread_id == thread_id)
+                    .values(truncated_seq=cut, epoch=secrets.token_hex(4))
+                )
+                touched += 1
+        return SweepResult(len(run_ids), touched, removed_events, removed_checkpoints)
