@@ -3,7 +3,7 @@
 
     python3 dev.py serve [flags]   create .venv if needed, then serve the demo gateway
     python3 dev.py test [args]     create .venv if needed, then run the whole test suite
-    python3 dev.py lint            ruff (lint + format check) and mypy
+    python3 dev.py lint            ruff (lint + format check)
 
 The virtual environment is rebuilt when pyproject.toml changes, so the two quick-start
 commands keep working from a fresh clone and after every pull.

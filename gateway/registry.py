@@ -41,8 +41,9 @@ ContextDeserializer = Callable[[Mapping[str, Any]], Any]
 class AgentGraph:
     """One runnable agent graph.
 
-    `build` returns a fresh starting agent (with its tools, handoffs and nested agent-tools) each
-    time it is called; restores always rebuild the graph rather than sharing live objects.
+    `build` returns the starting agent with its tools, handoffs and nested agent-tools. The
+    gateway calls it once per graph version and shares the agent between runs and restores
+    (SDK agents hold no per-run state), so it must not capture per-run data.
     `compatible_versions` lists older versions whose checkpoints this build can still restore.
     """
 

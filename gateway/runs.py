@@ -720,6 +720,12 @@ class RunManager:
         ):
             if run.run_id in self._executions:
                 continue
+            if (
+                not startup
+                and run.status is RunStatus.RESUMING
+                and (utcnow() - run.updated_at).total_seconds() < self._lease_ttl_s
+            ):
+                continue  # a continuation that some process is starting right now
             try:
                 recovered += await self._recover_one(run)
             except Exception:

@@ -18,7 +18,7 @@ class OperationStatus(StrEnum):
     DONE = "done"
     FAILED = "failed"
     # Found "started" after a crash and not re-run: a human must check the external system.
-    NEEDS_RECONCILIATION = "needs_reconciliation"
+    NEEDS_RECONCILIATION = "reconcile"
 
 
 @dataclass(frozen=True)
