@@ -120,11 +120,8 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             server_version=server_version(),
         )
         app.state.services = services
-        recovered = await runs.recover()
-        if recovered:
-            log.info("recovered %d run(s) left active by a previous process", recovered)
-        # Runs of peers that die later are taken over when their leases expire.
-        runs.watch_leases()
+        # Runs a previous process left active, then runs of peers whose leases expire.
+        runs.start_recovery()
         log.info("gateway ready (model %s, agents %s)", model_name, ", ".join(graphs.names()))
         try:
             yield

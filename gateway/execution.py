@@ -28,6 +28,7 @@ from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError
 from agents.extensions.memory import SQLAlchemySession
 from agents.models.interface import ModelProvider
 from agents.run_state import CURRENT_SCHEMA_VERSION, RunState
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.eventlog import EventLog
@@ -212,14 +213,15 @@ class SegmentRunner:
             log.info("run %s moved on while streaming; segment discarded", run.run_id)
             if execution.result is not None:
                 execution.result.cancel("immediate")
-        except StorageUnavailable:
-            # Nothing may be decided without storage: the run stays active in the database
-            # and continues from its newest checkpoint when the gateway next recovers runs.
-            log.error("run %s stopped: storage unavailable", run.run_id, exc_info=True)
-            if execution.result is not None:
-                execution.result.cancel("immediate")
         except Exception as exc:
-            if execution.cancel_requested:
+            if _is_outage(exc):
+                # Nothing may be decided without storage (the SDK's session writes raise raw
+                # driver errors): the run stays active in the database and continues from its
+                # newest checkpoint when the lease scan or the next start recovers it.
+                log.error("run %s stopped: storage unavailable", run.run_id, exc_info=True)
+                if execution.result is not None:
+                    execution.result.cancel("immediate")
+            elif execution.cancel_requested:
                 await self._finish_cancelled(segment, translator)
             else:
                 log.error("run %s failed", run.run_id, exc_info=True)
@@ -491,8 +493,17 @@ def _failure_code(exc: Exception) -> str:
     return "run_error"
 
 
+def _is_outage(exc: Exception) -> bool:
+    if isinstance(exc, StorageUnavailable):
+        return True
+    return isinstance(exc, DBAPIError) and not isinstance(exc, IntegrityError)
+
+
 def _failure_message(exc: Exception) -> str:
     # The exception text can hold model output or tool arguments; clients get the class and a
-    # bounded message, logs get the traceback.
+    # bounded message, logs get the traceback. Database errors carry SQL and parameters
+    # (conversation content): never echoed.
+    if isinstance(exc, DBAPIError):
+        return f"{type(exc).__name__}: storage error"
     text = str(exc).strip() or type(exc).__name__
     return f"{type(exc).__name__}: {text[:300]}"

@@ -33,7 +33,7 @@ from gateway.auth import (
 from gateway.bus import EventBus
 from gateway.errors import GRAPH_MISMATCH, GatewayError, conflict, not_found
 from gateway.eventlog import EventLog
-from gateway.execution import Execution, Segment, SegmentRunner, approval_view
+from gateway.execution import Execution, Segment, SegmentRunner, approval_view, storage_retry
 from gateway.protocol import ErrorCode, EventType, utc_ts
 from gateway.registry import AgentGraph, AgentRegistry, GraphMismatchError, UnknownAgentError
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
@@ -434,9 +434,12 @@ class RunManager:
         return decided
 
     async def _continue_when_decided(self, run: RunRecord) -> None:
-        try:
+        async def attempt() -> None:
             async with self._lock(run.thread_id):
                 await self._maybe_continue(run)
+
+        try:
+            await storage_retry(attempt)
         except Exception:
             # The run stays waiting_for_review with every decision recorded; the next start
             # (or the next decision) retries the continuation.
@@ -730,14 +733,19 @@ class RunManager:
                 recovered += await self._recover_one(run)
             except Exception:
                 log.error("recovery of run %s failed", run.run_id, exc_info=True)
-        if not startup:
-            return recovered
-        for run in await self.runs.with_status((RunStatus.WAITING_FOR_REVIEW,)):
+        waiting = (
+            await self.runs.with_status((RunStatus.WAITING_FOR_REVIEW,))
+            if startup
+            else await self.runs.decided_but_waiting()
+        )
+        for run in waiting:
             try:
                 async with self._lock(run.thread_id):
                     await self._maybe_continue(run)
             except Exception:
                 log.error("resuming decided run %s failed", run.run_id, exc_info=True)
+        if not startup:
+            return recovered
         for run in await self.runs.with_status((RunStatus.SUSPENDED,)):
             checkpoint = await self.checkpoints.latest(run.run_id)
             if checkpoint is None or checkpoint.reason != "shutdown":
@@ -750,10 +758,21 @@ class RunManager:
                 log.error("continuing run %s after shutdown failed", run.run_id, exc_info=True)
         return recovered
 
-    def watch_leases(self) -> None:
-        """Periodically take over runs whose lease expired (their process died)."""
+    def start_recovery(self) -> None:
+        """Recover in the background, then keep taking over runs whose lease expired.
+
+        In the background so the gateway listens at once: with many interrupted runs, recovery
+        takes a while, and clients can connect (and catch up by cursor) meanwhile.
+        """
 
         async def loop() -> None:
+            try:
+                recovered = await self.recover()
+            except Exception:
+                log.error("recovery at start-up failed", exc_info=True)
+            else:
+                if recovered:
+                    log.info("recovered %d run(s) left active by a previous process", recovered)
             while not self._closing:
                 await asyncio.sleep(self._lease_ttl_s / 2)
                 try:
@@ -764,11 +783,13 @@ class RunManager:
                 if taken:
                     log.info("took over %d run(s) whose lease had expired", taken)
 
-        self._spawn(loop(), name="lease-watch")
+        self._spawn(loop(), name="recovery")
 
     async def _recover_one(self, run: RunRecord) -> bool:
         """Take over a run whose process is gone; False when a live process still holds it."""
         async with self._lock(run.thread_id):
+            if run.run_id in self._executions:
+                return False  # recovered meanwhile (start-up and the lease scan overlap)
             lease = await self.leases.acquire(run.run_id, self._instance_id, self._lease_ttl_s)
             if lease is None:
                 return False

@@ -65,13 +65,14 @@ class StreamTranslator:
         return []
 
     def abort_open(self, reason: str) -> list[Emitted]:
-        """`message.aborted` for every message that started and will never complete."""
-        emitted = [
+        """`message.aborted` for every message that started and will never complete.
+
+        Pure, so a final write retried while storage is down announces the same aborts.
+        """
+        return [
             (EventType.MESSAGE_ABORTED, {"message_id": message_id, "reason": reason})
             for message_id, _ in self.open_messages.values()
         ]
-        self.open_messages.clear()
-        return emitted
 
     def _raw(self, data: Any) -> list[Emitted]:
         kind = getattr(data, "type", None)

@@ -13,7 +13,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from persistence.db import as_utc, transaction, utcnow
-from persistence.tables import runs
+from persistence.tables import approvals, runs
 
 
 class RunStatus(StrEnum):
@@ -119,6 +119,27 @@ class RunRepository:
             select(runs)
             .where(runs.c.status.in_([s.value for s in statuses]))
             .order_by(runs.c.created_at)
+        )
+        async with transaction(self._engine) as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [RunRecord.from_row(row) for row in rows]
+
+    async def decided_but_waiting(self, limit: int = 500) -> list[RunRecord]:
+        """Paused runs whose every approval is decided: their continuation did not start
+        (it failed, or its process died in between) and must be retried."""
+        pending = (
+            select(approvals.c.approval_id)
+            .where(
+                approvals.c.run_id == runs.c.run_id,
+                approvals.c.checkpoint_version == runs.c.checkpoint_version,
+                approvals.c.status == "pending",
+            )
+            .exists()
+        )
+        query = (
+            select(runs)
+            .where(runs.c.status == RunStatus.WAITING_FOR_REVIEW.value, ~pending)
+            .limit(limit)
         )
         async with transaction(self._engine) as conn:
             rows = (await conn.execute(query)).mappings().all()

@@ -1,0 +1,531 @@
+"""Storage that fails for a while and comes back (DESIGN invariant 8).
+
+A real in-process gateway on a real SQLite file; `tests.support.faults` makes chosen statements on
+the gateway's own engine fail with SQLite's `disk I/O error`, then heals. Checked: nothing that
+was not stored reaches a client, a pause whose checkpoint cannot be written is neither announced
+nor lost, a storage blip mid-turn does not fail the run, a decision that cannot be recorded
+answers `unavailable` and changes nothing, a recorded decision still continues its run, and
+everything completes exactly once when storage is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent
+from agents.testing import ModelStep, ScriptedModel
+
+import gateway.execution as execution
+from gateway.registry import AgentGraph, AgentRegistry
+from tests.support.agents import EffectLog, call, effect_tool, say
+from tests.support.client import Client, ProtocolFailure, final_text
+from tests.support.faults import (
+    Predicate,
+    any_write,
+    checkpoint_writes,
+    every_statement,
+    faulty_gateway,
+    from_first,
+    select_one,
+    writes_containing,
+    writes_to,
+)
+from tests.support.gateway import Gateway, running_gateway
+from tests.support.gateway import test_settings as settings_for
+
+AGENT = "charger"
+FINAL = "charged and finished"
+PAUSE_EVENTS = ("approval.requested", "run.paused")
+
+Opener = Callable[..., Awaitable[Client]]
+
+
+# -- fixtures and helpers ------------------------------------------------------------------
+
+
+def charger_registry(effects: EffectLog) -> AgentRegistry:
+    """`charger` looks an order up (no approval), then charges it (approval), then finishes.
+
+    Answers depend only on the conversation so far, so a recovered run replays identically:
+    the lookup ends a turn (a turn checkpoint), the charge pauses the run (a pause checkpoint).
+    """
+
+    def respond(model_call: Any) -> Any:
+        items = model_call.input if isinstance(model_call.input, list) else []
+        outputs = {
+            item.get("call_id")
+            for item in items
+            if isinstance(item, dict) and item.get("type") == "function_call_output"
+        }
+        if "call_charge_1" in outputs:
+            return [say(FINAL)]
+        if "call_lookup_1" in outputs:
+            return [say("charging now"), call("charge", "call_charge_1", value="5")]
+        return [say("looking the order up"), call("lookup", "call_lookup_1", value="order 5")]
+
+    def build() -> Agent[Any]:
+        return Agent(
+            name=AGENT,
+            instructions="charge orders",
+            model=ScriptedModel([ModelStep.respond(respond) for _ in range(50)]),
+            tools=[
+                effect_tool(effects, "lookup", needs_approval=False),
+                effect_tool(effects, "charge", needs_approval=True),
+            ],
+        )
+
+    return AgentRegistry([AgentGraph(name=AGENT, version="1", build=build)], default=AGENT)
+
+
+@asynccontextmanager
+async def clients(gw: Gateway) -> AsyncIterator[Opener]:
+    opened: list[Client] = []
+
+    async def open_client(user: str = "alice", *roles: str) -> Client:
+        client = await Client.connect(gw.ws_url, gw.token(user, *roles))
+        opened.append(client)
+        return client
+
+    try:
+        yield open_client
+    finally:
+        for client in opened:
+            await client.close()
+
+
+def names(events: list[dict[str, Any]]) -> list[str]:
+    return [e["event"] for e in events]
+
+
+def assert_dense(events: list[dict[str, Any]]) -> None:
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+
+
+def stored_events(db_path: Path, thread_id: str) -> list[tuple[int, str]]:
+    return rows(db_path, "SELECT seq, type FROM events WHERE thread_id = ? ORDER BY seq", thread_id)
+
+
+def rows(db_path: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Read the gateway's SQLite file directly (WAL lets a reader in beside the writer)."""
+    with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=10) as conn:
+        return conn.execute(query, params).fetchall()
+
+
+def inbox_added(reviewer: Client) -> list[str]:
+    return [
+        view["approval_id"]
+        for frame in reviewer.frames
+        if frame.get("type") in ("inbox", "inbox.update")
+        for view in frame.get("added", frame.get("approvals", []))
+    ]
+
+
+def inbox_removed(reviewer: Client) -> list[str]:
+    return [
+        approval_id
+        for frame in reviewer.frames
+        if frame.get("type") == "inbox.update"
+        for approval_id in frame.get("removed", [])
+    ]
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        await asyncio.sleep(0.01)
+
+
+async def run_view(gw: Gateway, run_id: str) -> dict[str, Any]:
+    async with gw.http() as http:
+        response = await http.get(
+            f"/v1/runs/{run_id}", headers={"authorization": f"Bearer {gw.token('alice')}"}
+        )
+    assert response.status_code == 200, response.text
+    return response.json()["run"]
+
+
+async def pending_approvals(gw: Gateway) -> list[dict[str, Any]]:
+    async with gw.http() as http:
+        response = await http.get(
+            "/v1/approvals", headers={"authorization": f"Bearer {gw.token('bob', 'reviewer')}"}
+        )
+    assert response.status_code == 200, response.text
+    return list(response.json()["approvals"])
+
+
+async def start_until_lookup(alice: Client) -> tuple[str, str]:
+    ack = await alice.request("run.start", input="charge order 5", agent=AGENT)
+    await alice.wait_event("tool.output", call_id="call_lookup_1")
+    return ack["thread_id"], ack["run_id"]
+
+
+def assert_nothing_paused(client: Client, thread_id: str) -> None:
+    seen = names(client.events_of(thread_id))
+    assert not [name for name in seen if name in PAUSE_EVENTS], seen
+
+
+# -- 1. the pause's checkpoint cannot be written -------------------------------------------
+
+
+PAUSE_FAULTS: dict[str, Callable[[], Predicate]] = {
+    # Only the pause's checkpoint insert fails (the transaction rolls back as a whole).
+    "checkpoint_insert": lambda: checkpoint_writes("approval"),
+    # The disk goes away at the pause: every write fails from then on (lease renewals too).
+    "all_writes_from_the_pause": lambda: from_first(checkpoint_writes("approval"), any_write),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(PAUSE_FAULTS))
+async def test_pause_checkpoint_failure_is_retried_and_announced_once(
+    db_path: Path, fault: str
+) -> None:
+    """Storage fails for ~1 s at the pause: nothing is announced until the pause is stored."""
+    effects = EffectLog()
+    async with (
+        faulty_gateway(settings_for(db_path), charger_registry(effects)) as fg,
+        clients(fg.gateway) as connect,
+    ):
+        gw, faults = fg.gateway, fg.faults
+        alice = await connect("alice", "user")
+        bob = await connect("bob", "reviewer")
+        await bob.request("inbox.subscribe")
+        await bob.wait_for(lambda f: f.get("type") == "inbox")
+
+        faults.fail(PAUSE_FAULTS[fault]())
+        thread_id, run_id = await start_until_lookup(alice)
+        # storage_retry tries at 0, 0.2 and 0.7 s after the first failure, then at 1.7 s.
+        await faults.wait_hits(1)
+        await asyncio.sleep(1.0)
+        assert faults.hits >= 2, faults.failed  # retried, not given up on
+
+        assert_nothing_paused(alice, thread_id)
+        assert inbox_added(bob) == []
+        assert await pending_approvals(gw) == []
+        view = await run_view(gw, run_id)
+        assert view["status"] == "running" and view["checkpoint_version"] == 1  # the turn's
+        stored = [t for _, t in stored_events(db_path, thread_id)]
+        assert not [t for t in stored if t in PAUSE_EVENTS]
+        assert rows(db_path, "SELECT count(*) FROM approvals WHERE run_id = ?", run_id) == [(0,)]
+
+        failed_attempts = faults.hits
+        faults.heal()
+        paused = await alice.wait_event("run.paused", timeout=10)
+        assert paused["data"] == {"reason": "approval", "checkpoint_version": 2}
+        requested = [e for e in alice.events_of(thread_id) if e["event"] == "approval.requested"]
+        assert len(requested) == 1
+        approval_id = requested[0]["data"]["approval_id"]
+        assert requested[0]["data"]["checkpoint_version"] == 2
+        await bob.wait_for(lambda f: approval_id in inbox_added(bob))
+        assert inbox_added(bob) == [approval_id]
+        assert [a["approval_id"] for a in await pending_approvals(gw)] == [approval_id]
+        assert faults.hits == failed_attempts
+
+        ack = await bob.request("approval.decide", approval_id=approval_id, decision="approve")
+        assert ack["approval"]["status"] == "approved"
+        await alice.wait_event("run.completed", timeout=10)
+
+        events = alice.events_of(thread_id)
+        seen = names(events)
+        assert seen.count("approval.requested") == 1
+        assert seen.count("run.paused") == 1
+        assert seen.count("run.resumed") == 1
+        assert "run.failed" not in seen
+        assert FINAL in final_text(events, run_id)
+        assert_dense(events)
+        assert [(e["seq"], e["event"]) for e in events] == stored_events(db_path, thread_id)
+        assert effects.count("lookup") == 1
+        assert effects.count("charge") == 1
+        # One approval checkpoint, at the version announced; the failed attempts left nothing.
+        checkpoints = rows(
+            db_path, "SELECT version, reason FROM checkpoints WHERE run_id = ? ORDER BY 1", run_id
+        )
+        assert checkpoints[:2] == [(1, "turn"), (2, "approval")]
+        assert [v for v, _ in checkpoints] == list(range(1, len(checkpoints) + 1))
+        assert [r for _, r in checkpoints].count("approval") == 1
+        assert rows(db_path, "SELECT status FROM approvals WHERE run_id = ?", run_id) == [
+            ("approved",)
+        ]
+
+
+async def test_pause_checkpoint_failure_past_retry_window_keeps_run_for_restart(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Storage stays down longer than the gateway retries: the run is neither failed nor lost,
+    and a restarted gateway continues it from its newest checkpoint (the lookup's turn)."""
+    # The real window is ~16 s (0.2 + 0.5 + 1 + 2 + 4 + 8); a short one exercises the same path.
+    retry_delays = (0.05, 0.1, 0.2)
+    monkeypatch.setattr(execution.storage_retry, "__defaults__", (retry_delays,))
+    effects = EffectLog()
+    registry = charger_registry(effects)
+
+    async with faulty_gateway(settings_for(db_path), registry) as fg, clients(fg.gateway) as c:
+        gw, faults = fg.gateway, fg.faults
+        alice = await c("alice", "user")
+        faults.fail(checkpoint_writes("approval"))
+        thread_id, run_id = await start_until_lookup(alice)
+        await faults.wait_hits(len(retry_delays) + 1)
+        await eventually(lambda: not fg.services.runs.is_executing(run_id))
+        await asyncio.sleep(0.3)
+        assert faults.hits == len(retry_delays) + 1, faults.failed  # gave up, no more writes
+
+        assert_nothing_paused(alice, thread_id)
+        view = await run_view(gw, run_id)
+        assert view["status"] == "running", view
+        assert view["error"] is None
+        assert view["checkpoint_version"] == 1
+        assert view["pending_approvals"] == []
+        assert await pending_approvals(gw) == []
+        assert rows(
+            db_path, "SELECT status, checkpoint_version FROM runs WHERE run_id = ?", run_id
+        ) == [("running", 1)]
+        stored = [t for _, t in stored_events(db_path, thread_id)]
+        assert "run.failed" not in stored
+        assert not [t for t in stored if t in PAUSE_EVENTS]
+        assert effects.count("charge") == 0
+        faults.heal()
+
+    async with running_gateway(settings_for(db_path), registry) as gw2, clients(gw2) as c2:
+        alice = await c2("alice", "user")
+        bob = await c2("bob", "reviewer")
+        await alice.request("thread.subscribe", thread_id=thread_id, after_seq=0)
+        paused = await alice.wait_event("run.paused", timeout=10)
+        assert paused["data"] == {"reason": "approval", "checkpoint_version": 2}
+        recovered = await alice.wait_event("run.recovered")
+        assert recovered["data"]["checkpoint_version"] == 1
+        requested = [e for e in alice.events_of(thread_id) if e["event"] == "approval.requested"]
+        assert len(requested) == 1
+        await bob.request(
+            "approval.decide", approval_id=requested[0]["data"]["approval_id"], decision="approve"
+        )
+        await alice.wait_event("run.completed", timeout=10)
+
+        events = alice.events_of(thread_id)
+        seen = names(events)
+        assert {e["run_id"] for e in events} == {run_id}
+        assert seen.count("run.started") == 1
+        assert seen.count("run.recovered") == 1
+        assert seen.count("approval.requested") == 1
+        assert seen.count("run.paused") == 1
+        assert "run.failed" not in seen
+        assert seen.index("run.recovered") < seen.index("approval.requested")
+        assert FINAL in final_text(events, run_id)
+        assert_dense(events)
+        # Continued from the turn checkpoint: the lookup is not repeated; the charge runs once.
+        assert effects.count("lookup") == 1
+        assert effects.count("charge") == 1
+        assert rows(db_path, "SELECT status FROM runs WHERE run_id = ?", run_id) == [("completed",)]
+
+
+# -- 1b. a write inside a streaming turn fails ------------------------------------------------
+
+
+async def test_session_write_failure_mid_turn_does_not_fail_the_run(db_path: Path) -> None:
+    """One write fails: the SDK storing the finished lookup turn in its session (the same
+    SQLite file). The run's state is durable up to its last checkpoint and nothing was
+    decided, so a storage blip must not end it as `failed`; it continues once storage is back
+    (here at the latest after a restart)."""
+    effects = EffectLog()
+    registry = charger_registry(effects)
+    async with faulty_gateway(settings_for(db_path), registry) as fg, clients(fg.gateway) as c:
+        gw, faults = fg.gateway, fg.faults
+        alice = await c("alice", "user")
+        faults.fail(writes_containing("agent_messages", "call_lookup_1"))
+        ack = await alice.request("run.start", input="charge order 5", agent=AGENT)
+        thread_id, run_id = ack["thread_id"], ack["run_id"]
+        await faults.wait_hits(1)
+        await asyncio.sleep(0.3)
+        faults.heal()
+        await asyncio.sleep(1.0)  # let whatever the gateway does after the blip settle
+
+        seen = names(alice.events_of(thread_id))
+        assert "run.failed" not in seen, [e["data"] for e in alice.events if "error" in e["data"]]
+        view = await run_view(gw, run_id)
+        assert view["status"] not in ("failed", "cancelled"), view
+        assert effects.count("charge") == 0 or view["status"] == "completed"
+
+    async with running_gateway(settings_for(db_path), registry) as gw2, clients(gw2) as c2:
+        alice = await c2("alice", "user")
+        bob = await c2("bob", "reviewer")
+        await alice.request("thread.subscribe", thread_id=thread_id, after_seq=0)
+        requested = await alice.wait_event("approval.requested", timeout=10)
+        await bob.request(
+            "approval.decide", approval_id=requested["data"]["approval_id"], decision="approve"
+        )
+        await alice.wait_event("run.completed", timeout=10)
+        events = alice.events_of(thread_id)
+        seen = names(events)
+        assert seen.count("approval.requested") == 1
+        assert "run.failed" not in seen
+        assert FINAL in final_text(events, run_id)
+        assert_dense(events)
+        assert effects.count("lookup") == 1  # the ledger keeps the replayed lookup from rerunning
+        assert effects.count("charge") == 1
+
+
+# -- 2. the decision cannot be recorded ----------------------------------------------------
+
+
+async def test_decision_during_storage_failure_is_unavailable_and_changes_nothing(
+    db_path: Path,
+) -> None:
+    effects = EffectLog()
+    async with (
+        faulty_gateway(settings_for(db_path), charger_registry(effects)) as fg,
+        clients(fg.gateway) as connect,
+    ):
+        gw, faults = fg.gateway, fg.faults
+        alice = await connect("alice", "user")
+        bob = await connect("bob", "reviewer")
+        await bob.request("inbox.subscribe")
+        ack = await alice.request("run.start", input="charge order 5", agent=AGENT)
+        thread_id, run_id = ack["thread_id"], ack["run_id"]
+        requested = await alice.wait_event("approval.requested")
+        approval_id = requested["data"]["approval_id"]
+        await alice.wait_event("run.paused")
+        await bob.wait_for(lambda f: approval_id in inbox_added(bob))
+        head_before = stored_events(db_path, thread_id)
+
+        faults.fail(writes_to("approvals", "events"))
+        with pytest.raises(ProtocolFailure) as failure:
+            await bob.request("approval.decide", approval_id=approval_id, decision="approve")
+        assert failure.value.code == "unavailable"
+        assert failure.value.frame["ref"]
+        async with gw.http() as http:
+            response = await http.post(
+                f"/v1/approvals/{approval_id}/decision",
+                headers={"authorization": f"Bearer {gw.token('carol', 'reviewer')}"},
+                json={"decision": "reject", "reason": "not now"},
+            )
+        assert response.status_code == 503, response.text
+        assert response.json()["error"]["code"] == "unavailable"
+        assert faults.hits >= 2
+
+        # Nothing changed: still pending, no decision event, the run still waits for review.
+        await asyncio.sleep(0.3)
+        pending = await pending_approvals(gw)
+        assert [(a["approval_id"], a["status"]) for a in pending] == [(approval_id, "pending")]
+        view = await run_view(gw, run_id)
+        assert view["status"] == "waiting_for_review"
+        assert [a["approval_id"] for a in view["pending_approvals"]] == [approval_id]
+        assert "approval.decided" not in names(alice.events_of(thread_id))
+        assert inbox_removed(bob) == []
+        assert stored_events(db_path, thread_id) == head_before
+        assert rows(
+            db_path, "SELECT status, reviewer FROM approvals WHERE approval_id = ?", approval_id
+        ) == [("pending", None)]
+        assert effects.count("charge") == 0
+
+        faults.heal()
+        ack = await bob.request("approval.decide", approval_id=approval_id, decision="approve")
+        assert ack["approval"]["status"] == "approved"
+        assert ack["approval"]["reviewer"] == "bob"
+        await alice.wait_event("run.completed", timeout=10)
+
+        events = alice.events_of(thread_id)
+        seen = names(events)
+        decided = [e for e in events if e["event"] == "approval.decided"]
+        assert len(decided) == 1
+        assert decided[0]["data"]["reviewer"] == "bob"
+        assert decided[0]["data"]["decision"] == "approve"
+        assert seen.count("run.resumed") == 1
+        assert FINAL in final_text(events, run_id)
+        assert_dense(events)
+        assert effects.count("charge") == 1
+        await bob.wait_for(lambda f: approval_id in inbox_removed(bob))
+
+
+async def test_continuation_after_recorded_decision_survives_storage_blip(db_path: Path) -> None:
+    """The decision is stored, then the continuation's first write (run -> resuming) fails.
+
+    The reviewer already has an `approved` ack and the pause has no pending approval left, so
+    no further decision will come: once storage is back the gateway itself must continue the
+    run (a short lease TTL gives its periodic recovery every chance to do so)."""
+    effects = EffectLog()
+    async with (
+        faulty_gateway(settings_for(db_path, lease_ttl_s=2.0), charger_registry(effects)) as fg,
+        clients(fg.gateway) as connect,
+    ):
+        gw, faults = fg.gateway, fg.faults
+        alice = await connect("alice", "user")
+        bob = await connect("bob", "reviewer")
+        ack = await alice.request("run.start", input="charge order 5", agent=AGENT)
+        thread_id, run_id = ack["thread_id"], ack["run_id"]
+        requested = await alice.wait_event("approval.requested")
+        approval_id = requested["data"]["approval_id"]
+        await alice.wait_event("run.paused")
+
+        faults.fail(writes_to("runs"))  # approvals and events still take writes
+        decided = await bob.request("approval.decide", approval_id=approval_id, decision="approve")
+        assert decided["approval"]["status"] == "approved"
+        await faults.wait_hits(1)
+        await asyncio.sleep(0.3)
+        faults.heal()
+
+        await alice.wait_event("run.completed", timeout=10)
+        events = alice.events_of(thread_id)
+        seen = names(events)
+        assert seen.count("approval.decided") == 1
+        assert seen.count("run.resumed") == 1
+        assert FINAL in final_text(events, run_id)
+        assert_dense(events)
+        assert effects.count("charge") == 1
+        assert (await run_view(gw, run_id))["status"] == "completed"
+
+
+# -- 3. readiness ----------------------------------------------------------------------------
+
+
+async def test_readyz_follows_storage(db_path: Path) -> None:
+    async with faulty_gateway(settings_for(db_path), charger_registry(EffectLog())) as fg:
+        gw, faults = fg.gateway, fg.faults
+        async with gw.http() as http:
+            assert (await http.get("/readyz")).status_code == 200
+
+            faults.fail(select_one)
+            response = await http.get("/readyz")
+            assert response.status_code == 503
+            assert response.json()["status"] == "unavailable"
+            assert (await http.get("/healthz")).status_code == 200  # alive, just not ready
+
+            faults.heal()
+            response = await http.get("/readyz")
+            assert response.status_code == 200
+            assert response.json() == {"status": "ready", "storage": "ok"}
+
+
+async def test_whole_database_down_answers_unavailable_then_recovers(db_path: Path) -> None:
+    """Every statement fails: readiness is 503 and writes answer `unavailable`; then it heals."""
+    effects = EffectLog()
+    async with (
+        faulty_gateway(settings_for(db_path), charger_registry(effects)) as fg,
+        clients(fg.gateway) as connect,
+    ):
+        gw, faults = fg.gateway, fg.faults
+        alice = await connect("alice", "user")
+
+        faults.fail(every_statement)
+        async with gw.http() as http:
+            assert (await http.get("/readyz")).status_code == 503
+        with pytest.raises(ProtocolFailure) as failure:
+            await alice.request("run.start", input="charge order 5", agent=AGENT)
+        assert failure.value.code == "unavailable"
+        assert rows(db_path, "SELECT count(*) FROM runs") == [(0,)]
+
+        faults.heal()
+        async with gw.http() as http:
+            assert (await http.get("/readyz")).status_code == 200
+        ack = await alice.request("run.start", input="charge order 5", agent=AGENT)
+        await alice.wait_event("run.paused", timeout=10)
+        events = alice.events_of(ack["thread_id"])
+        assert events[0]["event"] == "run.started"
+        assert_dense(events)
+        assert effects.count("lookup") == 1

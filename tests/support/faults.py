@@ -1,0 +1,191 @@
+"""Storage faults for tests: make chosen SQL statements of a running gateway fail, then heal.
+
+A `before_cursor_execute` listener on the gateway's own engine raises the error SQLite raises
+when its disk goes away (`sqlite3.OperationalError: disk I/O error`) for every statement a
+predicate picks, while a fault is set. SQLAlchemy wraps it like any driver error, so the gateway
+sees exactly what a real outage would give it; the SQLite file itself stays intact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.applications import Starlette
+
+import tests.support.gateway as gateway_support
+from gateway.registry import AgentRegistry
+from gateway.services import Services
+from gateway.settings import Settings
+from tests.support.gateway import Gateway
+
+_WRITE = re.compile(r'^\s*(?:INSERT(?:\s+OR\s+\w+)?\s+INTO|UPDATE|DELETE\s+FROM)\s+"?(\w+)"?', re.I)
+
+# (SQL text, bound parameters) -> fail this statement?
+Predicate = Callable[[str, Any], bool]
+
+
+def writes_to(*tables: str) -> Predicate:
+    """INSERT/UPDATE/DELETE statements on any of `tables`; reads still work."""
+    wanted = {t.lower() for t in tables}
+
+    def match(statement: str, parameters: Any) -> bool:
+        found = _WRITE.match(statement)
+        return bool(found and found.group(1).lower() in wanted)
+
+    return match
+
+
+def checkpoint_writes(reason: str) -> Predicate:
+    """Inserts of checkpoints taken for `reason` (approval, turn, disconnect, shutdown)."""
+    is_write = writes_to("checkpoints")
+
+    def match(statement: str, parameters: Any) -> bool:
+        return is_write(statement, parameters) and reason in _values(parameters)
+
+    return match
+
+
+def writes_containing(table: str, needle: str) -> Predicate:
+    """Writes to `table` with a bound value that contains `needle` (e.g. a call id)."""
+    is_write = writes_to(table)
+
+    def match(statement: str, parameters: Any) -> bool:
+        return is_write(statement, parameters) and any(
+            isinstance(value, str) and needle in value for value in _values(parameters)
+        )
+
+    return match
+
+
+def from_first(trigger: Predicate, then: Predicate) -> Predicate:
+    """Nothing fails until a statement matches `trigger`; from it on, whatever `then` picks."""
+    tripped = False
+
+    def match(statement: str, parameters: Any) -> bool:
+        nonlocal tripped
+        tripped = tripped or trigger(statement, parameters)
+        return tripped and then(statement, parameters)
+
+    return match
+
+
+def any_write(statement: str, parameters: Any) -> bool:
+    return bool(_WRITE.match(statement))
+
+
+def select_one(statement: str, parameters: Any) -> bool:
+    """The readiness probe's `SELECT 1`."""
+    return statement.strip().upper() == "SELECT 1"
+
+
+def every_statement(statement: str, parameters: Any) -> bool:
+    return True
+
+
+def _values(parameters: Any) -> list[Any]:
+    """Bound values of one execution or of an executemany, flattened."""
+    if isinstance(parameters, dict):
+        return list(parameters.values())
+    if isinstance(parameters, (list, tuple)):
+        flat: list[Any] = []
+        for item in parameters:
+            flat.extend(_values(item) if isinstance(item, (list, tuple, dict)) else [item])
+        return flat
+    return [parameters]
+
+
+@dataclass
+class StorageFaults:
+    """Switchable failures on one engine; counts the statements it failed."""
+
+    engine: AsyncEngine
+    hits: int = 0
+    failed: list[str] = field(default_factory=list)
+    _predicate: Predicate | None = None
+    _installed: bool = False
+
+    def install(self) -> None:
+        event.listen(self.engine.sync_engine, "before_cursor_execute", self._before)
+        self._installed = True
+
+    def remove(self) -> None:
+        if self._installed:
+            event.remove(self.engine.sync_engine, "before_cursor_execute", self._before)
+            self._installed = False
+
+    def fail(self, predicate: Predicate) -> None:
+        """From now on, statements matching `predicate` fail with a disk I/O error."""
+        self._predicate = predicate
+
+    def heal(self) -> None:
+        self._predicate = None
+
+    @property
+    def active(self) -> bool:
+        return self._predicate is not None
+
+    async def wait_hits(self, count: int, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while self.hits < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {self.hits} of {count} statements failed in {timeout} s")
+            await asyncio.sleep(0.01)
+
+    def _before(
+        self,
+        conn: Any,
+        cursor: Any,
+        statement: str,
+        parameters: Any,
+        context: Any,
+        executemany: bool,
+    ) -> None:
+        predicate = self._predicate
+        if predicate is not None and predicate(statement, parameters):
+            self.hits += 1
+            self.failed.append(statement.split("\n", 1)[0][:120])
+            raise sqlite3.OperationalError("disk I/O error")
+
+
+@dataclass
+class FaultyGateway:
+    gateway: Gateway
+    services: Services
+    faults: StorageFaults
+
+
+@contextlib.asynccontextmanager
+async def faulty_gateway(
+    settings: Settings, registry: AgentRegistry | None = None
+) -> AsyncIterator[FaultyGateway]:
+    """`running_gateway` plus a `StorageFaults` on the app's engine (removed before shutdown)."""
+    apps: list[Starlette] = []
+    original = gateway_support.create_app
+
+    def capturing(*args: Any, **kwargs: Any) -> Starlette:
+        app = original(*args, **kwargs)
+        apps.append(app)
+        return app
+
+    async with contextlib.AsyncExitStack() as stack:
+        gateway_support.create_app = capturing  # type: ignore[assignment]
+        try:
+            gw = await stack.enter_async_context(
+                gateway_support.running_gateway(settings, registry)
+            )
+        finally:
+            gateway_support.create_app = original  # type: ignore[assignment]
+        services: Services = apps[-1].state.services
+        faults = StorageFaults(services.engine)
+        faults.install()
+        stack.callback(faults.remove)
+        yield FaultyGateway(gw, services, faults)
