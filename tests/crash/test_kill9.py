@@ -7,7 +7,6 @@ and starts a fresh one on the same database, then checks what a new subscriber s
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,44 +14,22 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.auth import TokenVerifier
 from tests.support.client import Client
-from tests.support.gateway import TEST_SECRET, GatewayProcess, spawn_gateway
-
-AGENTS_ARGS = ["--agents", "tests.support.agents:registry"]
-TIMEOUT = 60.0  # slow CI: 2 cores, a cold subprocess start-up and SQLite fsyncs
-
-
-def token(user: str, *roles: str, tenant: str = "acme") -> str:
-    return TokenVerifier(TEST_SECRET).issue(user, tenant, roles or ("user",))
-
-
-def ws_url(gw: GatewayProcess) -> str:
-    return f"ws://127.0.0.1:{gw.port}/v1/ws"
-
-
-def http(gw: GatewayProcess, user: str, *roles: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        base_url=f"http://127.0.0.1:{gw.port}",
-        headers={"Authorization": f"Bearer {token(user, *roles)}"},
-        timeout=30,
-    )
-
-
-def comparable(event: dict[str, Any]) -> tuple[Any, ...]:
-    return (event["seq"], event["run_id"], event["event"], event["data"], event["ts"])
-
-
-def assert_dense(events: list[dict[str, Any]]) -> None:
-    seqs = [e["seq"] for e in events]
-    assert seqs == list(range(1, len(events) + 1)), f"log not dense/ordered: {seqs}"
-
-
-def charges(effects: Path) -> int:
-    if not effects.exists():
-        return 0
-    lines = effects.read_text().splitlines()
-    return sum(1 for line in lines if json.loads(line)["tool"] == "charge")
+from tests.support.crash import (
+    AGENTS_ARGS,
+    TIMEOUT,
+    assert_dense,
+    charges,
+    close_all,
+    comparable,
+    connect,
+    crash,
+    describe,
+    http,
+    subscribe_from_start,
+    wait_run_end,
+)
+from tests.support.gateway import GatewayProcess, spawn_gateway
 
 
 @pytest.fixture
@@ -76,48 +53,6 @@ def clients() -> Iterator[list[Client]]:
     yield opened
     # Each test closes them with `close_all` (teardown here is sync); sockets to a killed
     # gateway are dead anyway.
-
-
-async def connect(gw: GatewayProcess, opened: list[Client], user: str, *roles: str) -> Client:
-    client = await Client.connect(ws_url(gw), token(user, *roles))
-    opened.append(client)
-    return client
-
-
-async def close_all(opened: list[Client]) -> None:
-    for client in opened:
-        try:
-            await asyncio.wait_for(client.close(), 5)
-        except Exception:  # the server may already be gone
-            pass
-    opened.clear()
-
-
-async def crash(gw: GatewayProcess, opened: list[Client]) -> None:
-    gw.kill()
-    # Let the clients notice the dead socket, then drop them.
-    await close_all(opened)
-
-
-async def subscribe_from_start(gw: GatewayProcess, opened: list[Client], thread_id: str) -> Client:
-    watcher = await connect(gw, opened, "watcher", "viewer")
-    await watcher.request("thread.subscribe", thread_id=thread_id, after_seq=0)
-    return watcher
-
-
-async def wait_run_end(client: Client, run_id: str) -> dict[str, Any]:
-    return await client.wait_for(
-        lambda f: (
-            f.get("type") == "event"
-            and f["run_id"] == run_id
-            and f["event"] in ("run.completed", "run.failed", "run.cancelled")
-        ),
-        TIMEOUT,
-    )
-
-
-def describe(gw: GatewayProcess) -> str:
-    return f"\n--- gateway log ---\n{gw.log()[-6000:]}"
 
 
 # -- 1. kill -9 while paused --------------------------------------------------------------------
