@@ -99,7 +99,21 @@ async def test_decisions_on_two_processes_start_one_continuation(tmp_path: Path,
             "approval.decide", approval_id=requested[1]["data"]["approval_id"], decision="approve"
         ),
     )
-    await alice.wait_event("run.completed", timeout=60)
+    # Watched through the database, not alice's socket on A: which process continues is
+    # up to the race, and this test is about there being exactly one continuation.
+    token = TOKEN.issue("alice", "acme", ["user"])
+    async with httpx.AsyncClient() as http:
+        for _ in range(600):
+            run = (
+                await http.get(
+                    f"http://127.0.0.1:{a.port}/v1/runs/{ack['run_id']}",
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+            ).json()["run"]
+            if run["status"] == "completed":
+                break
+            await asyncio.sleep(0.1)
+    assert run["status"] == "completed", run
     await asyncio.sleep(1)  # a second continuation, if any, would show up by now
     names = [e["event"] for e in await events_of(a, ack["thread_id"])]
     assert names.count("run.resumed") == 1
