@@ -38,7 +38,7 @@ from gateway.registry import AgentGraph
 from gateway.translate import StreamTranslator, output_text, parse_arguments
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
-from persistence.db import utcnow
+from persistence.db import pin_sqlite_busy_timeout, utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.events import NewEvent
 from persistence.ids import new_id
@@ -143,6 +143,11 @@ class SegmentRunner:
         self._on_finished = on_finished
         self._on_suspended = on_suspended
         self._lease_ttl_s = lease_ttl_s
+        # The SDK's SQLAlchemySession adds a connect listener to the engine the first time one
+        # is built. Doing that while other tasks open connections breaks SQLAlchemy's listener
+        # iteration ("deque mutated during iteration"), so build one now, before serving.
+        SQLAlchemySession("gateway-start-up", engine=engine)
+        pin_sqlite_busy_timeout(engine)
 
     def run_config(self) -> RunConfig:
         return RunConfig(model_provider=self._provider, tracing_disabled=not self._tracing)

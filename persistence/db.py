@@ -59,6 +59,24 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     return engine
 
 
+def pin_sqlite_busy_timeout(engine: AsyncEngine) -> None:
+    """Re-assert the gateway's busy timeout after other libraries added connect listeners.
+
+    The SDK's SQLAlchemySession registers its own listener (busy_timeout=5000) on first use;
+    connect listeners run in registration order, so this one, added after it, has the last word.
+    """
+    if engine.dialect.name == "sqlite":
+        event.listen(engine.sync_engine, "connect", _sqlite_busy_timeout)
+
+
+def _sqlite_busy_timeout(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA busy_timeout=30000")
+    finally:
+        cursor.close()
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:
