@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -12,27 +10,7 @@ from agents.testing import ModelStep
 
 from gateway.registry import AgentRegistry
 from tests.support.agents import EffectLog, call, handoff_graph, nested_graph, say, scripted_graph
-from tests.support.client import Client, ProtocolFailure, final_text
-from tests.support.gateway import Gateway
-
-Opener = Callable[..., Awaitable[Client]]
-
-
-@contextlib.asynccontextmanager
-async def clients(gw: Gateway) -> AsyncIterator[Opener]:
-    """Open protocol clients against `gw`; all are closed when the block ends."""
-    opened: list[Client] = []
-
-    async def open_client(user: str = "alice", *roles: str, tenant: str = "acme") -> Client:
-        client = await Client.connect(gw.ws_url, gw.token(user, *roles, tenant=tenant))
-        opened.append(client)
-        return client
-
-    try:
-        yield open_client
-    finally:
-        for client in opened:
-            await client.close()
+from tests.support.client import Client, ProtocolFailure, clients, final_text
 
 
 def names(events: list[dict[str, Any]]) -> list[str]:

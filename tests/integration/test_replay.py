@@ -3,32 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from tests.support.client import Client
-from tests.support.gateway import Gateway
-
-Opener = Callable[..., Awaitable[Client]]
+from tests.support.client import Client, clients
 
 FRAME_KEYS = ("type", "thread_id", "seq", "run_id", "event", "ts", "data")
-
-
-@contextlib.asynccontextmanager
-async def clients(gw: Gateway) -> AsyncIterator[Opener]:
-    opened: list[Client] = []
-
-    async def open_client(user: str = "alice", *roles: str, tenant: str = "acme") -> Client:
-        client = await Client.connect(gw.ws_url, gw.token(user, *roles, tenant=tenant))
-        opened.append(client)
-        return client
-
-    try:
-        yield open_client
-    finally:
-        for client in opened:
-            await client.close()
 
 
 def count_events(client: Client, name: str) -> int:

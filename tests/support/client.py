@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import websockets
@@ -127,3 +127,23 @@ def final_text(events: list[dict[str, Any]], run_id: str) -> str:
     completed = [e for e in events if e["event"] == "run.completed" and e["run_id"] == run_id]
     assert completed, "run did not complete"
     return str(completed[-1]["data"]["final_output"])
+
+
+Opener = Callable[..., Awaitable[Client]]
+
+
+@contextlib.asynccontextmanager
+async def clients(gw: Any) -> AsyncIterator[Opener]:
+    """Open protocol clients against a test gateway; all are closed when the block ends."""
+    opened: list[Client] = []
+
+    async def open_client(user: str = "alice", *roles: str, tenant: str = "acme") -> Client:
+        client = await Client.connect(gw.ws_url, gw.token(user, *roles, tenant=tenant))
+        opened.append(client)
+        return client
+
+    try:
+        yield open_client
+    finally:
+        for client in opened:
+            await client.close()
