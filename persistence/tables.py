@@ -65,6 +65,9 @@ runs = Table(
     Column("error", JSON, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # The user who started the run (or sent the input that started it): the "requester" that
+    # the four-eyes rule keeps from deciding the run's approvals. Null for runs from before 0004.
+    Column("requested_by", String(128), nullable=True),
     Index("ix_runs_thread", "thread_id"),
     Index("ix_runs_status", "status"),
     Index(
@@ -109,6 +112,8 @@ approvals = Table(
     Column("reason", Text, nullable=True),
     Column("requested_at", DateTime(timezone=True), nullable=False),
     Column("decided_at", DateTime(timezone=True), nullable=True),
+    # Past this instant the system rejects the approval (GATEWAY_APPROVAL_TTL_S; null: never).
+    Column("expires_at", DateTime(timezone=True), nullable=True),
     UniqueConstraint("run_id", "checkpoint_version", "call_id", name="uq_approvals_call"),
     Index("ix_approvals_tenant_status", "tenant", "status"),
     Index("ix_approvals_run", "run_id", "checkpoint_version"),
@@ -151,4 +156,23 @@ operations = Table(
     Column("result", Text, nullable=True),
     Column("started_at", DateTime(timezone=True), nullable=False),
     Column("finished_at", DateTime(timezone=True), nullable=True),
+)
+
+# Who did what, when, from where: decisions, cancellations, token failures, access denials.
+# Never removed by retention of run data.
+audit = Table(
+    "audit",
+    metadata,
+    Column("audit_id", Integer, primary_key=True, autoincrement=True),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("tenant", String(128), nullable=True),
+    Column("actor", String(128), nullable=True),
+    Column("action", String(64), nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("target", String(128), nullable=True),
+    Column("source", String(128), nullable=True),
+    Column("details", JSON, nullable=False),
+    Index("ix_audit_tenant_at", "tenant", "at"),
+    Index("ix_audit_action", "action"),
+    sqlite_autoincrement=True,
 )
