@@ -39,6 +39,9 @@ class Principal:
     user: str
     tenant: str
     roles: frozenset[Role]
+    # Roles beyond the four of PROTOCOL §3 that agent graphs name for their tools (for example
+    # `finance` for `issue_refund`); only names the verifier was told about are accepted.
+    extra_roles: frozenset[str] = frozenset()
 
     def has(self, role: Role) -> bool:
         return role in self.roles
@@ -83,13 +86,16 @@ class AccessDenied(Exception):
 class TokenVerifier:
     """Verifies and (for development and tests) issues HS256 gateway tokens."""
 
-    def __init__(self, secret: str, *, leeway_s: int = 30) -> None:
+    def __init__(
+        self, secret: str, *, leeway_s: int = 30, custom_roles: Iterable[str] = ()
+    ) -> None:
         if not secret:
             raise ValueError("the token secret must not be empty")
         if leeway_s < 0:
             raise ValueError(f"leeway_s must be >= 0, got {leeway_s}")
         self._secret = secret
         self._leeway_s = leeway_s
+        self._custom_roles = frozenset(custom_roles) - {role.value for role in Role}
 
     def verify(self, token: str) -> Principal:
         if not isinstance(token, str) or not token:
@@ -118,20 +124,26 @@ class TokenVerifier:
         except jwt.InvalidTokenError:
             # `from None`: PyJWT's messages can quote token segments.
             raise AuthError("token is invalid") from None
+        roles, extra_roles = _roles_claim(claims.get("roles", []), self._custom_roles)
         return Principal(
             user=_name_claim(claims, "sub"),
             tenant=_name_claim(claims, "tenant"),
-            roles=_roles_claim(claims.get("roles", [])),
+            roles=roles,
+            extra_roles=extra_roles,
         )
 
     def issue(self, user: str, tenant: str, roles: Iterable[Role | str], ttl_s: int = 3600) -> str:
         if ttl_s <= 0:
             raise ValueError(f"ttl_s must be > 0, got {ttl_s}")
         now = int(time.time())
+        try:
+            core, extra = _roles_claim([str(role) for role in roles], self._custom_roles)
+        except AuthError as exc:
+            raise ValueError(exc.message) from None
         claims: dict[str, Any] = {
             "sub": user,
             "tenant": tenant,
-            "roles": sorted(Role(role).value for role in roles),
+            "roles": sorted([role.value for role in core] + list(extra)),
             "iat": now,
             "exp": now + ttl_s,
         }
@@ -150,20 +162,26 @@ def _name_claim(claims: dict[str, Any], name: str) -> str:
     return value
 
 
-def _roles_claim(value: object) -> frozenset[Role]:
+def _roles_claim(
+    value: object, custom_roles: frozenset[str] = frozenset()
+) -> tuple[frozenset[Role], frozenset[str]]:
     if not isinstance(value, list):
         raise AuthError("token claim 'roles' must be a list")
     roles: set[Role] = set()
+    extra: set[str] = set()
     for item in value:
         if not isinstance(item, str):
             raise AuthError("token claim 'roles' must hold strings")
+        if item in custom_roles:
+            extra.add(item)
+            continue
         try:
             roles.add(Role(item))
         except ValueError:
             # Refused rather than dropped: a typo in an issuer's role would otherwise silently
             # demote a reviewer. Clipped because the value comes from the caller.
             raise AuthError(f"token has an unknown role {item[:32]!r}") from None
-    return frozenset(roles)
+    return frozenset(roles), frozenset(extra)
 
 
 # --- access rules (PROTOCOL §3) ------------------------------------------------------------
