@@ -20,7 +20,28 @@ FLAGS: dict[str, tuple[str, type, str]] = {
         str,
         "extra browser origins, comma-separated (GATEWAY_ALLOWED_ORIGINS)",
     ),
+    "--jwt-leeway-s": ("jwt_leeway_s", int, "clock skew allowed on exp/nbf (GATEWAY_JWT_LEEWAY_S)"),
+    "--jwt-issuer": ("jwt_issuer", str, "required token 'iss' (GATEWAY_JWT_ISSUER)"),
+    "--jwt-audience": ("jwt_audience", str, "required token 'aud' (GATEWAY_JWT_AUDIENCE)"),
+    "--jwks-file": ("jwks_file", str, "RS256/ES256 public keys, JWKS file (GATEWAY_JWKS_FILE)"),
+    "--jwks-url": ("jwks_url", str, "RS256/ES256 public keys, JWKS URL (GATEWAY_JWKS_URL)"),
+    "--jwks-cache-s": ("jwks_cache_s", float, "use fetched keys this long (GATEWAY_JWKS_CACHE_S)"),
+    "--jwks-refetch-s": (
+        "jwks_refetch_s",
+        float,
+        "least seconds between JWKS fetches (GATEWAY_JWKS_REFETCH_S)",
+    ),
     "--suspend-grace-s": ("suspend_grace_s", float, "GATEWAY_SUSPEND_GRACE_S"),
+    "--approval-ttl-s": (
+        "approval_ttl_s",
+        float,
+        "reject approvals undecided this long, 0 = never (GATEWAY_APPROVAL_TTL_S)",
+    ),
+    "--approval-sweep-s": (
+        "approval_sweep_s",
+        float,
+        "how often to look for expired approvals (GATEWAY_APPROVAL_SWEEP_S)",
+    ),
     "--max-frame-bytes": ("max_frame_bytes", int, "GATEWAY_MAX_FRAME_BYTES"),
     "--demo-delay-ms": ("demo_delay_ms", int, "offline model delay (GATEWAY_DEMO_DELAY_MS)"),
     "--model": ("model", str, "model name, 'offline' for the demo model (GATEWAY_MODEL)"),
@@ -30,6 +51,36 @@ FLAGS: dict[str, tuple[str, type, str]] = {
     "--send-queue-size": ("send_queue_size", int, "GATEWAY_SEND_QUEUE_SIZE"),
     "--send-timeout-s": ("send_timeout_s", float, "GATEWAY_SEND_TIMEOUT_S"),
     "--max-input-chars": ("max_input_chars", int, "GATEWAY_MAX_INPUT_CHARS"),
+    "--frames-per-s": (
+        "frames_per_s",
+        float,
+        "client frames per second per connection, 0 = off (GATEWAY_FRAMES_PER_S)",
+    ),
+    "--frame-burst": (
+        "frame_burst",
+        int,
+        "frames a connection may send at once (GATEWAY_FRAME_BURST)",
+    ),
+    "--runs-per-minute": (
+        "runs_per_minute",
+        int,
+        "runs a user may start per minute, 0 = off (GATEWAY_RUNS_PER_MINUTE)",
+    ),
+    "--max-connections-per-user": (
+        "max_connections_per_user",
+        int,
+        "open connections per user, 0 = off (GATEWAY_MAX_CONNECTIONS_PER_USER)",
+    ),
+    "--max-subscriptions": (
+        "max_subscriptions",
+        int,
+        "thread subscriptions per connection, 0 = off (GATEWAY_MAX_SUBSCRIPTIONS)",
+    ),
+    "--max-pending-inputs": (
+        "max_pending_inputs",
+        int,
+        "queued or staged inputs per thread, 0 = off (GATEWAY_MAX_PENDING_INPUTS)",
+    ),
     "--log-level": ("log_level", str, "GATEWAY_LOG_LEVEL"),
     "--retention-s": (
         "retention_s",
@@ -49,6 +100,10 @@ BOOL_FLAGS: dict[str, tuple[str, str]] = {
     "--self-approval": (
         "self_approval",
         "owners may approve their own calls (GATEWAY_SELF_APPROVAL)",
+    ),
+    "--four-eyes": (
+        "four_eyes",
+        "a run's requester may never approve its calls (GATEWAY_FOUR_EYES)",
     ),
     "--tracing": ("tracing", "send SDK traces to the configured exporter (GATEWAY_TRACING)"),
 }
@@ -81,6 +136,9 @@ def serve(settings: Settings) -> None:
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # aiosqlite's debug lines print every statement's parameters: conversation text, tool
+    # arguments (sensitive ones included). Kept quiet even when the gateway logs at debug.
+    logging.getLogger("aiosqlite").setLevel(max(logging.INFO, logging.getLogger().level))
     uvicorn.run(
         create_app(settings),
         host=settings.host,

@@ -5,16 +5,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from agents import set_tracing_disabled
 from starlette.applications import Starlette
-from starlette.routing import Mount, WebSocketRoute
+from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
+from gateway.audit import AuditTrail
 from gateway.auth import TokenVerifier
 from gateway.bus import EventBus
 from gateway.connection import CLOSE_RESTART, Connection
@@ -22,6 +23,8 @@ from gateway.demo import demo_graph
 from gateway.eventlog import EventLog
 from gateway.execution import SegmentRunner
 from gateway.http_api import routes as http_routes
+from gateway.jwks import KeySource, RemoteKeys, StaticKeys
+from gateway.limits import Limits
 from gateway.log_watch import LogWatch
 from gateway.models import build_model_provider, default_model_name
 from gateway.origin import origin_allowed
@@ -30,7 +33,8 @@ from gateway.retention import Retention
 from gateway.runs import RunManager
 from gateway.services import Services
 from gateway.settings import Settings
-from gateway.static import demo_app
+from gateway.specs.serve import routes as spec_routes
+from gateway.static import demo_app, demo_fallback
 from persistence.db import create_engine, migrate
 
 log = logging.getLogger("gateway")
@@ -51,6 +55,36 @@ def build_registry(settings: Settings, model_name: str) -> AgentRegistry:
     return AgentRegistry([demo_graph(model_name)], default="assistant")
 
 
+def build_verifier(settings: Settings, custom_roles: Iterable[str] = ()) -> TokenVerifier:
+    """HS256 with GATEWAY_SECRET (a random one in development mode), plus RS256/ES256 with
+    the JWKS when one is configured. With only a JWKS, HS256 is not accepted at all.
+    `custom_roles`: the roles agent graphs require for their tools, accepted in tokens."""
+    keys: KeySource | None = None
+    if settings.jwks_file is not None:
+        keys = StaticKeys.from_file(settings.jwks_file)
+    elif settings.jwks_url is not None:
+        keys = RemoteKeys(
+            settings.jwks_url, cache_s=settings.jwks_cache_s, refetch_s=settings.jwks_refetch_s
+        )
+    secret: str | None = None
+    if settings.secret is not None:
+        secret = settings.secret.get_secret_value()
+    elif settings.dev_mode:
+        log.warning(
+            "GATEWAY_SECRET is unset: development tokens are enabled at POST /v1/dev/token "
+            "and the gateway only listens on loopback. Set GATEWAY_SECRET in production."
+        )
+        secret = secrets.token_urlsafe(48)
+    return TokenVerifier(
+        secret,
+        keys=keys,
+        leeway_s=settings.jwt_leeway_s,
+        issuer=settings.jwt_issuer,
+        audience=settings.jwt_audience,
+        custom_roles=custom_roles,
+    )
+
+
 def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -59,6 +93,9 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
         set_tracing_disabled(not settings.tracing)
         engine = create_engine(settings.database_url)
         await migrate(engine)
+        # Before anything can authenticate a request: refusals are recorded from the start.
+        audit = AuditTrail(engine)
+        audit.start()
         bus = EventBus()
         event_log = EventLog(engine, bus)
         await event_log.start()
@@ -81,14 +118,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             ),
             openai_base_url=settings.openai_base_url,
         )
-        if settings.secret is None:
-            log.warning(
-                "GATEWAY_SECRET is unset: development tokens are enabled at POST /v1/dev/token "
-                "and the gateway only listens on loopback. Set GATEWAY_SECRET in production."
-            )
-            secret = secrets.token_urlsafe(48)
-        else:
-            secret = settings.secret.get_secret_value()
+        verifier = build_verifier(settings, custom_roles=graphs.reviewer_role_names())
         instance_id = settings.resolved_instance_id()
         runs = RunManager(
             engine=engine,
@@ -102,11 +132,15 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
                 provider=provider,
                 tracing=settings.tracing,
                 lease_ttl_s=settings.lease_ttl_s,
+                approval_ttl_s=settings.approval_ttl_s,
             ),
             self_approval=settings.self_approval,
             suspend_grace_s=settings.suspend_grace_s,
             instance_id=instance_id,
             lease_ttl_s=settings.lease_ttl_s,
+            four_eyes=settings.four_eyes,
+            approval_ttl_s=settings.approval_ttl_s,
+            approval_sweep_s=settings.approval_sweep_s,
         )
         services = Services(
             settings=settings,
@@ -115,13 +149,17 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             log=event_log,
             registry=graphs,
             runs=runs,
-            verifier=TokenVerifier(secret),
+            verifier=verifier,
+            limits=Limits.from_settings(settings),
+            audit=audit,
             server_name="agents-ws-gateway",
             server_version=server_version(),
         )
         app.state.services = services
         # Runs a previous process left active, then runs of peers whose leases expire.
         runs.start_recovery()
+        # Approvals left undecided past GATEWAY_APPROVAL_TTL_S (nothing when it is 0).
+        runs.start_expiry()
         log.info("gateway ready (model %s, agents %s)", model_name, ", ".join(graphs.names()))
         try:
             yield
@@ -129,10 +167,12 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             for connection in list(services.connections):
                 connection.close_soon(CLOSE_RESTART)
             await runs.close()
+            await audit.close()
             await log_watch.close()
             await retention.close()
             await event_log.close()
             await provider.aclose()
+            await verifier.aclose()
             await engine.dispose()
 
     async def websocket_endpoint(websocket: WebSocket) -> None:
@@ -143,7 +183,15 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             return
         await Connection(websocket, services).serve()
 
-    app_routes = [*http_routes(), WebSocketRoute("/v1/ws", websocket_endpoint)]
+    app_routes = [
+        *http_routes(),
+        *spec_routes(),
+        WebSocketRoute("/v1/ws", websocket_endpoint),
+    ]
+    app = Starlette(routes=app_routes, lifespan=lifespan)
     if STATIC_DIR.is_dir():
-        app_routes.append(Mount("/", demo_app(STATIC_DIR), name="demo"))
-    return Starlette(routes=app_routes, lifespan=lifespan)
+        # The demo gets only requests no route claims. Mounted at "/", it also took API paths
+        # called with a method they lack, answering with its own 404 or a 405 with the wrong
+        # `Allow`, where the route answers 405 with the methods it has.
+        app.router.default = demo_fallback(demo_app(STATIC_DIR), app.router.default)
+    return app

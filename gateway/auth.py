@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
 import jwt
 
+from gateway.jwks import KeySource, KeysUnavailable, SigningKey
+
+# The only algorithm verified with GATEWAY_SECRET; JWKS keys pin their own (gateway/jwks.py).
 ALGORITHM = "HS256"
+DEFAULT_LEEWAY_S = 10
 # Claim values end up in database keys and log lines; bound them.
 MAX_CLAIM_CHARS = 256
 # A valid token is a few hundred bytes; anything far larger is refused before any crypto.
@@ -42,6 +46,12 @@ class Principal:
     # Roles beyond the four of PROTOCOL §3 that agent graphs name for their tools (for example
     # `finance` for `issue_refund`); only names the verifier was told about are accepted.
     extra_roles: frozenset[str] = frozenset()
+    # Where the request came from (the client address), set by the transport after
+    # verification with `dataclasses.replace`, so the audit trail can say "from where".
+    source: str | None = None
+    # The token's `exp` (Unix seconds): a long-lived connection stops honouring the token
+    # then (plus the verifier's leeway). Not part of equality: it says when, not who.
+    expires_at: float | None = field(default=None, compare=False)
 
     def has(self, role: Role) -> bool:
         return role in self.roles
@@ -83,33 +93,106 @@ class AccessDenied(Exception):
         self.message = message
 
 
+class AuthUnavailable(AuthError):
+    """The token could not be checked right now (the identity provider's keys could not be
+    fetched); retryable, unlike `unauthorized`."""
+
+    code = "unavailable"
+
+
 class TokenVerifier:
-    """Verifies and (for development and tests) issues HS256 gateway tokens."""
+    """Verifies gateway tokens: HS256 with the shared secret, and RS256/ES256 with the keys of
+    a JWKS (`keys`) when one is configured. Issues HS256 tokens for development and tests.
+
+    Which key checks a token never depends on the header's `alg` alone: an HS256 header is
+    checked with the secret (when there is one), anything else only with the JWKS key its
+    `kid` names, pinned to that key's single algorithm.
+    """
 
     def __init__(
-        self, secret: str, *, leeway_s: int = 30, custom_roles: Iterable[str] = ()
+        self,
+        secret: str | None,
+        *,
+        keys: KeySource | None = None,
+        leeway_s: int = DEFAULT_LEEWAY_S,
+        issuer: str | None = None,
+        audience: str | None = None,
+        custom_roles: Iterable[str] = (),
     ) -> None:
-        if not secret:
+        if secret is not None and not secret:
             raise ValueError("the token secret must not be empty")
+        if secret is None and keys is None:
+            raise ValueError("a token secret or a JWKS is needed")
         if leeway_s < 0:
             raise ValueError(f"leeway_s must be >= 0, got {leeway_s}")
         self._secret = secret
+        self._keys = keys
         self._leeway_s = leeway_s
+        self._issuer = issuer or None
+        self._audience = audience or None
         self._custom_roles = frozenset(custom_roles) - {role.value for role in Role}
+        required = list(_REQUIRED_CLAIMS)
+        if self._issuer is not None:
+            required.append("iss")
+        if self._audience is not None:
+            required.append("aud")
+        self._required = required
+
+    @property
+    def leeway_s(self) -> int:
+        return self._leeway_s
 
     def verify(self, token: str) -> Principal:
-        if not isinstance(token, str) or not token:
-            raise AuthError("token is missing")
-        if len(token) > MAX_TOKEN_CHARS:
-            raise AuthError("token is too long")
+        """Verify with the keys at hand (the secret, a JWKS file, or already fetched keys)."""
+        header = _header(token)
+        signing = None
+        if self._uses_jwks(header):
+            assert self._keys is not None
+            signing = self._keys.cached(_kid(header))
+        return self._decode(token, header, signing)
+
+    async def authenticate(self, token: str) -> Principal:
+        """Verify, first fetching a JWKS URL's keys when the token needs one not cached yet.
+
+        Raises AuthUnavailable (retryable) when those keys cannot be fetched.
+        """
+        header = _header(token)
+        signing = None
+        if self._uses_jwks(header):
+            assert self._keys is not None
+            try:
+                signing = await self._keys.lookup(_kid(header))
+            except KeysUnavailable as exc:
+                raise AuthUnavailable(f"{exc}; try again later") from None
+        return self._decode(token, header, signing)
+
+    async def aclose(self) -> None:
+        if self._keys is not None:
+            await self._keys.aclose()
+
+    def _uses_jwks(self, header: dict[str, Any]) -> bool:
+        if self._keys is None:
+            return False
+        return self._secret is None or header.get("alg") != ALGORITHM
+
+    def _decode(self, token: str, header: dict[str, Any], signing: SigningKey | None) -> Principal:
+        if self._uses_jwks(header):
+            if signing is None:
+                raise AuthError("token key id ('kid') is not known")
+            key, algorithm = signing.key, signing.algorithm
+        else:
+            assert self._secret is not None
+            key, algorithm = self._secret, ALGORITHM
         try:
             claims = jwt.decode(
                 token,
-                self._secret,
+                key,
                 # Pinned: accepting the header's `alg` is how `none` and key-confusion attacks work.
-                algorithms=[ALGORITHM],
+                algorithms=[algorithm],
                 leeway=self._leeway_s,
-                options={"require": list(_REQUIRED_CLAIMS)},
+                issuer=self._issuer,
+                audience=self._audience,
+                options={"require": self._required},
             )
         except jwt.ExpiredSignatureError:
             raise AuthError("token has expired") from None
@@ -118,9 +201,13 @@ class TokenVerifier:
         except jwt.InvalidSignatureError:
             raise AuthError("token signature is invalid") from None
         except jwt.InvalidAlgorithmError:
-            raise AuthError(f"token algorithm is not allowed (only {ALGORITHM})") from None
+            raise AuthError(f"token algorithm is not allowed (only {algorithm})") from None
         except jwt.MissingRequiredClaimError as exc:
             raise AuthError(f"token is missing the {exc.claim!r} claim") from None
+        except jwt.InvalidIssuerError:
+            raise AuthError("token issuer ('iss') is not accepted") from None
+        except jwt.InvalidAudienceError:
+            raise AuthError("token audience ('aud') is not accepted") from None
         except jwt.InvalidTokenError:
             # `from None`: PyJWT's messages can quote token segments.
             raise AuthError("token is invalid") from None
@@ -130,9 +217,12 @@ class TokenVerifier:
             tenant=_name_claim(claims, "tenant"),
             roles=roles,
             extra_roles=extra_roles,
+            expires_at=float(claims["exp"]),
         )
 
     def issue(self, user: str, tenant: str, roles: Iterable[Role | str], ttl_s: int = 3600) -> str:
+        if self._secret is None:
+            raise ValueError("this verifier has no secret to sign tokens with")
         if ttl_s <= 0:
             raise ValueError(f"ttl_s must be > 0, got {ttl_s}")
         now = int(time.time())
@@ -147,10 +237,32 @@ class TokenVerifier:
             "iat": now,
             "exp": now + ttl_s,
         }
-        # Round-trip through the same checks verify() applies, so a dev token is always usable.
+        # Tokens this verifier issues must pass its own checks, configured iss/aud included.
+        if self._issuer is not None:
+            claims["iss"] = self._issuer
+        if self._audience is not None:
+            claims["aud"] = self._audience
         _name_claim(claims, "sub")
         _name_claim(claims, "tenant")
         return jwt.encode(claims, self._secret, algorithm=ALGORITHM)
+
+
+def _header(token: str) -> dict[str, Any]:
+    if not isinstance(token, str) or not token:
+        raise AuthError("token is missing")
+    if len(token) > MAX_TOKEN_CHARS:
+        raise AuthError("token is too long")
+    try:
+        return jwt.get_unverified_header(token)
+    except jwt.InvalidTokenError:
+        raise AuthError("token is invalid") from None
+
+
+def _kid(header: dict[str, Any]) -> str:
+    kid = header.get("kid")
+    if not isinstance(kid, str) or not kid:
+        raise AuthError("token has no key id ('kid')")
+    return kid
 
 
 def _name_claim(claims: dict[str, Any], name: str) -> str:

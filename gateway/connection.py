@@ -2,23 +2,31 @@
 
 A connection only *watches* runs: closing it unsubscribes and nothing else, so a socket never
 decides a run's fate. Outgoing frames go through one bounded queue; a client too slow to drain
-it during live streaming is closed with 4009 and catches up with `after_seq`.
+it during live streaming is closed with 4009 and catches up with `after_seq`. Abuse limits
+(frames per second, runs per minute, connections per user, subscriptions, pending inputs) come
+from the shared `Limits` and are answered with `rate_limited` or a close code.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway import protocol
-from gateway.auth import AccessDenied, AuthError, Principal, check_can_use_inbox
-from gateway.errors import GatewayError
-from gateway.execution import approval_view
+from gateway.audit import DENIAL_CODES, Transport
+from gateway.auth import AccessDenied, AuthError, AuthUnavailable, Principal, check_can_use_inbox
+from gateway.errors import GatewayError, rate_limited
+from gateway.eventlog_types import LoggedEvent
+from gateway.limits import ConnectionSlot
 from gateway.protocol import ErrorCode, ProtocolError
+from gateway.sensitive import reveal_approval_event, sees_sensitive_arguments
 from gateway.services import Services
 from gateway.subscription import Subscription
 from persistence.errors import StorageUnavailable
@@ -26,11 +34,17 @@ from persistence.errors import StorageUnavailable
 log = logging.getLogger(__name__)
 
 CLOSE_UNAUTHORIZED = 4001
+# The client went on sending far beyond GATEWAY_FRAMES_PER_S after being refused.
+CLOSE_FLOODING = 4008
+# The user already had GATEWAY_MAX_CONNECTIONS_PER_USER connections open (after an error frame).
+CLOSE_TOO_MANY_CONNECTIONS = 4029
 CLOSE_TOO_SLOW = 4009
 CLOSE_TOO_LARGE = 1009
 CLOSE_GOING_AWAY = 1001
 CLOSE_RESTART = 1012
 CLOSE_INTERNAL = 1011
+# The first hello's token could not be checked (a JWKS fetch failed): retry later.
+CLOSE_TRY_AGAIN = 1013
 # How long a close frame may wait behind unread data before the connection is dropped.
 CLOSE_TIMEOUT_S = 10.0
 
@@ -51,6 +65,11 @@ class Connection:
         self._inbox_unsubscribe: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._closing: asyncio.Task[None] | None = None
+        # Closes the connection when the current token expires; moved by a new hello.
+        self._expiry: asyncio.Task[None] | None = None
+        self._limits = services.limits
+        self._gate = services.limits.frame_gate()
+        self._slot: ConnectionSlot | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -62,10 +81,15 @@ class Connection:
                 return
             self._tasks.append(asyncio.create_task(self._writer(), name="ws-writer"))
             self._tasks.append(asyncio.create_task(self._heartbeat(), name="ws-heartbeat"))
+            assert self._principal is not None
+            self._watch_expiry(self._principal)
             await self._reader()
         except (WebSocketDisconnect, Closed):
             pass
         finally:
+            # First, before anything that could raise: a leaked slot would lock the user out.
+            if self._slot is not None:
+                self._slot.release()
             self._services.connections.discard(self)
             await self._cleanup()
 
@@ -141,25 +165,174 @@ class Connection:
             self._close_code = CLOSE_UNAUTHORIZED
             return False
         try:
-            principal = self._services.verifier.verify(frame.token)
+            principal = await self._services.verifier.authenticate(frame.token)
         except AuthError as exc:
+            if not isinstance(exc, AuthUnavailable):
+                self._services.audit.token_rejected(
+                    source=self._source(), transport=Transport.WS, message=exc.message
+                )
             await self._send_direct(
-                protocol.error_frame(frame.id, ErrorCode.UNAUTHORIZED, exc.message)
+                protocol.error_frame(frame.id, ErrorCode(exc.code), exc.message)
             )
-            self._close_code = CLOSE_UNAUTHORIZED
+            unavailable = isinstance(exc, AuthUnavailable)
+            self._close_code = CLOSE_TRY_AGAIN if unavailable else CLOSE_UNAUTHORIZED
             return False
-        self._principal = principal
-        await self._send_direct(
-            protocol.welcome(
-                user=principal.user,
-                tenant=principal.tenant,
-                roles=sorted(principal.roles),
-                heartbeat_s=self._settings.heartbeat_s,
-                server_name=self._services.server_name,
-                server_version=self._services.server_version,
+        slot = self._limits.connections.acquire((principal.tenant, principal.user))
+        if slot is None:
+            limit = self._limits.settings.connections_per_user
+            await self._send_direct(
+                protocol.error_frame(
+                    frame.id,
+                    ErrorCode.RATE_LIMITED,
+                    f"this user already has {limit} open connections; close one first",
+                )
             )
-        )
+            self._close_code = CLOSE_TOO_MANY_CONNECTIONS
+            return False
+        self._slot = slot
+        self._principal = principal = dataclasses.replace(principal, source=self._source())
+        await self._send_direct(self._welcome(principal))
         return True
+
+    def _welcome(self, principal: Principal) -> dict[str, Any]:
+        return protocol.welcome(
+            user=principal.user,
+            tenant=principal.tenant,
+            roles=sorted(principal.roles),
+            heartbeat_s=self._settings.heartbeat_s,
+            server_name=self._services.server_name,
+            server_version=self._services.server_version,
+        )
+
+    # -- token lifetime --------------------------------------------------------------------
+
+    def _watch_expiry(self, principal: Principal) -> None:
+        """Arm the close at the token's expiry (plus leeway), replacing any earlier one."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+            with contextlib.suppress(ValueError):
+                self._tasks.remove(self._expiry)
+            self._expiry = None
+        if principal.expires_at is None:
+            return
+        deadline = principal.expires_at + self._services.verifier.leeway_s
+        self._expiry = asyncio.create_task(self._expire_at(deadline), name="ws-token-expiry")
+        self._tasks.append(self._expiry)
+
+    async def _expire_at(self, deadline: float) -> None:
+        # `exp` is wall-clock time; the sleep itself runs on the loop's monotonic clock.
+        await asyncio.sleep(max(0.0, deadline - time.time()))
+        await self._end_with(
+            protocol.error_frame(
+                None,
+                ErrorCode.UNAUTHORIZED,
+                "token has expired; send a new hello with a fresh token before it expires",
+            ),
+            CLOSE_UNAUTHORIZED,
+        )
+
+    async def _reauthenticate(self, frame: protocol.Hello) -> dict[str, Any] | None:
+        """A later hello renews the connection's token: same user and tenant, new roles and
+        expiry, answered with a new `welcome`. A refusal ends the connection like a failed
+        first hello, except `unavailable`: the current token still holds, so the client may
+        retry."""
+        current = self._principal
+        assert current is not None
+        ref = frame.id
+        if frame.protocol != protocol.PROTOCOL_VERSION:
+            message = (
+                f"protocol {frame.protocol} is not supported; this server speaks "
+                f"{protocol.PROTOCOL_VERSION}"
+            )
+            await self._end_with(
+                protocol.error_frame(ref, ErrorCode.UNSUPPORTED_PROTOCOL, message),
+                CLOSE_UNAUTHORIZED,
+            )
+            raise Closed()
+        try:
+            principal = await self._services.verifier.authenticate(frame.token)
+        except AuthUnavailable as exc:
+            return protocol.error_frame(ref, ErrorCode.UNAVAILABLE, exc.message)
+        except AuthError as exc:
+            self._services.audit.token_rejected(
+                source=current.source, transport=Transport.WS, message=exc.message
+            )
+            await self._end_with(
+                protocol.error_frame(ref, ErrorCode.UNAUTHORIZED, exc.message), CLOSE_UNAUTHORIZED
+            )
+            raise Closed() from None
+        if (principal.user, principal.tenant) != (current.user, current.tenant):
+            # Subscriptions, the connection slot and runs started here belong to the first
+            # identity: switching identity needs a new connection.
+            await self._end_with(
+                protocol.error_frame(
+                    ref,
+                    ErrorCode.UNAUTHORIZED,
+                    "a new hello must carry a token for the same user and tenant",
+                ),
+                CLOSE_UNAUTHORIZED,
+            )
+            raise Closed()
+        if self._close_code is not None:
+            # The old token expired (or the connection began closing) during the check.
+            raise Closed()
+        principal = dataclasses.replace(principal, source=current.source)
+        self._principal = principal
+        self._watch_expiry(principal)
+        await self._send_or_queue(self._welcome(principal) | ({"ref": ref} if ref else {}))
+        if (principal.roles, principal.extra_roles) != (current.roles, current.extra_roles):
+            await self._drop_lost_access(principal)
+        return None
+
+    async def _drop_lost_access(self, principal: Principal) -> None:
+        """New roles apply to what is already watched: end what they no longer allow."""
+        if self._inbox_unsubscribe is not None:
+            try:
+                check_can_use_inbox(principal)
+            except AccessDenied as exc:
+                self._inbox_unsubscribe()
+                self._inbox_unsubscribe = None
+                await self._send_or_queue(
+                    protocol.error_frame(
+                        None, ErrorCode(exc.code), f"inbox subscription ended: {exc.message}"
+                    )
+                )
+        for thread_id in list(self._subscriptions):
+            try:
+                await self._services.runs.authorize_subscribe(principal, thread_id)
+                continue
+            except GatewayError as exc:
+                code, message = exc.code, exc.message
+            except StorageUnavailable:
+                # Fail closed: access that cannot be confirmed is not kept.
+                code, message = ErrorCode.UNAVAILABLE, "storage is unavailable; subscribe again"
+            subscription = self._subscriptions.pop(thread_id, None)
+            if subscription is not None:
+                subscription.close()
+            refusal = protocol.error_frame(
+                None,
+                code,  # type: ignore[arg-type]
+                f"subscription ended: {message}",
+            )
+            await self._send_or_queue(refusal | {"thread_id": thread_id})
+
+    async def _end_with(self, frame: dict[str, Any], code: int) -> None:
+        """Send `frame` as the connection's last word, then close with `code`.
+
+        Queued frames are dropped: they were meant for an authentication that no longer holds.
+        """
+        if self._close_code is not None:
+            return
+        self._close_code = code
+        current = asyncio.current_task()
+        others = [task for task in self._tasks if task is not current]
+        for task in others:
+            task.cancel()
+        # The writer must have stopped before writing directly: two senders could interleave.
+        await asyncio.gather(*others, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._send_direct(frame), CLOSE_TIMEOUT_S)
+        self.close_soon(code)
 
     async def _receive_text(self) -> str:
         while True:
@@ -191,17 +364,26 @@ class Connection:
     async def _reader(self) -> None:
         while True:
             raw = await self._receive_text()
+            wait_s = self._gate.admit()
+            if wait_s:
+                await self._refuse(raw, wait_s)
+                continue
             ref: str | None = None
+            frame: Any = None
             try:
                 frame = protocol.parse_client_frame(
                     raw, max_input_chars=self._settings.max_input_chars
                 )
                 ref = frame.id
+                if isinstance(frame, protocol.Pong):
+                    self._gate.pong_is_free(admitted=True)
                 reply = await self._dispatch(frame)
             except ProtocolError as exc:
                 reply = exc.to_frame()
             except GatewayError as exc:
+                self._note_denial(frame, exc)
                 reply = protocol.error_frame(ref, exc.code, exc.message)  # type: ignore[arg-type]
+                reply |= exc.fields
             except StorageUnavailable:
                 reply = protocol.error_frame(
                     ref, ErrorCode.UNAVAILABLE, "storage is unavailable; nothing was changed"
@@ -216,6 +398,82 @@ class Connection:
                     continue  # frames without an id get no ack (PROTOCOL §2)
                 await self._send_or_queue(reply)
 
+    async def _reveal(self, event: LoggedEvent) -> str:
+        """A masked `approval.requested`, as this connection may see it: with the real
+        arguments for reviewers and admins. Checked at send time, as a new hello can change
+        the connection's roles."""
+        principal = self._principal
+        if principal is None or not sees_sensitive_arguments(principal):
+            return event.frame
+        return await reveal_approval_event(event, self._services.runs.approvals)
+
+    def _source(self) -> str | None:
+        """The client's address, for the audit trail (uvicorn applies trusted proxy headers)."""
+        client = self._ws.client
+        return client.host if client else None
+
+    def _note_denial(self, frame: Any, exc: GatewayError) -> None:
+        """Audit a `forbidden` / `not_found` answer to an authenticated caller's frame."""
+        if exc.code not in DENIAL_CODES or self._principal is None or frame is None:
+            return
+        target = next(
+            (
+                value
+                for name in ("approval_id", "run_id", "thread_id")
+                if isinstance(value := getattr(frame, name, None), str)
+            ),
+            None,
+        )
+        self._services.audit.access_denied(
+            self._principal,
+            code=exc.code,
+            operation=str(getattr(frame, "type", "unknown")),
+            target=target,
+            transport=Transport.WS,
+        )
+
+    async def _refuse(self, raw: str, wait_s: float) -> None:
+        """A frame over the connection's rate: not handled, answered with `rate_limited`."""
+        kind, ref = protocol.peek(raw)
+        # Answering our heartbeat is not the client's traffic: it never costs a refusal.
+        if kind == "pong" and self._gate.pong_is_free(admitted=False):
+            return
+        refusal = self._gate.refuse(wait_s)
+        if refusal.flooding:
+            log.info("closing a connection that keeps sending after being rate limited")
+            self._close_code = CLOSE_FLOODING
+            raise Closed()
+        frame = protocol.error_frame(
+            ref, ErrorCode.RATE_LIMITED, "too many frames on this connection; slow down"
+        )
+        await self._send_or_queue(frame | {"retry_after_s": refusal.retry_after_s})
+
+    def _admit_run(self, thread_id: str | None) -> Callable[[], None]:
+        """Vets a run start once the request is valid (see `RunManager.start_run`)."""
+        principal = self._principal
+        assert principal is not None
+
+        def admit() -> None:
+            # The new run's thread gets subscribed: refuse before starting what we could not
+            # show. Checked first, as it costs the user nothing.
+            if thread_id not in self._subscriptions:
+                self._check_subscription_slot()
+            wait_s = self._limits.start_run(principal.tenant, principal.user)
+            if wait_s:
+                limit = self._limits.settings.runs_per_minute
+                raise rate_limited(
+                    f"at most {limit} runs may be started per minute", retry_after_s=wait_s
+                )
+
+        return admit
+
+    def _check_subscription_slot(self) -> None:
+        if not self._limits.subscription_allowed(len(self._subscriptions)):
+            limit = self._limits.settings.subscriptions_per_connection
+            raise rate_limited(
+                f"this connection already has {limit} thread subscriptions; unsubscribe first"
+            )
+
     async def _dispatch(self, frame: Any) -> dict[str, Any] | None:
         principal = self._principal
         assert principal is not None
@@ -227,7 +485,7 @@ class Connection:
             case protocol.Pong():
                 return None
             case protocol.Hello():
-                raise ProtocolError(ErrorCode.BAD_REQUEST, "already authenticated", ref)
+                return await self._reauthenticate(frame)
             case protocol.ThreadCreate():
                 thread = await runs.create_thread(principal, frame.metadata)
                 return protocol.ack(ref, thread_id=thread.thread_id, epoch=thread.epoch)
@@ -246,6 +504,7 @@ class Connection:
                     text=frame.input,
                     agent=frame.agent,
                     on_disconnect=frame.on_disconnect,
+                    admit=self._admit_run(frame.thread_id),
                 )
                 if ref is not None:
                     await self._send_or_queue(
@@ -257,7 +516,13 @@ class Connection:
                     )
                 return None
             case protocol.RunInput():
-                result = await runs.submit_input(principal, frame.thread_id, frame.input)
+                result = await runs.submit_input(
+                    principal,
+                    frame.thread_id,
+                    frame.input,
+                    admit=self._admit_run(frame.thread_id),
+                    max_pending=self._limits.pending_inputs_per_thread,
+                )
                 first_seq = result.pop("first_seq", None)
                 if ref is not None:
                     await self._send_or_queue(protocol.ack(ref, **result))
@@ -268,7 +533,7 @@ class Connection:
                 approval = await runs.decide(
                     principal, frame.approval_id, frame.decision, frame.reason
                 )
-                return protocol.ack(ref, approval=approval_view(approval))
+                return protocol.ack(ref, approval=await runs.view_approval(principal, approval))
             case protocol.RunCancel():
                 await runs.cancel(principal, frame.run_id)
                 return protocol.ack(ref, run_id=frame.run_id)
@@ -293,6 +558,9 @@ class Connection:
     ) -> None:
         principal = self._principal
         assert principal is not None
+        if not quiet and thread_id not in self._subscriptions:
+            # Run starts checked this before starting (`_admit_run`).
+            self._check_subscription_slot()
         thread = await self._services.runs.authorize_subscribe(principal, thread_id)
         reset = (
             (epoch is not None and epoch != thread.epoch)
@@ -314,8 +582,9 @@ class Connection:
             after_seq=cursor,
             bus=self._services.bus,
             log=self._services.log,
-            send_replay=self._send_paced,
+            send_replay=self._send_replay,
             send_live=self._try_send,
+            reveal=self._reveal,
         )
         self._subscriptions[thread_id] = subscription
         subscription.start()
@@ -334,7 +603,11 @@ class Connection:
         buffered: list[tuple[list[dict[str, Any]], list[str]]] = []
         ready = False
 
+        runs = self._services.runs
+
         def on_update(added: list[dict[str, Any]], removed: list[str]) -> None:
+            # What this reader may do with each new approval (per-tool roles, four-eyes).
+            added = runs.for_inbox_reader(principal, added)
             if not ready:
                 buffered.append((added, removed))
                 return
@@ -342,10 +615,10 @@ class Connection:
                 self.close_soon(CLOSE_TOO_SLOW)
 
         self._inbox_unsubscribe = self._services.bus.subscribe_inbox(principal.tenant, on_update)
-        pending = await self._services.runs.approvals.pending_for_tenant(principal.tenant)
+        pending = await runs.inbox_views(principal)
         if ref is not None:
             await self._send_or_queue(protocol.ack(ref))
-        await self._send_or_queue(protocol.inbox([approval_view(a) for a in pending]))
+        await self._send_or_queue(protocol.inbox(pending))
         for added, removed in buffered:
             await self._send_or_queue(protocol.inbox_update(added, removed))
         ready = True
@@ -370,6 +643,20 @@ class Connection:
             return False
         return True
 
+    def _send_replay(self, text: str) -> Coroutine[Any, Any, None] | None:
+        """A subscription's send: queued at once when there is room (None), else the wait.
+
+        A replay sends hundreds of frames per page; with room in the queue, as usual, none of
+        them needs a coroutine.
+        """
+        if self._close_code is None:
+            try:
+                self._outbox.put_nowait(text)
+                return None
+            except asyncio.QueueFull:
+                pass
+        return self._send_paced(text)
+
     async def _send_paced(self, text: str) -> None:
         """Wait for room in the bounded queue; a consumer that stalls is closed with 4009.
 
@@ -377,6 +664,13 @@ class Connection:
         """
         if self._close_code is not None:
             raise Closed()
+        try:
+            # Room in the queue, the usual case: no timer task per frame, which a replay of a
+            # long thread would otherwise pay for every event.
+            self._outbox.put_nowait(text)
+            return
+        except asyncio.QueueFull:
+            pass
         try:
             await asyncio.wait_for(self._outbox.put(text), self._settings.send_timeout_s)
         except TimeoutError:
@@ -395,7 +689,12 @@ class Connection:
     async def _writer(self) -> None:
         try:
             while True:
-                text = await self._outbox.get()
+                # Take what is already queued without a coroutine per frame (replays queue
+                # hundreds at once); wait only when the queue is empty.
+                try:
+                    text = self._outbox.get_nowait()
+                except asyncio.QueueEmpty:
+                    text = await self._outbox.get()
                 if text is None:
                     return
                 await self._ws.send_text(text)
@@ -407,4 +706,5 @@ class Connection:
         while True:
             await asyncio.sleep(self._settings.heartbeat_s)
             # A full queue already proves the peer is behind; skipping a ping loses nothing.
-            self._try_send(ping)
+            if self._try_send(ping):
+                self._gate.ping_sent()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway.protocol import ErrorCode
 
 HTTP_STATUS = {
@@ -22,10 +24,12 @@ GRAPH_MISMATCH = "graph_mismatch"
 
 
 class GatewayError(Exception):
-    def __init__(self, code: ErrorCode | str, message: str) -> None:
+    def __init__(self, code: ErrorCode | str, message: str, **fields: Any) -> None:
         super().__init__(message)
         self.code = str(code)
         self.message = message
+        # Extra fields for the error frame, e.g. `retry_after_s` on `rate_limited`.
+        self.fields = fields
 
     @property
     def http_status(self) -> int:
@@ -43,3 +47,10 @@ def conflict(message: str) -> GatewayError:
 
 def not_found(message: str) -> GatewayError:
     return GatewayError(ErrorCode.NOT_FOUND, message)
+
+
+def rate_limited(message: str, retry_after_s: float | None = None) -> GatewayError:
+    """`retry_after_s`: when a retry would be admitted, if the limit knows (docs/protocol.md §7)."""
+    if retry_after_s is None:
+        return GatewayError(ErrorCode.RATE_LIMITED, message)
+    return GatewayError(ErrorCode.RATE_LIMITED, message, retry_after_s=retry_after_s)

@@ -9,10 +9,10 @@ events in one transaction), completed, failed, or cancelled.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -31,12 +31,16 @@ from agents.run_state import CURRENT_SCHEMA_VERSION, RunState
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from gateway.binding import arguments_digest, interruption_arguments, interruption_tool_name
 from gateway.eventlog import EventLog
 from gateway.ledger import LedgerScope, current_scope
 from gateway.protocol import TOOL_NEEDS_RECONCILIATION, EventType, utc_ts
 from gateway.registry import AgentGraph
-from gateway.translate import StreamTranslator, output_text, parse_arguments
+from gateway.review_rules import ReviewContext
+from gateway.sensitive import masked_call_data
+from gateway.translate import StreamTranslator, output_text
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
+from persistence.audit import AuditEntry, AuditRepository
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
 from persistence.db import pin_sqlite_busy_timeout, utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
@@ -79,6 +83,9 @@ class Execution:
     task: asyncio.Task[None] | None = None
     result: RunResultStreaming | None = None
     cancel_requested: bool = False
+    # Who asked for the cancel: written in the transaction that stores `run.cancelled`, then
+    # cleared, so the canceller can tell whether its cancel is what ended the run.
+    cancel_audit: AuditEntry | None = None
     # Set with cancel("after_turn") to suspend at the next turn boundary: "disconnect" when
     # the last watcher left a `suspend` run, "shutdown" on a graceful stop.
     stop_reason: str | None = None
@@ -92,15 +99,12 @@ class Execution:
                 self.result.cancel("after_turn")
 
 
-def arguments_digest(tool_name: str, arguments: Any) -> str:
-    canonical = orjson.dumps(
-        {"tool": tool_name, "arguments": arguments}, option=orjson.OPT_SORT_KEYS
-    )
-    return hashlib.sha256(canonical).hexdigest()
+def approval_view(record: ApprovalRecord, review: ReviewContext | None = None) -> dict[str, Any]:
+    """The shape clients see in `inbox`, `inbox.update` and the HTTP API.
 
-
-def approval_view(record: ApprovalRecord) -> dict[str, Any]:
-    """The shape clients see in `inbox`, `inbox.update` and the HTTP API."""
+    With `review`, also who may decide it: `reviewer_roles` (one of them is needed; empty: any
+    reviewer) and `requested_by` (who may not approve it under the four-eyes rule).
+    """
     view: dict[str, Any] = {
         "approval_id": record.approval_id,
         "thread_id": record.thread_id,
@@ -112,7 +116,11 @@ def approval_view(record: ApprovalRecord) -> dict[str, Any]:
         "checkpoint_version": record.checkpoint_version,
         "status": record.status.value,
         "requested_at": utc_ts(record.requested_at),
+        "expires_at": utc_ts(record.expires_at) if record.expires_at else None,
     }
+    if review is not None:
+        view["reviewer_roles"] = sorted(review.reviewer_roles)
+        view["requested_by"] = review.requested_by
     if record.status is not ApprovalStatus.PENDING:
         view["reviewer"] = record.reviewer
         view["reason"] = record.reason
@@ -134,6 +142,7 @@ class SegmentRunner:
         on_finished: Callable[[RunRecord, RunStatus], Awaitable[None]],
         on_suspended: Callable[[RunRecord, str], Awaitable[None]],
         lease_ttl_s: float = 15.0,
+        approval_ttl_s: float = 0.0,
     ) -> None:
         self._engine = engine
         self._log = log
@@ -143,6 +152,8 @@ class SegmentRunner:
         self._on_finished = on_finished
         self._on_suspended = on_suspended
         self._lease_ttl_s = lease_ttl_s
+        # GATEWAY_APPROVAL_TTL_S: stamped on each approval as `expires_at` (0: approvals wait).
+        self._approval_ttl_s = approval_ttl_s
         # The SDK's SQLAlchemySession adds a connect listener to the engine the first time one
         # is built. Doing that while other tasks open connections breaks SQLAlchemy's listener
         # iteration ("deque mutated during iteration"), so build one now, before serving.
@@ -161,6 +172,7 @@ class SegmentRunner:
             agent=segment.agent.name,
             call_names=dict(segment.known_calls),
             skip_outputs=set(segment.logged_outputs),
+            sensitive=segment.graph.sensitive_arguments,
         )
         renewer: asyncio.Task[None] | None = None
         scope = current_scope.set(
@@ -195,7 +207,7 @@ class SegmentRunner:
                 for type_, data in translator.translate(sdk_event):
                     await self._log.append(run.thread_id, run.run_id, type_, data, segment.lease)
             if execution.cancel_requested:
-                await self._finish_cancelled(segment, translator)
+                await self._finish_cancelled(segment, translator, execution)
             elif result.interruptions:
                 await storage_retry(lambda: self._pause(segment, result, translator))
             elif (reason := execution.stop_reason) is not None and result.final_output is None:
@@ -204,9 +216,7 @@ class SegmentRunner:
                 await storage_retry(lambda: self._suspend(segment, result, translator, reason))
                 await self._on_suspended(segment.run, reason)
             else:
-                await storage_retry(
-                    lambda: self._complete(segment, translator, result.final_output)
-                )
+                await storage_retry(lambda: self._complete(segment, translator, result))
         except asyncio.CancelledError:
             # Task cancellation only happens at process shutdown; the run stays active in the
             # database and is recovered on the next start.
@@ -227,10 +237,10 @@ class SegmentRunner:
                 if execution.result is not None:
                     execution.result.cancel("immediate")
             elif execution.cancel_requested:
-                await self._finish_cancelled(segment, translator)
+                await self._finish_cancelled(segment, translator, execution)
             else:
                 log.error("run %s failed", run.run_id, exc_info=True)
-                await self._fail(segment, translator, exc)
+                await self._fail(segment, translator, exc, execution.result)
         finally:
             if renewer is not None:
                 renewer.cancel()
@@ -331,10 +341,12 @@ class SegmentRunner:
         run = segment.run
         checkpoint = await self._checkpoint(segment, result, "approval")
         now = checkpoint.created_at
+        expires_at = now + timedelta(seconds=self._approval_ttl_s) if self._approval_ttl_s else None
         records: list[ApprovalRecord] = []
         for item in result.interruptions:
-            tool_name = item.tool_name or item.name or "tool"
-            arguments = parse_arguments(item.arguments)
+            # Computed as gateway/binding.py recomputes it from the checkpoint before deciding.
+            tool_name = interruption_tool_name(item)
+            arguments = interruption_arguments(item)
             records.append(
                 ApprovalRecord(
                     approval_id=new_id("ap"),
@@ -352,29 +364,39 @@ class SegmentRunner:
                     reason=None,
                     requested_at=now,
                     decided_at=None,
+                    expires_at=expires_at,
                 )
             )
         events = [self._ev(segment, type_, data) for type_, data in translator.abort_open("paused")]
-        for record in records:
-            events.append(
-                self._ev(
-                    segment,
-                    EventType.APPROVAL_REQUESTED,
-                    {
-                        "approval_id": record.approval_id,
-                        "call_id": record.call_id,
-                        "tool_name": record.tool_name,
-                        "arguments": record.arguments,
-                        "agent": record.agent,
-                        "checkpoint_version": checkpoint.version,
-                        "requested_at": utc_ts(now),
-                    },
-                )
+        reviews = {
+            r.approval_id: ReviewContext(
+                reviewer_roles=segment.graph.roles_for(r.tool_name),
+                requested_by=run.requested_by or run.owner,
             )
+            for r in records
+        }
+        for record in records:
+            data: dict[str, Any] = {
+                "approval_id": record.approval_id,
+                "call_id": record.call_id,
+                "tool_name": record.tool_name,
+                "arguments": record.arguments,
+                "agent": record.agent,
+                "checkpoint_version": checkpoint.version,
+                "requested_at": utc_ts(now),
+                "expires_at": utc_ts(expires_at) if expires_at else None,
+                "reviewer_roles": sorted(reviews[record.approval_id].reviewer_roles),
+            }
+            # The log is read by viewers too: sensitive values are masked here, and put back
+            # for reviewers at send time (gateway/sensitive.py).
+            data = masked_call_data(data, record.tool_name, segment.graph.sensitive_arguments)
+            events.append(self._ev(segment, EventType.APPROVAL_REQUESTED, data))
         await self._store_pause(
             segment, checkpoint, RunStatus.WAITING_FOR_REVIEW, events, records=records
         )
-        self._on_inbox_added(run.tenant, [approval_view(r) for r in records])
+        self._on_inbox_added(
+            run.tenant, [approval_view(r, reviews[r.approval_id]) for r in records]
+        )
 
     async def _suspend(
         self,
@@ -419,7 +441,10 @@ class SegmentRunner:
 
         await self._log.commit(events, store)
 
-    async def _complete(self, segment: Segment, translator: StreamTranslator, final: Any) -> None:
+    async def _complete(
+        self, segment: Segment, translator: StreamTranslator, result: RunResultStreaming
+    ) -> None:
+        final = result.final_output
         events = [self._ev(segment, t, d) for t, d in translator.abort_open("incomplete")]
         events.append(
             self._ev(
@@ -428,18 +453,52 @@ class SegmentRunner:
                 {"final_output": output_text(final) if final is not None else ""},
             )
         )
-        await self._end(segment, RunStatus.COMPLETED, events)
+        checkpoint = await self._final_checkpoint(segment, result, "completed")
+        await self._end(segment, RunStatus.COMPLETED, events, checkpoint=checkpoint)
 
-    async def _fail(self, segment: Segment, translator: StreamTranslator, exc: Exception) -> None:
+    async def _fail(
+        self,
+        segment: Segment,
+        translator: StreamTranslator,
+        exc: Exception,
+        result: RunResultStreaming | None,
+    ) -> None:
         error = {"code": _failure_code(exc), "message": _failure_message(exc)}
         events = [self._ev(segment, t, d) for t, d in translator.abort_open("failed")]
         events.append(self._ev(segment, EventType.RUN_FAILED, {"error": error}))
-        await self._end(segment, RunStatus.FAILED, events, error=error)
+        checkpoint = await self._final_checkpoint(segment, result, "error")
+        await storage_retry(
+            lambda: self._end(segment, RunStatus.FAILED, events, error=error, checkpoint=checkpoint)
+        )
 
-    async def _finish_cancelled(self, segment: Segment, translator: StreamTranslator) -> None:
+    async def _final_checkpoint(
+        self, segment: Segment, result: RunResultStreaming | None, reason: str
+    ) -> CheckpointRecord | None:
+        """The state a run ended with, kept for inspection (a terminal run is never resumed).
+
+        Best effort: a state the SDK cannot serialize (the error may have come from
+        serialization itself) must not keep the run from ending.
+        """
+        if result is None:
+            return None
+        try:
+            return await self._checkpoint(segment, result, reason)
+        except Exception:
+            log.warning(
+                "run %s: no %s checkpoint, the state did not serialize",
+                segment.run.run_id,
+                reason,
+                exc_info=True,
+            )
+            return None
+
+    async def _finish_cancelled(
+        self, segment: Segment, translator: StreamTranslator, execution: Execution
+    ) -> None:
         events = [self._ev(segment, t, d) for t, d in translator.abort_open("cancelled")]
         events.append(self._ev(segment, EventType.RUN_CANCELLED, {}))
-        await self._end(segment, RunStatus.CANCELLED, events)
+        await self._end(segment, RunStatus.CANCELLED, events, audit=execution.cancel_audit)
+        execution.cancel_audit = None
 
     async def _end(
         self,
@@ -447,6 +506,8 @@ class SegmentRunner:
         status: RunStatus,
         events: list[Any],
         error: dict[str, Any] | None = None,
+        checkpoint: CheckpointRecord | None = None,
+        audit: AuditEntry | None = None,
     ) -> None:
         run = segment.run
 
@@ -456,10 +517,14 @@ class SegmentRunner:
             )
             if not moved:
                 raise StaleWrite(run.run_id)
+            if checkpoint is not None:
+                await CheckpointRepository.add_final_in(conn, checkpoint)
             if segment.lease is not None:
                 await LeaseRepository.release_in(conn, segment.lease)
             if status is RunStatus.CANCELLED:
                 await ApprovalRepository.supersede_pending_in(conn, run.run_id)
+            if audit is not None:
+                await AuditRepository.insert_in(conn, audit)
 
         await self._log.commit(events, transition)
         await self._on_finished(run, status)

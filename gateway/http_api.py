@@ -6,8 +6,10 @@ the WebSocket apply, through the same RunManager calls.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -16,17 +18,28 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.auth import AccessDenied, AuthError, Principal, Role, check_can_use_inbox
+from gateway.audit import DENIAL_CODES, Transport
+from gateway.auth import (
+    AccessDenied,
+    AuthError,
+    AuthUnavailable,
+    Principal,
+    Role,
+    check_can_use_inbox,
+)
 from gateway.errors import GatewayError
 from gateway.eventlog_types import LoggedEvent
-from gateway.execution import approval_view
 from gateway.protocol import MAX_ID_CHARS, MAX_REASON_CHARS, ErrorCode, utc_ts
 from gateway.services import Services
+from persistence.audit import AuditQuery
 from persistence.errors import StorageUnavailable
 
 log = logging.getLogger(__name__)
 
 MAX_EVENTS_PAGE = 1000
+MAX_AUDIT_PAGE = 500
+# The widest audit column a filter can match (actor, target: 128 characters).
+MAX_AUDIT_TEXT = 128
 MAX_BODY_BYTES = 64 * 1024
 
 
@@ -50,6 +63,7 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         try:
             return await handler(request, services)
         except GatewayError as exc:
+            _note_denial(request, services, exc)
             return error_response(exc.code, exc.message, exc.http_status)
         except StorageUnavailable:
             return error_response(
@@ -62,15 +76,51 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     return wrapped
 
 
-def authenticate(request: Request, services: Services) -> Principal:
+def _source(request: Request) -> str | None:
+    # The peer address; uvicorn rewrites it from trusted proxies' headers when so configured.
+    return request.client.host if request.client else None
+
+
+def _note_denial(request: Request, services: Services, exc: GatewayError) -> None:
+    """Audit a `forbidden` / `not_found` answer to an authenticated caller."""
+    principal: Principal | None = getattr(request.state, "principal", None)
+    if exc.code not in DENIAL_CODES or principal is None:
+        return
+    route = request.scope.get("route")
+    path = getattr(route, "path", None) or request.url.path
+    target = next((str(v) for v in request.path_params.values()), None)
+    services.audit.access_denied(
+        principal,
+        code=exc.code,
+        operation=f"{request.method} {path}",
+        target=target,
+        transport=Transport.HTTP,
+    )
+
+
+async def authenticate(request: Request, services: Services) -> Principal:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise GatewayError(ErrorCode.UNAUTHORIZED, "missing bearer token")
+        message = "missing bearer token"
+        services.audit.token_rejected(
+            source=_source(request), transport=Transport.HTTP, message=message
+        )
+        raise GatewayError(ErrorCode.UNAUTHORIZED, message)
     try:
-        return services.verifier.verify(token.strip())
+        # Every request is verified afresh, so an expired token stops working at once.
+        principal = await services.verifier.authenticate(token.strip())
     except AuthError as exc:
-        raise GatewayError(ErrorCode.UNAUTHORIZED, exc.message) from None
+        if not isinstance(exc, AuthUnavailable):
+            services.audit.token_rejected(
+                source=_source(request), transport=Transport.HTTP, message=exc.message
+            )
+        # `unauthorized`, or `unavailable` (503) when a JWKS could not be fetched.
+        raise GatewayError(exc.code, exc.message) from None
+    principal = dataclasses.replace(principal, source=_source(request))
+    # For the error mapping in `endpoint`, which audits refusals of this caller.
+    request.state.principal = principal
+    return principal
 
 
 async def json_body(request: Request) -> dict[str, Any]:
@@ -91,6 +141,10 @@ def int_param(request: Request, name: str, default: int, *, low: int, high: int)
     if raw is None:
         return default
     try:
+        # int() alone also reads "1_0", " 5" and non-ASCII digits: not integers to a client
+        # going by the OpenAPI document, and nothing a client should come to rely on.
+        if not (raw.isascii() and raw.removeprefix("-").isdigit()):
+            raise ValueError(raw)
         value = int(raw)
     except ValueError:
         raise GatewayError(ErrorCode.BAD_REQUEST, f"{name} must be an integer") from None
@@ -136,7 +190,8 @@ async def dev_token(request: Request, services: Services) -> Response:
         raise GatewayError(ErrorCode.BAD_REQUEST, "user must be a non-empty string")
     if not isinstance(tenant, str) or not tenant.strip() or len(tenant) > 128:
         raise GatewayError(ErrorCode.BAD_REQUEST, "tenant must be a non-empty string")
-    known = {role.value for role in Role}
+    # The agent graphs' reviewer roles (e.g. `finance`) too, so per-tool rules can be tried out.
+    known = {role.value for role in Role} | services.registry.reviewer_role_names()
     if not isinstance(roles, list) or not all(isinstance(r, str) and r in known for r in roles):
         raise GatewayError(
             ErrorCode.BAD_REQUEST, f"roles must be a list drawn from {sorted(known)}"
@@ -150,7 +205,7 @@ async def dev_token(request: Request, services: Services) -> Response:
 
 @endpoint
 async def list_approvals(request: Request, services: Services) -> Response:
-    principal = authenticate(request, services)
+    principal = await authenticate(request, services)
     try:
         check_can_use_inbox(principal)
     except AccessDenied as exc:
@@ -158,13 +213,12 @@ async def list_approvals(request: Request, services: Services) -> Response:
     status = request.query_params.get("status", "pending")
     if status != "pending":
         raise GatewayError(ErrorCode.BAD_REQUEST, "only status=pending is supported")
-    pending = await services.runs.approvals.pending_for_tenant(principal.tenant)
-    return JSONBody({"approvals": [approval_view(a) for a in pending]})
+    return JSONBody({"approvals": await services.runs.inbox_views(principal)})
 
 
 @endpoint
 async def decide(request: Request, services: Services) -> Response:
-    principal = authenticate(request, services)
+    principal = await authenticate(request, services)
     approval_id = path_id(request, "approval_id")
     body = await json_body(request)
     decision, reason = body.get("decision"), body.get("reason")
@@ -175,12 +229,12 @@ async def decide(request: Request, services: Services) -> Response:
             ErrorCode.BAD_REQUEST, f"reason must be a string of at most {MAX_REASON_CHARS} chars"
         )
     approval = await services.runs.decide(principal, approval_id, decision, reason)
-    return JSONBody({"approval": approval_view(approval)})
+    return JSONBody({"approval": await services.runs.view_approval(principal, approval)})
 
 
 @endpoint
 async def thread_events(request: Request, services: Services) -> Response:
-    principal = authenticate(request, services)
+    principal = await authenticate(request, services)
     thread = await services.runs.authorize_subscribe(principal, path_id(request, "thread_id"))
     after_seq = int_param(request, "after_seq", 0, low=0, high=2**62)
     limit = int_param(request, "limit", 500, low=1, high=MAX_EVENTS_PAGE)
@@ -203,14 +257,14 @@ def _events_body(events: list[LoggedEvent], head_seq: int, epoch: str, truncated
 
 @endpoint
 async def get_run(request: Request, services: Services) -> Response:
-    principal = authenticate(request, services)
+    principal = await authenticate(request, services)
     view = await services.runs.run_view(principal, path_id(request, "run_id"))
     return JSONBody({"run": view})
 
 
 @endpoint
 async def list_threads(request: Request, services: Services) -> Response:
-    principal = authenticate(request, services)
+    principal = await authenticate(request, services)
     limit = int_param(request, "limit", 100, low=1, high=500)
     sees_tenant = principal.has_any(Role.REVIEWER, Role.VIEWER, Role.ADMIN)
     if not sees_tenant and not principal.has(Role.USER):
@@ -235,6 +289,82 @@ async def list_threads(request: Request, services: Services) -> Response:
     )
 
 
+# -- audit trail --------------------------------------------------------------------------------
+
+
+@endpoint
+async def list_audit(request: Request, services: Services) -> Response:
+    principal = await authenticate(request, services)
+    if not principal.has(Role.ADMIN):
+        raise GatewayError(ErrorCode.FORBIDDEN, "the audit trail needs the admin role")
+    records, next_after_id = await services.audit.list_entries(
+        _audit_query(request, principal.tenant)
+    )
+    return JSONBody(
+        {
+            "audit": [
+                {
+                    "audit_id": r.audit_id,
+                    "at": utc_ts(r.at),
+                    "tenant": r.tenant,
+                    "actor": r.actor,
+                    "action": r.action,
+                    "outcome": r.outcome,
+                    "target": r.target,
+                    "source": r.source,
+                    "details": r.details,
+                }
+                for r in records
+            ],
+            "next_after_id": next_after_id,
+        }
+    )
+
+
+def _audit_query(request: Request, tenant: str) -> AuditQuery:
+    """The filters of `GET /v1/audit`; an unusable value is `bad_request`, never ignored."""
+    since = _time_param(request, "since")
+    until = _time_param(request, "until")
+    if since is not None and until is not None and since >= until:
+        raise GatewayError(ErrorCode.BAD_REQUEST, "since must be earlier than until")
+    return AuditQuery(
+        tenant=tenant,
+        action=_text_param(request, "action", MAX_AUDIT_TEXT),
+        actor=_text_param(request, "actor", MAX_AUDIT_TEXT),
+        target=_text_param(request, "target", MAX_AUDIT_TEXT),
+        since=since,
+        until=until,
+        after_id=int_param(request, "after_id", 0, low=0, high=2**62),
+        limit=int_param(request, "limit", 100, low=1, high=MAX_AUDIT_PAGE),
+    )
+
+
+def _text_param(request: Request, name: str, max_chars: int) -> str | None:
+    value = request.query_params.get(name)
+    if value is None:
+        return None
+    if not value or len(value) > max_chars:
+        raise GatewayError(
+            ErrorCode.BAD_REQUEST, f"{name} must be a non-empty string of at most {max_chars} chars"
+        )
+    return value
+
+
+def _time_param(request: Request, name: str) -> datetime | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        raise GatewayError(
+            ErrorCode.BAD_REQUEST,
+            f"{name} must be an ISO 8601 date-time such as 2026-11-29T14:08:00Z",
+        ) from None
+    # Without an offset the time is taken as UTC, the zone of every stored `at`.
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
 def routes() -> list[Route]:
     return [
         Route("/healthz", healthz, methods=["GET"]),
@@ -245,4 +375,5 @@ def routes() -> list[Route]:
         Route("/v1/threads", list_threads, methods=["GET"]),
         Route("/v1/threads/{thread_id}/events", thread_events, methods=["GET"]),
         Route("/v1/runs/{run_id}", get_run, methods=["GET"]),
+        Route("/v1/audit", list_audit, methods=["GET"]),
     ]

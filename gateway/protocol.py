@@ -97,6 +97,10 @@ class ProtocolError(Exception):
 Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
 
 
+# An `input` over GATEWAY_MAX_INPUT_CHARS: answered with `too_large` when nothing else is wrong.
+_INPUT_TOO_LONG = "input_too_long"
+
+
 def _check_input(value: str, info: ValidationInfo) -> str:
     # The limit is a deployment setting, so it arrives through the validation context rather
     # than being baked into the type.
@@ -107,13 +111,22 @@ def _check_input(value: str, info: ValidationInfo) -> str:
         raise PydanticCustomError("input_blank", "must not be empty or whitespace only")
     if len(value) > limit:
         raise PydanticCustomError(
-            "string_too_long", "must be at most {max_length} characters", {"max_length": limit}
+            _INPUT_TOO_LONG, "must be at most {max_length} characters", {"max_length": limit}
         )
     return value
 
 
 def _check_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    if value is not None and len(orjson.dumps(value)) > MAX_METADATA_BYTES:
+    if value is None:
+        return value
+    try:
+        size = len(orjson.dumps(value))
+    except orjson.JSONEncodeError:
+        # orjson decodes 1024 levels of nesting but encodes only 254: without this, deeply
+        # nested metadata escaped the parser as a TypeError (an `internal` error, or an
+        # unhandled exception when it came as the first frame).
+        raise PydanticCustomError("metadata_too_deep", "must not be nested this deeply") from None
+    if size > MAX_METADATA_BYTES:
         raise PydanticCustomError(
             "metadata_too_large",
             "must be at most {limit} bytes when encoded as JSON",
@@ -244,6 +257,9 @@ def parse_client_frame(
 ) -> ClientFrame:
     """Decode and validate one client frame, or raise `ProtocolError(bad_request)`.
 
+    The one exception: a well-formed frame whose only fault is an `input` longer than
+    `max_input_chars` raises `ProtocolError(too_large)`.
+
     The error's `ref` is the frame's `id` whenever that id is itself valid, so a client can
     correlate the error with its request even when another field is wrong.
     """
@@ -276,7 +292,24 @@ def parse_client_frame(
             obj, context={"max_input_chars": max_input_chars}
         )
     except ValidationError as exc:
-        raise ProtocolError(ErrorCode.BAD_REQUEST, _describe(model, exc), ref) from None
+        too_long = all(err["type"] == _INPUT_TOO_LONG for err in exc.errors())
+        code = ErrorCode.TOO_LARGE if too_long else ErrorCode.BAD_REQUEST
+        raise ProtocolError(code, _describe(model, exc), ref) from None
+
+
+def peek(raw: str) -> tuple[str | None, str | None]:
+    """A frame's `type` and valid `id` without validating it (None for what is missing).
+
+    For frames refused before parsing (rate limits): the error still carries the `ref`.
+    """
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None, None
+    if not isinstance(obj, dict):
+        return None, None
+    frame_type = obj.get("type")
+    return (frame_type if isinstance(frame_type, str) else None), _ref_of(obj)
 
 
 def _ref_of(obj: Mapping[str, Any]) -> str | None:
@@ -315,7 +348,7 @@ def _describe_one(model: type[_Frame], err: ErrorDetails) -> str:
         rule = "must be a string"
     elif kind == "string_too_short":
         rule = "must not be empty"
-    elif kind == "string_too_long":
+    elif kind in ("string_too_long", _INPUT_TOO_LONG):
         rule = f"must be at most {ctx.get('max_length')} characters"
     elif kind == "dict_type":
         rule = "must be a JSON object"

@@ -45,6 +45,13 @@ class AgentGraph:
     gateway calls it once per graph version and shares the agent between runs and restores
     (SDK agents hold no per-run state), so it must not capture per-run data.
     `compatible_versions` lists older versions whose checkpoints this build can still restore.
+    `sensitive_arguments` maps a tool name (any agent of the graph, nested agent-tools
+    included) to the names of its top-level arguments to mask in events, views for
+    non-reviewers and logs; `"*"` masks all of that tool's arguments (gateway/sensitive.py).
+    `reviewer_roles` maps a tool name to roles of which whoever decides its approvals must hold
+    at least one, on top of being allowed to decide at all (gateway/review_rules.py); tools not
+    listed can be decided by any reviewer. It is policy, not part of the checkpoint: changing
+    it needs no new version and applies to approvals already waiting.
     """
 
     name: str
@@ -55,6 +62,12 @@ class AgentGraph:
     make_context: Callable[[], Any] | None = None
     max_turns: int = 100
     compatible_versions: frozenset[str] = field(default_factory=frozenset)
+    # hash=False: a dict value must not make the (frozen, hashable) graph unhashable.
+    sensitive_arguments: Mapping[str, frozenset[str]] = field(default_factory=dict, hash=False)
+    reviewer_roles: Mapping[str, frozenset[str]] = field(default_factory=dict, hash=False)
+
+    def roles_for(self, tool_name: str) -> frozenset[str]:
+        return frozenset(self.reviewer_roles.get(tool_name, ()))
 
     def accepts(self, stored_version: str) -> bool:
         return stored_version == self.version or stored_version in self.compatible_versions
@@ -87,6 +100,15 @@ class AgentRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._graphs)
+
+    def reviewer_role_names(self) -> frozenset[str]:
+        """Every role a graph names for its tools: tokens carrying them must be accepted."""
+        return frozenset(
+            role
+            for graph in self._graphs.values()
+            for roles in graph.reviewer_roles.values()
+            for role in roles
+        )
 
     def get(self, name: str | None = None) -> AgentGraph:
         key = self.default_name if name is None else name

@@ -21,6 +21,13 @@ from agents.run_state import RunState
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from gateway.audit import (
+    AuditAction,
+    Outcome,
+    cancellation_entry,
+    decision_entry,
+    system_entry,
+)
 from gateway.auth import (
     AccessDenied,
     Principal,
@@ -30,13 +37,22 @@ from gateway.auth import (
     check_can_decide,
     check_can_subscribe,
 )
+from gateway.binding import binding_problem, by_call_id
 from gateway.bus import EventBus
-from gateway.errors import GRAPH_MISMATCH, GatewayError, conflict, not_found
+from gateway.errors import GRAPH_MISMATCH, GatewayError, conflict, not_found, rate_limited
 from gateway.eventlog import EventLog
 from gateway.execution import Execution, Segment, SegmentRunner, approval_view, storage_retry
 from gateway.protocol import ErrorCode, EventType, utc_ts
 from gateway.registry import AgentGraph, AgentRegistry, GraphMismatchError, UnknownAgentError
+from gateway.review_rules import (
+    ReviewContext,
+    check_four_eyes,
+    check_reviewer_roles,
+    decision_rights,
+)
+from gateway.sensitive import MASK_ALL, masked_call_data, sees_sensitive_arguments
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
+from persistence.audit import AuditEntry, AuditRepository
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
 from persistence.db import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
@@ -68,6 +84,34 @@ def denied(exc: AccessDenied) -> GatewayError:
     return GatewayError(exc.code, exc.message)
 
 
+def approval_window_s(approval: ApprovalRecord) -> float:
+    """How long the approval could be decided (stored, so a changed TTL does not rewrite it)."""
+    if approval.expires_at is None:
+        return 0.0
+    return round((approval.expires_at - approval.requested_at).total_seconds(), 3)
+
+
+def expiry_phrase(approval: ApprovalRecord) -> str:
+    seconds = approval_window_s(approval)
+    unit = "second" if seconds == 1 else "seconds"
+    return f"expired after {seconds:g} {unit} without a decision"
+
+
+def expiry_reason(approval: ApprovalRecord) -> str:
+    """What the model is told instead of the tool's output when nobody decided in time."""
+    return f"The approval request {expiry_phrase(approval)}."
+
+
+def settled_message(approval: ApprovalRecord) -> str:
+    """Why a decision on an approval that is no longer pending is refused (`conflict`)."""
+    if approval.status is ApprovalStatus.EXPIRED:
+        return f"approval {expiry_phrase(approval)}"
+    if approval.status is ApprovalStatus.SUPERSEDED:
+        detail = approval.reason or "the run moved on or was cancelled"
+        return f"approval was superseded: {detail}"
+    return f"approval already {approval.status.value}"
+
+
 class RunManager:
     def __init__(
         self,
@@ -81,12 +125,18 @@ class RunManager:
         suspend_grace_s: float = 15.0,
         instance_id: str = "gateway",
         lease_ttl_s: float = 15.0,
+        four_eyes: bool = False,
+        approval_ttl_s: float = 0.0,
+        approval_sweep_s: float = 5.0,
     ) -> None:
         self._engine = engine
         self._log = log
         self._bus = bus
         self._registry = registry
         self._self_approval = self_approval
+        self._four_eyes = four_eyes
+        self._approval_ttl_s = approval_ttl_s
+        self._approval_sweep_s = approval_sweep_s
         self.threads = ThreadRepository(engine)
         self.runs = RunRepository(engine)
         self.approvals = ApprovalRepository(engine)
@@ -191,8 +241,13 @@ class RunManager:
         text: str,
         agent: str | None,
         on_disconnect: str,
+        admit: Callable[[], None] | None = None,
     ) -> Started:
-        """Create a run (and its thread when `thread_id` is None) and start streaming it."""
+        """Create a run (and its thread when `thread_id` is None) and start streaming it.
+
+        `admit` is called once the request is known to be valid, right before the run is
+        created; it raises (e.g. `rate_limited`) to refuse it.
+        """
         if self._closing:
             raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down")
         graph = self._graph(agent)
@@ -218,6 +273,8 @@ class RunManager:
                 graph,
                 text,
                 on_disconnect,
+                admit=admit,
+                requested_by=principal.user,
             )
 
     async def _start_locked(
@@ -229,9 +286,13 @@ class RunManager:
         text: str,
         on_disconnect: str,
         consumed_input_id: int | None = None,
+        admit: Callable[[], None] | None = None,
+        requested_by: str | None = None,
     ) -> Started:
         if thread is not None and await self.runs.active_for_thread(thread.thread_id):
             raise conflict("the thread already has an active run; send run.input instead")
+        if admit is not None:
+            admit()
         run_id = new_id("r")
         thread_id = thread.thread_id if thread else new_id("t")
         session_mark = await self.sessions.head(thread_id) if thread else 0
@@ -251,6 +312,7 @@ class RunManager:
             error=None,
             created_at=now,
             updated_at=now,
+            requested_by=requested_by or owner,
         )
 
         async def insert(conn: AsyncConnection) -> Lease | None:
@@ -298,7 +360,20 @@ class RunManager:
 
     # -- input ---------------------------------------------------------------------------
 
-    async def submit_input(self, principal: Principal, thread_id: str, text: str) -> dict[str, Any]:
+    async def submit_input(
+        self,
+        principal: Principal,
+        thread_id: str,
+        text: str,
+        *,
+        admit: Callable[[], None] | None = None,
+        max_pending: int = 0,
+    ) -> dict[str, Any]:
+        """Start a run with `text`, or stage or queue it on the active one.
+
+        `admit` vets a start as in `start_run`; `max_pending` (0: no limit) bounds the inputs
+        waiting on the thread, checked in the database so every process sees the same count.
+        """
         thread = await self.thread_for(principal, thread_id)
         try:
             check_can_act_on_thread(principal, thread_ref(thread))
@@ -316,17 +391,31 @@ class RunManager:
                     self._graph(None),
                     text,
                     "continue",
+                    admit=admit,
+                    requested_by=principal.user,
                 )
                 return {
                     "disposition": "started",
                     "run_id": started.run_id,
                     "first_seq": started.first_seq,
                 }
+            if max_pending and (
+                await self.inputs.count_open(thread_id=thread.thread_id, run_id=run.run_id)
+                >= max_pending
+            ):
+                raise rate_limited(
+                    f"the thread already has {max_pending} inputs waiting for the run; "
+                    "send more when the run has taken them"
+                )
             if run.status in (RunStatus.WAITING_FOR_REVIEW, RunStatus.SUSPENDED):
                 await self._check_stageable(run, text)
-                await self._record_input(run, text, Disposition.STAGED, EventType.INPUT_STAGED)
+                await self._record_input(
+                    run, text, Disposition.STAGED, EventType.INPUT_STAGED, principal.user
+                )
                 return {"disposition": "staged", "run_id": run.run_id}
-            await self._record_input(run, text, Disposition.QUEUED, EventType.INPUT_QUEUED)
+            await self._record_input(
+                run, text, Disposition.QUEUED, EventType.INPUT_QUEUED, principal.user
+            )
             return {"disposition": "queued", "run_id": run.run_id}
 
     async def _check_stageable(self, run: RunRecord, text: str) -> None:
@@ -344,11 +433,16 @@ class RunManager:
             raise conflict(f"the paused run cannot take input now: {exc}") from None
 
     async def _record_input(
-        self, run: RunRecord, text: str, disposition: Disposition, event: EventType
+        self, run: RunRecord, text: str, disposition: Disposition, event: EventType, sender: str
     ) -> None:
         async def insert(conn: AsyncConnection) -> None:
             await InputRepository.insert_in(
-                conn, thread_id=run.thread_id, run_id=run.run_id, text=text, disposition=disposition
+                conn,
+                thread_id=run.thread_id,
+                run_id=run.run_id,
+                text=text,
+                disposition=disposition,
+                sender=sender,
             )
 
         await self._log.commit(
@@ -378,23 +472,13 @@ class RunManager:
         run, thread = await self.run_for(principal, approval.run_id)
         try:
             check_can_decide(principal, thread_ref(thread), self_approval=self._self_approval)
+            self._check_review_rules(principal, run, approval, decision)
         except AccessDenied as exc:
             raise denied(exc) from None
         async with self._lock(thread.thread_id):
             run = await self.runs.get(run.run_id) or run
-            if approval.status is not ApprovalStatus.PENDING:
-                raise conflict(f"approval already {approval.status.value}")
-            if (
-                run.status is not RunStatus.WAITING_FOR_REVIEW
-                or run.checkpoint_version != approval.checkpoint_version
-            ):
-                raise conflict("approval was superseded: the run has moved on")
-            checkpoint = await self.checkpoints.latest(run.run_id)
-            if checkpoint is None:
-                raise conflict("the run has no checkpoint")
-            # Refuse before recording anything: a decision on a run that cannot be restored
-            # would otherwise leave it stuck half-decided.
-            self._graph_for_checkpoint(run, checkpoint)
+            # Read again under the lock: a decision or an expiry may have landed meanwhile.
+            approval = await self._check_decidable(run, approval_id)
             status = ApprovalStatus.APPROVED if decision == "approve" else ApprovalStatus.REJECTED
             now = utcnow()
 
@@ -409,6 +493,20 @@ class RunManager:
                     decided_at=now,
                 ):
                     raise StaleWrite(approval_id)
+                # Same transaction: the trail holds exactly the decisions that took effect.
+                await AuditRepository.insert_in(
+                    conn,
+                    decision_entry(
+                        principal,
+                        approval_id=approval_id,
+                        decision=decision,
+                        run_id=run.run_id,
+                        thread_id=run.thread_id,
+                        tool_name=approval.tool_name,
+                        arguments_digest=approval.arguments_digest,
+                        has_reason=bool(reason),
+                    ),
+                )
 
             event = self._log.new_event(
                 run.thread_id,
@@ -432,6 +530,192 @@ class RunManager:
         # The decision is durable; the reviewer's ack need not wait for the restore.
         self._spawn(self._continue_when_decided(run), name=f"continue-{run.run_id}")
         return decided
+
+    def _check_review_rules(
+        self, principal: Principal, run: RunRecord, approval: ApprovalRecord, decision: str
+    ) -> None:
+        """Per-tool reviewer roles and four-eyes (gateway/review_rules.py): AccessDenied."""
+        review = self._review_context(run, approval.tool_name, self._graph(run.agent))
+        check_reviewer_roles(principal, approval.tool_name, review.reviewer_roles)
+        check_four_eyes(principal, review.requested_by, decision, enabled=self._four_eyes)
+
+    def _review_context(
+        self, run: RunRecord, tool_name: str, graph: AgentGraph | None = None
+    ) -> ReviewContext:
+        if graph is None:
+            try:
+                graph = self._registry.get(run.agent)
+            except UnknownAgentError:
+                graph = None  # the run cannot continue anyway; nobody is singled out
+        return ReviewContext(
+            reviewer_roles=graph.roles_for(tool_name) if graph else frozenset(),
+            # Runs from before requesters were recorded: their owner asked for them.
+            requested_by=run.requested_by or run.owner,
+        )
+
+    async def _check_decidable(self, run: RunRecord, approval_id: str) -> ApprovalRecord:
+        """The approval, if a decision may be recorded on it now (caller holds the thread lock).
+
+        Otherwise raises `conflict`, after settling what the refusal found: an approval left
+        pending by a run that moved on, or whose call in the checkpoint is not the one that
+        was displayed (gateway/binding.py), is marked superseded; one past its `expires_at`
+        is expired exactly as the sweeper would have done.
+        """
+        approval = await self.approvals.get(approval_id)
+        if approval is None:
+            raise not_found("approval not found")
+        if approval.status is not ApprovalStatus.PENDING:
+            raise conflict(settled_message(approval))
+        if run.status.terminal or run.checkpoint_version != approval.checkpoint_version:
+            await self._supersede(run, [approval_id], "the run moved on before a decision")
+            raise conflict("approval was superseded: the run has moved on")
+        if run.status is not RunStatus.WAITING_FOR_REVIEW:
+            raise conflict("approval was superseded: the run has moved on")
+        if approval.expires_at is not None and utcnow() >= approval.expires_at:
+            await self._expire_locked(run, approval)
+            raise conflict(f"approval {expiry_phrase(approval)}")
+        checkpoint = await self.checkpoints.latest(run.run_id)
+        if checkpoint is None:
+            raise conflict("the run has no checkpoint")
+        # Refuse before recording anything: a decision on a run that cannot be restored
+        # would otherwise leave it stuck half-decided.
+        graph = self._graph_for_checkpoint(run, checkpoint)
+        problem = (
+            "the run's checkpoint is not the one the approval was requested at"
+            if checkpoint.version != approval.checkpoint_version
+            else await self._binding_problem(graph, checkpoint, approval)
+        )
+        if problem is not None:
+            log.warning("approval %s refused and superseded: %s", approval_id, problem)
+            await self._supersede(run, [approval_id], f"not bound to its call: {problem}")
+            # Without it the pause may be fully decided: the continuation then meets the
+            # call again, undecided, and the SDK asks anew, so a fresh approval shows the
+            # call as it really is.
+            self._spawn(self._continue_when_decided(run), name=f"continue-{run.run_id}")
+            raise conflict(f"approval was superseded: {problem}")
+        return approval
+
+    async def _binding_problem(
+        self, graph: AgentGraph, checkpoint: CheckpointRecord, approval: ApprovalRecord
+    ) -> str | None:
+        """Restore the checkpoint and compare its call with what the approval displayed."""
+        state = await RunState.from_string(
+            self._agent(graph), checkpoint.state, context_deserializer=graph.context_deserializer
+        )
+        calls = by_call_id(state.get_interruptions())
+        return binding_problem(approval, calls.get(approval.call_id))
+
+    async def _supersede(self, run: RunRecord, approval_ids: list[str], reason: str) -> None:
+        removed: list[str] = []
+
+        async def mark(conn: AsyncConnection) -> None:
+            removed.extend(await ApprovalRepository.supersede_in(conn, approval_ids, reason=reason))
+
+        await self._log.commit((), mark)
+        if removed:
+            self._bus.publish_inbox(run.tenant, removed=removed)
+
+    # -- expiry (GATEWAY_APPROVAL_TTL_S) -------------------------------------------------
+
+    async def _expire_locked(self, run: RunRecord, approval: ApprovalRecord) -> bool:
+        """Reject an approval past its `expires_at` on behalf of the system (caller holds the
+        thread lock); the run then continues as after a reject. False if it was settled first.
+        """
+        now = utcnow()
+        reason = expiry_reason(approval)
+
+        async def record(conn: AsyncConnection) -> None:
+            if not await ApprovalRepository.expire_in(
+                conn,
+                approval.approval_id,
+                reason=reason,
+                checkpoint_version=approval.checkpoint_version,
+                decided_at=now,
+            ):
+                raise StaleWrite(approval.approval_id)
+            # Same transaction as the expiry, like a reviewer's decision.
+            await AuditRepository.insert_in(
+                conn,
+                system_entry(
+                    AuditAction.APPROVAL_EXPIRED,
+                    tenant=run.tenant,
+                    target=approval.approval_id,
+                    details={
+                        "run_id": run.run_id,
+                        "thread_id": run.thread_id,
+                        "tool_name": approval.tool_name,
+                        "arguments_digest": approval.arguments_digest,
+                        "ttl_s": approval_window_s(approval),
+                    },
+                ),
+            )
+
+        event = self._log.new_event(
+            run.thread_id,
+            run.run_id,
+            EventType.APPROVAL_DECIDED,
+            {
+                "approval_id": approval.approval_id,
+                "decision": "reject",
+                "reason": reason,
+                "reviewer": None,
+                "decided_at": utc_ts(now),
+                "expired": True,
+            },
+        )
+        try:
+            await self._log.commit([event], record)
+        except StaleWrite:
+            return False
+        log.info("approval %s of run %s expired", approval.approval_id, run.run_id)
+        self._bus.publish_inbox(run.tenant, removed=[approval.approval_id])
+        self._spawn(self._continue_when_decided(run), name=f"continue-{run.run_id}")
+        return True
+
+    async def expire_due(self) -> int:
+        """Expire every pending approval past its `expires_at`; returns how many expired.
+
+        Approvals of runs that moved on meanwhile are superseded instead: nobody can decide
+        them any more, so nothing is rejected on anyone's behalf.
+        """
+        expired = 0
+        for due in await self.approvals.expired_pending(utcnow()):
+            try:
+                async with self._lock(due.thread_id):
+                    approval = await self.approvals.get(due.approval_id)
+                    run = await self.runs.get(due.run_id)
+                    if approval is None or run is None:
+                        continue
+                    if approval.status is not ApprovalStatus.PENDING:
+                        continue
+                    if run.status.terminal or run.checkpoint_version != approval.checkpoint_version:
+                        await self._supersede(run, [approval.approval_id], "the run moved on")
+                    elif run.status is RunStatus.WAITING_FOR_REVIEW:
+                        expired += await self._expire_locked(run, approval)
+            except StorageUnavailable:
+                raise
+            except Exception:
+                log.error("expiring approval %s failed", due.approval_id, exc_info=True)
+        return expired
+
+    def start_expiry(self) -> None:
+        """Sweep for expired approvals every `approval_sweep_s`, when approvals expire at all.
+
+        A decision arriving after `expires_at` is refused (and expires the approval) whether
+        or not the sweep has run, so the sweep only bounds how late an unattended expiry is.
+        """
+        if self._approval_ttl_s <= 0:
+            return
+
+        async def loop() -> None:
+            while not self._closing:
+                await asyncio.sleep(self._approval_sweep_s)
+                try:
+                    await self.expire_due()
+                except Exception:
+                    log.warning("approval expiry sweep failed", exc_info=True)
+
+        self._spawn(loop(), name="approval-expiry")
 
     async def _continue_when_decided(self, run: RunRecord) -> None:
         async def attempt() -> None:
@@ -486,17 +770,26 @@ class RunManager:
         state = await RunState.from_string(
             agent, checkpoint.state, context_deserializer=graph.context_deserializer
         )
-        by_call = {item.call_id: item for item in state.get_interruptions()}
+        by_call = by_call_id(state.get_interruptions())
         known_calls: dict[str, str] = {}
+        # Approved, but not for the call as it stands in the checkpoint: never applied.
+        unbound: list[str] = []
         for approval in approvals:
             item = by_call.get(approval.call_id)
             if item is None:
                 continue
             known_calls[approval.call_id] = approval.tool_name
             if approval.status is ApprovalStatus.APPROVED:
+                problem = binding_problem(approval, item)
+                if problem is not None:
+                    # Left undecided, the call pauses the run again with a fresh approval.
+                    log.warning("approval %s not applied: %s", approval.approval_id, problem)
+                    unbound.append(approval.approval_id)
+                    continue
                 state.approve(item)
-            elif approval.status is ApprovalStatus.REJECTED:
+            elif approval.status in (ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED):
                 # The reason is exactly what the model is told; without one the SDK's default.
+                # An expiry is a reject by the system, with the expiry as its reason.
                 if approval.reason:
                     state.reject(item, rejection_message=approval.reason)
                 else:
@@ -510,6 +803,7 @@ class RunManager:
         await self.sessions.trim(run.thread_id, checkpoint.session_mark)
         data: dict[str, Any] = {"checkpoint_version": checkpoint.version}
         staged_ids = [p.input_id for p in staged]
+        superseded: list[str] = []
 
         async def mark_running(conn: AsyncConnection) -> Lease:
             held = lease or await LeaseRepository.acquire_in(
@@ -526,11 +820,19 @@ class RunManager:
             if not moved:
                 raise StaleWrite(run.run_id)
             await InputRepository.consume_in(conn, staged_ids)
+            await ApprovalRepository.supersede_in(
+                conn, unbound, reason="not bound to its call: the checkpoint's call differs"
+            )
+            # Whatever is still pending belongs to a pause this continuation leaves behind
+            # (a recovery from a newer checkpoint): nobody can decide it any more.
+            superseded.extend(await ApprovalRepository.supersede_pending_in(conn, run.run_id))
             return held
 
         held, _ = await self._log.commit(
             [self._log.new_event(run.thread_id, run.run_id, announce, data, lease)], mark_running
         )
+        if superseded:
+            self._bus.publish_inbox(run.tenant, removed=superseded)
         current = await self.runs.get(run.run_id) or run
         logged: frozenset[str] = frozenset()
         if announce is EventType.RUN_RECOVERED:
@@ -560,16 +862,35 @@ class RunManager:
             run = await self.runs.get(run_id) or run
             if run.status.terminal:
                 raise conflict(f"run already {run.status.value}")
+            entry = cancellation_entry(
+                principal, run_id=run.run_id, thread_id=run.thread_id, status=run.status.value
+            )
             execution = self._executions.get(run_id)
             if execution is None:
-                await self._cancel_idle(run)
+                await self._cancel_idle(run, entry)
                 return
             execution.cancel_requested = True
+            # Written by the segment with its `run.cancelled`. A second cancel of the same
+            # run while the first is in flight adds nothing: the first one is recorded.
+            if execution.cancel_audit is None:
+                execution.cancel_audit = entry
             if execution.result is not None:
                 execution.result.cancel("immediate")
         await execution.done.wait()
+        if execution.cancel_audit is entry:
+            # The run ended some other way before the cancel took hold: say so.
+            ended = await self.runs.get(run_id)
+            await AuditRepository(self._engine).insert(
+                cancellation_entry(
+                    principal,
+                    run_id=run.run_id,
+                    thread_id=run.thread_id,
+                    status=ended.status.value if ended else run.status.value,
+                    outcome=Outcome.FAILED,
+                )
+            )
 
-    async def _cancel_idle(self, run: RunRecord) -> None:
+    async def _cancel_idle(self, run: RunRecord, audit: AuditEntry) -> None:
         removed: list[str] = []
 
         async def transition(conn: AsyncConnection) -> None:
@@ -579,6 +900,7 @@ class RunManager:
             if not moved:
                 raise StaleWrite(run.run_id)
             removed.extend(await ApprovalRepository.supersede_pending_in(conn, run.run_id))
+            await AuditRepository.insert_in(conn, audit)
 
         try:
             await self._log.commit(
@@ -703,6 +1025,8 @@ class RunManager:
                     nxt.input,
                     "continue",
                     consumed_input_id=nxt.input_id,
+                    # Inputs queued before migration 0005 have no sender: the owner stands in.
+                    requested_by=nxt.sender or thread.owner,
                 )
             except (GatewayError, StorageUnavailable):
                 log.warning(
@@ -886,7 +1210,7 @@ class RunManager:
         except AccessDenied as exc:
             raise denied(exc) from None
         pending = [
-            approval_view(a)
+            self._approval_view_of_run(principal, a, run)
             for a in await self.approvals.for_checkpoint(run.run_id, run.checkpoint_version)
             if a.status is ApprovalStatus.PENDING
         ]
@@ -900,6 +1224,50 @@ class RunManager:
             "pending_approvals": pending,
             "error": run.error,
         }
+
+    async def inbox_views(self, principal: Principal) -> list[dict[str, Any]]:
+        """The tenant's pending approvals for an inbox reader (a reviewer or admin), each with
+        who may decide it and what this reader may do with it."""
+        pending = await self.approvals.pending_for_tenant(principal.tenant)
+        runs: dict[str, RunRecord | None] = {}
+        views = []
+        for approval in pending:
+            if approval.run_id not in runs:
+                runs[approval.run_id] = await self.runs.get(approval.run_id)
+            run = runs[approval.run_id]
+            review = self._review_context(run, approval.tool_name) if run else None
+            views.append(approval_view(approval, review))
+        return self.for_inbox_reader(principal, views)
+
+    def for_inbox_reader(
+        self, principal: Principal, views: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Add `can_decide` / `can_approve` for this reader to views that carry the review
+        fields (`reviewer_roles`, `requested_by`); the views are shared, so they are copied."""
+        return [decision_rights(principal, view, four_eyes=self._four_eyes) for view in views]
+
+    async def view_approval(self, principal: Principal, approval: ApprovalRecord) -> dict[str, Any]:
+        """The approval as this caller may see it: sensitive arguments masked for anyone who
+        is not a reviewer or admin (a self-approving owner, for example)."""
+        if sees_sensitive_arguments(principal):
+            return approval_view(approval)
+        run = await self.runs.get(approval.run_id)
+        if run is None:
+            return masked_call_data(approval_view(approval), approval.tool_name, MASK_ALL)
+        return self._approval_view_of_run(principal, approval, run)
+
+    def _approval_view_of_run(
+        self, principal: Principal, approval: ApprovalRecord, run: RunRecord
+    ) -> dict[str, Any]:
+        view = approval_view(approval, self._review_context(run, approval.tool_name))
+        if sees_sensitive_arguments(principal):
+            return view
+        try:
+            sensitive = self._registry.get(run.agent).sensitive_arguments
+        except UnknownAgentError:
+            # The graph that knew what is sensitive is gone: hide every argument.
+            return masked_call_data(view, approval.tool_name, MASK_ALL)
+        return masked_call_data(view, approval.tool_name, sensitive)
 
     # -- shutdown ------------------------------------------------------------------------
 

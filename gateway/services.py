@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.audit import AuditTrail
 from gateway.auth import TokenVerifier
 from gateway.bus import EventBus
 from gateway.eventlog import EventLog
+from gateway.limits import Limits
 from gateway.registry import AgentRegistry
 from gateway.settings import Settings
 
@@ -26,6 +28,8 @@ class Services:
     registry: AgentRegistry
     runs: RunManager
     verifier: TokenVerifier
+    limits: Limits
+    audit: AuditTrail
     server_name: str
     server_version: str
     # Open WebSocket connections, so shutdown can close them with 1012.

@@ -9,9 +9,12 @@ import ipaddress
 import secrets
 import socket
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from gateway.jwks import JwksError, load_jwks_file
 
 ENV_PREFIX = "GATEWAY_"
 
@@ -27,8 +30,26 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535)
     database_url: str = "sqlite+aiosqlite:///./gateway.db"
     secret: SecretStr | None = None
+    # Token checks (gateway/auth.py): clock skew tolerated on exp/nbf, and the iss/aud a token
+    # must carry when set.
+    jwt_leeway_s: int = Field(10, ge=0, le=300)
+    jwt_issuer: str | None = Field(None, max_length=512)
+    jwt_audience: str | None = Field(None, max_length=512)
+    # An identity provider's public keys (RS256/ES256), from a file or a URL; at most one.
+    jwks_file: str | None = None
+    jwks_url: str | None = Field(None, max_length=2048)
+    # Fetched keys are used this long before they are fetched again.
+    jwks_cache_s: float = Field(300.0, ge=1.0, le=86_400.0)
+    # Fetch attempts (an unknown kid, stale keys, a failed fetch) are at least this far apart.
+    jwks_refetch_s: float = Field(30.0, ge=0.0, le=3600.0)
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     self_approval: bool = False
+    # Reviewer rules (gateway/review_rules.py): the requester of a run may not approve its calls.
+    four_eyes: bool = False
+    # Approvals undecided this long are rejected by the system (0: they wait forever); expired
+    # ones are looked for every `approval_sweep_s`.
+    approval_ttl_s: float = Field(0.0, ge=0)
+    approval_sweep_s: float = Field(5.0, gt=0, le=3600)
     suspend_grace_s: float = Field(15.0, ge=0)
     max_frame_bytes: int = Field(65536, ge=1024, le=16 * 1024 * 1024)
     demo_delay_ms: int = Field(15, ge=0, le=10_000)
@@ -39,6 +60,14 @@ class Settings(BaseSettings):
     send_queue_size: int = Field(1024, ge=16)
     send_timeout_s: float = Field(5.0, gt=0)
     max_input_chars: int = Field(32_000, ge=1)
+    # Abuse limits (gateway/limits.py, docs/protocol.md §7); 0 turns one off. Per-user counts
+    # are kept per process.
+    frames_per_s: float = Field(20.0, ge=0)
+    frame_burst: int = Field(100, ge=1)
+    runs_per_minute: int = Field(30, ge=0)
+    max_connections_per_user: int = Field(20, ge=0)
+    max_subscriptions: int = Field(100, ge=0)
+    max_pending_inputs: int = Field(10, ge=0)
     tracing: bool = False
     # Identifies this gateway process to its peers on a shared database (run leases). One id
     # runs one process at a time; default: host name and port.
@@ -64,7 +93,15 @@ class Settings(BaseSettings):
             return [item.strip().rstrip("/") for item in value.split(",") if item.strip()]
         return value
 
-    @field_validator("secret", "openai_api_key", mode="before")
+    @field_validator(
+        "secret",
+        "openai_api_key",
+        "jwt_issuer",
+        "jwt_audience",
+        "jwks_file",
+        "jwks_url",
+        mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
@@ -88,18 +125,57 @@ class Settings(BaseSettings):
             raise ValueError("must be one of critical, error, warning, info, debug")
         return level
 
+    @field_validator("jwks_file")
+    @classmethod
+    def _readable_jwks(cls, value: str | None) -> str | None:
+        # Read now so a bad file stops start-up instead of refusing every token later.
+        if value is not None:
+            try:
+                load_jwks_file(value)
+            except JwksError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("jwks_url")
+    @classmethod
+    def _trusted_jwks_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in {"https", "http"} or not parts.hostname:
+            raise ValueError("must be an https:// URL")
+        # Whoever can alter the key set can mint tokens: plain HTTP only on this machine.
+        if parts.scheme == "http" and not is_loopback(parts.hostname):
+            raise ValueError("must use https:// (http:// only for a loopback host)")
+        if parts.username or parts.password:
+            raise ValueError("must not contain credentials")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _one_jwks_source(self) -> Settings:
+        if self.jwks_file is not None and self.jwks_url is not None:
+            raise ValueError("set GATEWAY_JWKS_FILE or GATEWAY_JWKS_URL, not both")
+        return self
+
     @model_validator(mode="after")
     def _dev_mode_is_loopback_only(self) -> Settings:
-        if self.secret is None and not is_loopback(self.host):
+        if self.dev_mode and not is_loopback(self.host):
             raise ValueError(
                 "GATEWAY_SECRET is unset (development tokens), so GATEWAY_HOST must be a "
-                f"loopback address, not {self.host!r}; set GATEWAY_SECRET to listen publicly"
+                f"loopback address, not {self.host!r}; set GATEWAY_SECRET (or a JWKS) to "
+                "listen publicly"
             )
         return self
 
     @property
+    def jwks_configured(self) -> bool:
+        return self.jwks_file is not None or self.jwks_url is not None
+
+    @property
     def dev_mode(self) -> bool:
-        return self.secret is None
+        # With only a JWKS, tokens come from the identity provider: no made-up secret and no
+        # development tokens, which would let anyone mint identities next to the real ones.
+        return self.secret is None and not self.jwks_configured
 
     def resolved_instance_id(self) -> str:
         if self.instance_id:

@@ -10,11 +10,12 @@ interleaving the writer and the replay have.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.bus import EventBus
 from gateway.eventlog import EventLog
 from gateway.eventlog_types import LoggedEvent
+from gateway.sensitive import needs_reveal
 
 REPLAY_PAGE = 500
 
@@ -29,8 +30,14 @@ class Subscription:
         log: EventLog,
         send_replay: Callable[[str], asyncio.Future[None] | object],
         send_live: Callable[[str], bool],
+        reveal: Callable[[LoggedEvent], Awaitable[str]] | None = None,
     ) -> None:
         """`send_replay` may wait for queue space; `send_live` must not (False = no room).
+
+        `reveal` gives the frame to send for a stored event whose sensitive arguments are
+        masked (the connection knows whether its caller may see them). It may read storage,
+        so such events, which are rare, are always sent by the pump, never from the bus
+        callback; every other event takes the usual path unchanged.
 
         A live batch that does not fit is not dropped and does not close the connection:
         the subscription falls back to reading the table from its cursor, paced by the
@@ -42,6 +49,7 @@ class Subscription:
         self._log = log
         self._send_replay = send_replay
         self._send_live = send_live
+        self._reveal = reveal
         self._live = False
         self._wakeup = asyncio.Event()
         self._unsubscribe = bus.subscribe(thread_id, self._on_events)
@@ -66,7 +74,7 @@ class Subscription:
         for event in events:
             if event.seq <= self.last_seq:
                 continue
-            if event.seq != self.last_seq + 1:
+            if event.seq != self.last_seq + 1 or (self._reveal is not None and needs_reveal(event)):
                 self._live = False
                 self._wakeup.set()
                 return
@@ -86,7 +94,10 @@ class Subscription:
                     self.thread_id, after_seq=self.last_seq, limit=REPLAY_PAGE
                 )
                 for event in page:
-                    result = self._send_replay(event.frame)
+                    frame = event.frame
+                    if self._reveal is not None and needs_reveal(event):
+                        frame = await self._reveal(event)
+                    result = self._send_replay(frame)
                     if asyncio.isfuture(result) or asyncio.iscoroutine(result):
                         await result
                     self.last_seq = event.seq

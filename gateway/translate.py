@@ -14,6 +14,7 @@ from typing import Any
 from agents import AgentUpdatedStreamEvent, RawResponsesStreamEvent, RunItemStreamEvent
 
 from gateway.protocol import EventType
+from gateway.sensitive import SensitiveArguments, masked_call_data
 from persistence.ids import new_id
 
 Emitted = tuple[EventType, dict[str, Any]]
@@ -51,6 +52,8 @@ class StreamTranslator:
     skip_outputs: set[str] = field(default_factory=set)
     # model item id -> (gateway message id, text so far), for messages of the current response
     open_messages: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    # the graph's sensitive arguments, masked in `tool.called` (gateway/sensitive.py)
+    sensitive: SensitiveArguments = field(default_factory=dict)
 
     def translate(self, event: Any) -> list[Emitted]:
         if isinstance(event, RawResponsesStreamEvent):
@@ -110,17 +113,13 @@ class StreamTranslator:
             name = _field(raw, "name") or getattr(item, "tool_name", None) or "tool"
             self.call_names[call_id] = name
             agent = getattr(getattr(item, "agent", None), "name", self.agent)
-            return [
-                (
-                    EventType.TOOL_CALLED,
-                    {
-                        "call_id": call_id,
-                        "tool_name": name,
-                        "arguments": parse_arguments(_field(raw, "arguments")),
-                        "agent": agent,
-                    },
-                )
-            ]
+            data = {
+                "call_id": call_id,
+                "tool_name": name,
+                "arguments": parse_arguments(_field(raw, "arguments")),
+                "agent": agent,
+            }
+            return [(EventType.TOOL_CALLED, masked_call_data(data, name, self.sensitive))]
         if event.name == "tool_output":
             call_id = getattr(item, "call_id", None) or _field(item.raw_item, "call_id") or ""
             if call_id in self.skip_outputs:

@@ -41,6 +41,8 @@ class ApprovalRecord:
     reason: str | None
     requested_at: datetime
     decided_at: datetime | None
+    # Past this instant the system rejects the approval (GATEWAY_APPROVAL_TTL_S); None: never.
+    expires_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: RowMapping) -> ApprovalRecord:
@@ -60,6 +62,7 @@ class ApprovalRecord:
             reason=row["reason"],
             requested_at=as_utc(row["requested_at"]) or utcnow(),
             decided_at=as_utc(row["decided_at"]),
+            expires_at=as_utc(row.get("expires_at")),
         )
 
 
@@ -88,6 +91,7 @@ class ApprovalRepository:
                     "reason": r.reason,
                     "requested_at": r.requested_at,
                     "decided_at": r.decided_at,
+                    "expires_at": r.expires_at,
                 }
                 for r in records
             ],
@@ -151,6 +155,84 @@ class ApprovalRepository:
             .values(status=status.value, reviewer=reviewer, reason=reason, decided_at=decided_at)
         )
         return result.rowcount == 1
+
+    async def expired_pending(self, now: datetime, limit: int = 200) -> list[ApprovalRecord]:
+        """Pending approvals whose `expires_at` has passed, oldest first."""
+        query = (
+            select(approvals)
+            .where(
+                approvals.c.status == ApprovalStatus.PENDING.value,
+                approvals.c.expires_at.is_not(None),
+                approvals.c.expires_at <= now,
+            )
+            .order_by(approvals.c.expires_at)
+            .limit(limit)
+        )
+        async with transaction(self._engine) as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [ApprovalRecord.from_row(row) for row in rows]
+
+    @staticmethod
+    async def expire_in(
+        conn: AsyncConnection,
+        approval_id: str,
+        *,
+        reason: str,
+        checkpoint_version: int,
+        decided_at: datetime,
+    ) -> bool:
+        """Reject a pending approval on behalf of the system (no reviewer); at most once."""
+        result = await conn.execute(
+            update(approvals)
+            .where(
+                approvals.c.approval_id == approval_id,
+                approvals.c.status == ApprovalStatus.PENDING.value,
+                approvals.c.checkpoint_version == checkpoint_version,
+            )
+            .values(
+                status=ApprovalStatus.EXPIRED.value,
+                reviewer=None,
+                reason=reason,
+                decided_at=decided_at,
+            )
+        )
+        return result.rowcount == 1
+
+    @staticmethod
+    async def supersede_in(
+        conn: AsyncConnection, approval_ids: Sequence[str], *, reason: str
+    ) -> list[str]:
+        """Mark these approvals superseded unless already superseded or expired; returns the
+        ids that changed. Also used for approved rows that turned out not to bind to their
+        call, so the record never claims an approval that was not applied."""
+        if not approval_ids:
+            return []
+        open_statuses = (
+            ApprovalStatus.PENDING.value,
+            ApprovalStatus.APPROVED.value,
+            ApprovalStatus.REJECTED.value,
+        )
+        ids = list(
+            (
+                await conn.execute(
+                    select(approvals.c.approval_id).where(
+                        approvals.c.approval_id.in_(list(approval_ids)),
+                        approvals.c.status.in_(open_statuses),
+                    )
+                )
+            ).scalars()
+        )
+        if ids:
+            await conn.execute(
+                update(approvals)
+                .where(approvals.c.approval_id.in_(ids))
+                .values(
+                    status=ApprovalStatus.SUPERSEDED.value,
+                    reason=reason,
+                    decided_at=utcnow(),
+                )
+            )
+        return ids
 
     @staticmethod
     async def supersede_pending_in(conn: AsyncConnection, run_id: str) -> list[str]:

@@ -47,6 +47,20 @@ class CheckpointRecord:
         )
 
 
+def _row(checkpoint: CheckpointRecord) -> dict[str, object]:
+    return {
+        "run_id": checkpoint.run_id,
+        "version": checkpoint.version,
+        "state": checkpoint.state,
+        "sdk_schema_version": checkpoint.sdk_schema_version,
+        "graph_name": checkpoint.graph_name,
+        "graph_version": checkpoint.graph_version,
+        "reason": checkpoint.reason,
+        "session_mark": checkpoint.session_mark,
+        "created_at": checkpoint.created_at,
+    }
+
+
 class CheckpointRepository:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -82,19 +96,28 @@ class CheckpointRepository:
             raise StaleWrite(
                 f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}"
             )
-        await conn.execute(
-            checkpoints.insert().values(
-                run_id=checkpoint.run_id,
-                version=checkpoint.version,
-                state=checkpoint.state,
-                sdk_schema_version=checkpoint.sdk_schema_version,
-                graph_name=checkpoint.graph_name,
-                graph_version=checkpoint.graph_version,
-                reason=checkpoint.reason,
-                session_mark=checkpoint.session_mark,
-                created_at=checkpoint.created_at,
+        await conn.execute(checkpoints.insert().values(**_row(checkpoint)))
+
+    @staticmethod
+    async def add_final_in(conn: AsyncConnection, checkpoint: CheckpointRecord) -> None:
+        """Store the state a run ended with, in the transaction that ends the run.
+
+        The run's status is set by that transaction; this only advances the version, under
+        the same rule as `save_in`: never over a newer checkpoint.
+        """
+        moved = await conn.execute(
+            update(runs)
+            .where(
+                runs.c.run_id == checkpoint.run_id,
+                runs.c.checkpoint_version == checkpoint.version - 1,
             )
+            .values(checkpoint_version=checkpoint.version)
         )
+        if moved.rowcount != 1:
+            raise StaleWrite(
+                f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}"
+            )
+        await conn.execute(checkpoints.insert().values(**_row(checkpoint)))
 
     async def latest(self, run_id: str) -> CheckpointRecord | None:
         query = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from persistence.db import transaction, utcnow
@@ -24,6 +24,7 @@ class PendingInput:
     run_id: str | None
     input: str
     disposition: Disposition
+    sender: str | None = None
 
 
 class InputRepository:
@@ -38,6 +39,7 @@ class InputRepository:
         run_id: str | None,
         text: str,
         disposition: Disposition,
+        sender: str | None = None,
     ) -> None:
         await conn.execute(
             pending_inputs.insert().values(
@@ -45,6 +47,7 @@ class InputRepository:
                 run_id=run_id,
                 input=text,
                 disposition=disposition.value,
+                sender=sender,
                 created_at=utcnow(),
             )
         )
@@ -62,6 +65,29 @@ class InputRepository:
         await conn.execute(
             update(pending_inputs).where(pending_inputs.c.input_id.in_(input_ids)).values(**values)
         )
+
+    async def count_open(self, *, thread_id: str, run_id: str) -> int:
+        """Inputs still waiting on a thread: all queued ones, and those staged on `run_id`.
+
+        Staged inputs of other (ended) runs are never admitted, so they do not count.
+        """
+        query = (
+            select(func.count())
+            .select_from(pending_inputs)
+            .where(
+                pending_inputs.c.thread_id == thread_id,
+                pending_inputs.c.consumed_at.is_(None),
+                or_(
+                    pending_inputs.c.disposition == Disposition.QUEUED.value,
+                    and_(
+                        pending_inputs.c.disposition == Disposition.STAGED.value,
+                        pending_inputs.c.run_id == run_id,
+                    ),
+                ),
+            )
+        )
+        async with transaction(self._engine) as conn:
+            return int((await conn.execute(query)).scalar_one())
 
     async def open(
         self, *, thread_id: str, disposition: Disposition, run_id: str | None = None
@@ -82,6 +108,7 @@ class InputRepository:
                     run_id=row["run_id"],
                     input=row["input"],
                     disposition=Disposition(row["disposition"]),
+                    sender=row["sender"],
                 )
                 for row in rows
             ]

@@ -51,6 +51,9 @@ class RunRecord:
     error: dict[str, Any] | None
     created_at: datetime
     updated_at: datetime
+    # Who started the run, or sent the input that started it (the four-eyes "requester");
+    # None for runs created before it was recorded.
+    requested_by: str | None = None
 
     @classmethod
     def from_row(cls, row: RowMapping) -> RunRecord:
@@ -69,6 +72,7 @@ class RunRecord:
             error=row["error"],
             created_at=as_utc(row["created_at"]) or utcnow(),
             updated_at=as_utc(row["updated_at"]) or utcnow(),
+            requested_by=row.get("requested_by"),
         )
 
 
@@ -94,6 +98,7 @@ class RunRepository:
                 error=record.error,
                 created_at=record.created_at,
                 updated_at=record.updated_at,
+                requested_by=record.requested_by,
             )
         )
 

@@ -117,6 +117,7 @@ approvals = Table(
     UniqueConstraint("run_id", "checkpoint_version", "call_id", name="uq_approvals_call"),
     Index("ix_approvals_tenant_status", "tenant", "status"),
     Index("ix_approvals_run", "run_id", "checkpoint_version"),
+    Index("ix_approvals_status_expires", "status", "expires_at"),
 )
 
 events = Table(
@@ -142,6 +143,8 @@ pending_inputs = Table(
     Column("disposition", String(16), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("consumed_at", DateTime(timezone=True), nullable=True),
+    # Who sent it: the requester of the run a queued input starts (four-eyes). Null before 0005.
+    Column("sender", String(128), nullable=True),
     Index("ix_pending_inputs_thread", "thread_id", "consumed_at"),
     sqlite_autoincrement=True,
 )

@@ -177,13 +177,10 @@ async def test_invalid_frames_change_nothing(connect, gateway) -> None:
     head_before = (await http_get(gateway, f"/v1/threads/{thread_id}/events", "alice"))[1][
         "head_seq"
     ]
-    too_long_input = "x" * (gateway.settings.max_input_chars + 1)
-
     run_starts: list[dict[str, Any]] = [
         {"input": 5},
         {"input": ""},
         {"input": "   "},
-        {"input": too_long_input},
         {"input": None},
         {},
         {"input": "hello", "thread_id": 123},
@@ -332,20 +329,7 @@ async def test_oversized_frame_closes_with_1009(gateway_factory, payload) -> Non
         await alice.close()
 
 
-# -- hello again, frames without an id ----------------------------------------------------------
-
-
-async def test_second_hello_is_bad_request_and_socket_stays_open(connect, gateway) -> None:
-    alice = await connect("alice", "user")
-    with pytest.raises(ProtocolFailure) as failure:
-        await alice.request("hello", protocol=1, token=gateway.token("mallory", "admin"))
-    assert failure.value.code == "bad_request"
-    assert failure.value.frame["ref"].startswith("q")
-    await still_works(alice)
-    # Still alice, not mallory: an admin could subscribe to the inbox.
-    with pytest.raises(ProtocolFailure) as inbox:
-        await alice.request("inbox.subscribe")
-    assert inbox.value.code == "forbidden"
+# -- frames without an id (a second hello re-authenticates: see test_token_expiry.py) -----
 
 
 async def test_frames_without_id_get_no_ack_but_errors_with_null_ref(connect) -> None:
@@ -408,9 +392,12 @@ async def test_server_sends_heartbeat_pings_and_answers_client_ping(gateway_fact
 # gateway's writer blocked, because the server's send buffer autotunes up to tcp_wmem's maximum
 # (4 MiB here). The tests therefore give the gateway's listening socket a small SO_SNDBUF
 # (accepted sockets inherit it), so a few stories fill every buffer on the way.
+# Under load the event log merges a story's queued deltas into a few `message.delta`s, which
+# leaves ~5 KB of frames per story instead of ~45 KB: hence dozens of stories and a small
+# receive buffer on the client (merged frames stay small, so it no longer makes them crawl).
 
 QUEUE = 16
-BIG_RUNS = 8
+BIG_RUNS = 40
 
 
 def _slow_settings(**overrides: Any) -> dict[str, Any]:
@@ -437,7 +424,7 @@ async def _raw_slow_client(gw: Gateway, token: str) -> Any:
     (Much smaller SO_RCVBUF values make megabyte frames crawl once the client reads again.)
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
     sock.setblocking(False)
     await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", gw.port))
     ws = await websockets.connect(
@@ -455,7 +442,7 @@ async def _raw_slow_client(gw: Gateway, token: str) -> Any:
 
 
 async def _start_big_runs(ws: Any, count: int = BIG_RUNS) -> None:
-    """`count` + 1 story runs (~45 KB of frames each), each on a new thread."""
+    """`count` + 1 story runs (5-45 KB of frames each, see above), each on a new thread."""
     await ws.send(json.dumps({"type": "run.start", "id": "story", "input": "tell me a story"}))
     for i in range(count):
         story = f"tell me story number {i}"

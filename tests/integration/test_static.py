@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.static import CONTENT_SECURITY_POLICY
+from gateway.static import CONTENT_SECURITY_POLICY, PERMISSIONS_POLICY
 
 
 async def test_demo_page_is_served_with_security_headers(gateway) -> None:
@@ -15,9 +15,17 @@ async def test_demo_page_is_served_with_security_headers(gateway) -> None:
     assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
     assert page.headers["x-content-type-options"] == "nosniff"
     assert page.headers["referrer-policy"] == "no-referrer"
+    assert page.headers["x-frame-options"] == "DENY"
+    assert page.headers["cross-origin-opener-policy"] == "same-origin"
+    assert page.headers["cross-origin-resource-policy"] == "same-origin"
+    assert page.headers["permissions-policy"] == PERMISSIONS_POLICY
+    assert "camera=()" in page.headers["permissions-policy"]
     assert page.headers["cache-control"] == "no-cache"
     assert script.status_code == 200
     assert script.headers["content-type"].startswith("text/javascript")
+    # Every response of the mount carries them, not only the page.
+    assert script.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert script.headers["x-content-type-options"] == "nosniff"
 
 
 async def test_api_routes_are_not_shadowed_by_the_static_mount(gateway) -> None:

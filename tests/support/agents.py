@@ -193,3 +193,44 @@ def registry() -> AgentRegistry:
         [demo_graph("offline"), AgentGraph(name="effects", version="1", build=build)],
         default="assistant",
     )
+
+
+# The value `vault` passes as its sensitive `card` argument: no input or output repeats it.
+VAULT_CARD = "4000-0566-5566-5556-vault-card"
+
+
+def sensitive_registry() -> AgentRegistry:
+    """For gateway subprocesses: the demo agent plus `vault`, whose `charge` argument `card`
+    is sensitive.
+
+    `vault` answers every input with one approval-gated `charge` call with `card=VAULT_CARD`,
+    then a final message; neither that message nor the tool's output repeats the card, so the
+    only copies of it are the ones the gateway must keep out of sight.
+    """
+    effects = EffectLog()
+
+    def respond(model_call: Any) -> Any:
+        items = model_call.input if isinstance(model_call.input, list) else []
+        has_output = any(
+            (item.get("type") if isinstance(item, dict) else None) == "function_call_output"
+            for item in items[-3:]
+        )
+        if has_output:
+            return [say("the card was charged")]
+        return [call("charge", f"call_{len(items)}", card=VAULT_CARD, value="1")]
+
+    def build() -> Agent[Any]:
+        return Agent(
+            name="vault",
+            instructions="vault",
+            model=ScriptedModel([ModelStep.respond(respond) for _ in range(200)]),
+            tools=[effect_tool(effects, "charge", needs_approval=True, output="charged")],
+        )
+
+    vault = AgentGraph(
+        name="vault",
+        version="1",
+        build=build,
+        sensitive_arguments={"charge": frozenset({"card"})},
+    )
+    return AgentRegistry([demo_graph("offline"), vault], default="assistant")

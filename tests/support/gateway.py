@@ -29,6 +29,15 @@ from gateway.registry import AgentRegistry
 from gateway.settings import Settings, load_settings
 
 TEST_SECRET = "test-secret-" + "x" * 52
+# Abuse limits are off unless a test turns one on (tests/integration/test_limits.py): other
+# tests open many sockets and start many runs as one user, faster than production allows.
+NO_ABUSE_LIMITS: dict[str, Any] = {
+    "frames_per_s": 0,
+    "runs_per_minute": 0,
+    "max_connections_per_user": 0,
+    "max_subscriptions": 0,
+    "max_pending_inputs": 0,
+}
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -59,6 +68,7 @@ def test_settings(db_path: Path, **overrides: Any) -> Settings:
         "secret": TEST_SECRET,
         "demo_delay_ms": 0,
         "heartbeat_s": 20.0,
+        **NO_ABUSE_LIMITS,
     }
     values.update(overrides)
     return load_settings(**values)
@@ -140,6 +150,7 @@ def spawn_gateway(
         # once instead of waiting for their leases to expire.
         "GATEWAY_INSTANCE_ID": "test-gateway",
         "PYTHONPATH": str(ROOT),
+        **{f"GATEWAY_{name.upper()}": str(value) for name, value in NO_ABUSE_LIMITS.items()},
         **(env or {}),
     }
     log_file = log_path.open("w")

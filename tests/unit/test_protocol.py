@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from gateway import protocol as p
-from gateway.protocol import ErrorCode, EventType, ProtocolError, parse_client_frame
+from gateway.protocol import ErrorCode, EventType, ProtocolError, parse_client_frame, peek
 
 
 def parse(frame: dict[str, Any], **kwargs: Any) -> Any:
@@ -293,20 +293,42 @@ def test_several_errors_are_all_named() -> None:
     assert "'after_seq'" in err.message
 
 
+def too_large_error(frame: dict[str, Any], **kwargs: Any) -> ProtocolError:
+    with pytest.raises(ProtocolError) as info:
+        parse_client_frame(orjson.dumps(frame), **kwargs)
+    assert info.value.code is ErrorCode.TOO_LARGE
+    return info.value
+
+
 def test_input_length_limit_is_a_parameter() -> None:
-    frame = {"type": "run.input", "thread_id": "t", "input": "x" * 11}
-    err = parse_error(frame, max_input_chars=10)
+    frame = {"type": "run.input", "id": "i1", "thread_id": "t", "input": "x" * 11}
+    err = too_large_error(frame, max_input_chars=10)
     assert err.message == "field 'input': must be at most 10 characters"
+    assert err.ref == "i1"
     assert parse(frame, max_input_chars=11).input == "x" * 11
 
 
 def test_default_input_limit() -> None:
     assert len(parse({"type": "run.start", "input": "x" * 32_000}).input) == 32_000
-    parse_error({"type": "run.start", "input": "x" * 32_001})
+    too_large_error({"type": "run.start", "input": "x" * 32_001})
+
+
+def test_a_long_input_with_another_fault_is_a_bad_request() -> None:
+    # too_large means "only the size is wrong": fixing the shape first is the client's job.
+    frame = {"type": "run.start", "input": "x" * 11, "agent": 5}
+    err = parse_error(frame, max_input_chars=10)
+    assert "'input'" in err.message and "'agent'" in err.message
+
+
+def test_peek_reads_type_and_id_without_validating() -> None:
+    assert peek('{"type": "pong", "id": "p1", "junk": [1]}') == ("pong", "p1")
+    assert peek('{"type": 5, "id": ""}') == (None, None)
+    assert peek("[1, 2]") == (None, None)
+    assert peek("{nope") == (None, None)
 
 
 def test_huge_input_is_not_echoed() -> None:
-    err = parse_error({"type": "run.start", "input": "Q" * 50_000})
+    err = too_large_error({"type": "run.start", "input": "Q" * 50_000})
     assert "QQQQ" not in err.message
     assert len(err.message) < 200
 

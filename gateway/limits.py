@@ -1,0 +1,285 @@
+"""Abuse limits: the pure counting behind them, with an injectable monotonic clock.
+
+Nothing here touches sockets or storage. A `Limits` is created once in the app lifespan and
+reaches connections through `Services`; connections turn its answers into `rate_limited`
+error frames or close codes (docs/protocol.md §7). The per-user counters live in this process
+only: several processes on one database each apply their own.
+
+A limit of 0 turns that limit off.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.settings import Settings
+
+Clock = Callable[[], float]
+
+# A server ping earns the client one pong that costs nothing; a cap keeps a client that lets
+# pings pile up from banking free frames for later.
+MAX_PONG_CREDITS = 2
+
+
+def retry_hint(seconds: float) -> float:
+    """Seconds rounded *up* to 1/100 s: a client that waits exactly this long is admitted."""
+    return math.ceil(max(seconds, 0.0) * 100) / 100
+
+
+class TokenBucket:
+    """`rate` tokens per second, holding at most `burst`; starts full."""
+
+    def __init__(self, rate: float, burst: float, clock: Clock) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError("a token bucket needs rate > 0 and burst >= 1")
+        self._rate = rate
+        self._burst = float(burst)
+        self._clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        # max(): a clock that steps back (a test, or a broken monotonic source) adds nothing.
+        elapsed = max(now - self._at, 0.0)
+        self._tokens = min(self._burst, self._tokens + elapsed * self._rate)
+        self._at = now
+
+    def take(self) -> float:
+        """Take one token: 0.0 when taken, else the seconds until one will be there."""
+        self._refill()
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return 0.0
+        return (1.0 - self._tokens) / self._rate
+
+    def give_back(self) -> None:
+        """Return a token taken for something that turned out to be free."""
+        self._tokens = min(self._burst, self._tokens + 1.0)
+
+    @property
+    def tokens(self) -> float:
+        self._refill()
+        return self._tokens
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A frame the gate did not admit. `flooding`: the client ignores refusals; close it."""
+
+    retry_after_s: float
+    flooding: bool
+
+
+class FrameGate:
+    """Frames per second on one connection: a token bucket with a burst.
+
+    Refused frames draw on a second bucket of the same size and rate. A client that keeps
+    sending after being refused (more than twice the rate for long, or more than twice the
+    burst at once) empties it and is told it is flooding.
+    """
+
+    def __init__(self, rate: float, burst: int, clock: Clock) -> None:
+        self._frames = TokenBucket(rate, burst, clock)
+        self._refusals = TokenBucket(rate, burst, clock)
+        self._pong_credits = 0
+
+    def admit(self) -> float:
+        """0.0 when the frame may be handled; else seconds until one would be admitted."""
+        return self._frames.take()
+
+    def refuse(self, retry_after_s: float) -> Refusal:
+        return Refusal(retry_hint(retry_after_s), flooding=self._refusals.take() > 0.0)
+
+    def ping_sent(self) -> None:
+        self._pong_credits = min(self._pong_credits + 1, MAX_PONG_CREDITS)
+
+    def pong_is_free(self, *, admitted: bool) -> bool:
+        """A pong answering one of our pings costs nothing; True when this one was free.
+
+        `admitted`: the gate already counted it, so its token goes back.
+        """
+        if self._pong_credits == 0:
+            return False
+        self._pong_credits -= 1
+        if admitted:
+            self._frames.give_back()
+        return True
+
+
+class OpenGate:
+    """The gate of a deployment without a frame rate limit."""
+
+    def admit(self) -> float:
+        return 0.0
+
+    def refuse(self, retry_after_s: float) -> Refusal:  # pragma: no cover - never refuses
+        return Refusal(retry_hint(retry_after_s), flooding=False)
+
+    def ping_sent(self) -> None:
+        return None
+
+    def pong_is_free(self, *, admitted: bool) -> bool:
+        return False
+
+
+class SlidingWindow:
+    """At most `limit` events per key in any `window_s` seconds (an exact log of times).
+
+    Memory stays bounded: each key keeps at most `limit` times, and keys with no event in the
+    last window are forgotten (`tracked`), oldest-used first, as part of every call.
+    """
+
+    def __init__(self, limit: int, window_s: float, clock: Clock) -> None:
+        if limit < 1 or window_s <= 0:
+            raise ValueError("a sliding window needs limit >= 1 and window_s > 0")
+        self._limit = limit
+        self._window_s = window_s
+        self._clock = clock
+        # Ordered by last event, so idle keys collect at the front.
+        self._events: OrderedDict[Hashable, deque[float]] = OrderedDict()
+
+    def acquire(self, key: Hashable) -> float:
+        """Record one event for `key`: 0.0 when allowed, else the seconds until it would be."""
+        now = self._clock()
+        self._forget_idle(now)
+        times = self._events.get(key)
+        if times is None:
+            times = self._events[key] = deque(maxlen=self._limit)
+        while times and times[0] <= now - self._window_s:
+            times.popleft()
+        if len(times) >= self._limit:
+            return retry_hint(times[0] + self._window_s - now)
+        times.append(now)
+        self._events.move_to_end(key)
+        return 0.0
+
+    def _forget_idle(self, now: float) -> None:
+        cutoff = now - self._window_s
+        while self._events:
+            key, times = next(iter(self._events.items()))
+            if times and times[-1] > cutoff:
+                return
+            del self._events[key]
+
+    @property
+    def tracked(self) -> int:
+        return len(self._events)
+
+
+class ConnectionCounter:
+    """Open connections per key; a key whose count drops to zero is forgotten."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._open: dict[Hashable, int] = {}
+
+    def acquire(self, key: Hashable) -> ConnectionSlot | None:
+        """A slot to release when the connection ends, or None when `key` is at the limit."""
+        count = self._open.get(key, 0)
+        if self._limit and count >= self._limit:
+            return None
+        self._open[key] = count + 1
+        return ConnectionSlot(self, key)
+
+    def _release(self, key: Hashable) -> None:
+        count = self._open.get(key, 0) - 1
+        if count > 0:
+            self._open[key] = count
+        else:
+            self._open.pop(key, None)
+
+    def count(self, key: Hashable) -> int:
+        return self._open.get(key, 0)
+
+    @property
+    def tracked(self) -> int:
+        return len(self._open)
+
+
+class ConnectionSlot:
+    """One counted connection. `release` is idempotent, so every exit path may call it."""
+
+    def __init__(self, counter: ConnectionCounter, key: Hashable) -> None:
+        self._counter = counter
+        self._key = key
+        self._held = True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._counter._release(self._key)
+
+
+@dataclass(frozen=True)
+class LimitSettings:
+    """The numbers; 0 turns a limit off."""
+
+    frames_per_s: float = 0.0
+    frame_burst: int = 1
+    runs_per_minute: int = 0
+    connections_per_user: int = 0
+    subscriptions_per_connection: int = 0
+    pending_inputs_per_thread: int = 0
+
+
+class Limits:
+    """All abuse limits of one gateway process. Users are keyed by (tenant, user)."""
+
+    RUN_WINDOW_S = 60.0
+
+    def __init__(self, settings: LimitSettings, clock: Clock = time.monotonic) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._run_starts = (
+            SlidingWindow(settings.runs_per_minute, self.RUN_WINDOW_S, clock)
+            if settings.runs_per_minute
+            else None
+        )
+        self.connections = ConnectionCounter(settings.connections_per_user)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, clock: Clock = time.monotonic) -> Limits:
+        return cls(
+            LimitSettings(
+                frames_per_s=settings.frames_per_s,
+                frame_burst=settings.frame_burst,
+                runs_per_minute=settings.runs_per_minute,
+                connections_per_user=settings.max_connections_per_user,
+                subscriptions_per_connection=settings.max_subscriptions,
+                pending_inputs_per_thread=settings.max_pending_inputs,
+            ),
+            clock,
+        )
+
+    def frame_gate(self) -> FrameGate | OpenGate:
+        """A new connection's own frame budget."""
+        if self.settings.frames_per_s <= 0:
+            return OpenGate()
+        return FrameGate(self.settings.frames_per_s, self.settings.frame_burst, self._clock)
+
+    def start_run(self, tenant: str, user: str) -> float:
+        """Count one run start: 0.0 when allowed, else seconds until one would be."""
+        if self._run_starts is None:
+            return 0.0
+        return self._run_starts.acquire((tenant, user))
+
+    def subscription_allowed(self, current: int) -> bool:
+        limit = self.settings.subscriptions_per_connection
+        return not limit or current < limit
+
+    @property
+    def pending_inputs_per_thread(self) -> int:
+        return self.settings.pending_inputs_per_thread
+
+    @property
+    def tracked_users(self) -> int:
+        """Users the per-user counters hold state for (for tests and metrics)."""
+        runs = self._run_starts.tracked if self._run_starts is not None else 0
+        return runs + self.connections.tracked

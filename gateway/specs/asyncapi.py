@@ -1,0 +1,294 @@
+"""The AsyncAPI 3.0 document of the WebSocket protocol (`/v1/ws`, docs/protocol.md §2-§7).
+
+The document describes the gateway: it *receives* client frames and *sends* server frames.
+Client frame payloads are generated from the models that validate them (`gateway.protocol`),
+server frames and event data from `gateway.specs.shapes`. Close codes are listed here, in one
+table, because they are spread over the connection code; tests check the table against it.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import BaseModel
+
+from gateway import protocol
+from gateway.protocol import (
+    DEFAULT_MAX_INPUT_CHARS,
+    MAX_METADATA_BYTES,
+    PROTOCOL_VERSION,
+)
+from gateway.specs.shapes import SERVER_FRAMES, component_schemas, error_codes, event_names
+
+CHANNEL = "gateway"
+
+# Close codes the server uses (or, for 1008, the upgrade refusal that stands for it):
+# (code, name, when).
+CLOSE_CODES: tuple[tuple[int, str, str], ...] = (
+    (1000, "normal", "normal close"),
+    (1001, "going_away", "the server could not write to the socket any more"),
+    (
+        1007,
+        "invalid_payload",
+        "a text frame was not valid UTF-8 (closed by the WebSocket layer, no error first)",
+    ),
+    (
+        1008,
+        "origin_refused",
+        "the Origin header is not allowed; this happens before the upgrade is accepted, so the "
+        "client sees HTTP 403",
+    ),
+    (
+        1009,
+        "too_large",
+        "a client frame was larger than GATEWAY_MAX_FRAME_BYTES (closed by the WebSocket layer, "
+        "no error first)",
+    ),
+    (
+        1011,
+        "internal",
+        "a subscription could not read the thread's log; reconnect and resubscribe",
+    ),
+    (1012, "restart", "the gateway is restarting or shutting down; reconnect and resubscribe"),
+    (
+        1013,
+        "try_again",
+        "the first hello's token could not be checked (the identity provider's keys could not "
+        "be fetched; an `unavailable` error comes first); retry later",
+    ),
+    (
+        4001,
+        "unauthorized",
+        "hello missing, late or wrong, unsupported protocol, an invalid token, a token that "
+        "expired during the connection, or a refused later hello (an `error` frame comes first)",
+    ),
+    (
+        4008,
+        "flooding",
+        "the client went on sending far beyond GATEWAY_FRAMES_PER_S after `rate_limited` errors "
+        "(no further error frame first)",
+    ),
+    (
+        4009,
+        "too_slow",
+        "the client read too slowly: its outgoing queue stayed full; reconnect and resubscribe "
+        "with `after_seq`",
+    ),
+    (
+        4029,
+        "too_many_connections",
+        "the user already has GATEWAY_MAX_CONNECTIONS_PER_USER connections open (an `error` "
+        "frame, `rate_limited`, comes first)",
+    ),
+)
+
+# Client frame type -> (what it does, what the server answers besides `error`, in order).
+CLIENT_FRAMES: Mapping[str, tuple[str, tuple[str, ...]]] = MappingProxyType(
+    {
+        "hello": (
+            "Authenticate; must be the first frame, within GATEWAY_HELLO_TIMEOUT_S (default 10 s)",
+            ("welcome",),
+        ),
+        "thread.create": ("Create an empty thread owned by the caller", ("ack",)),
+        "thread.subscribe": (
+            "Watch a thread: `ack`, `subscribed`, the stored events after `after_seq`, then live "
+            "events",
+            ("ack", "subscribed", "event"),
+        ),
+        "thread.unsubscribe": ("Stop watching a thread on this connection", ("ack",)),
+        "run.start": (
+            "Start a run (on a new thread without `thread_id`); the connection is subscribed to "
+            "the thread from the run's first event",
+            ("ack", "subscribed", "event"),
+        ),
+        "run.input": (
+            "Send input wherever the thread's run stands: `started`, `staged` or `queued`",
+            ("ack", "subscribed", "event"),
+        ),
+        "approval.decide": ("Approve or reject a pending tool call", ("ack",)),
+        "run.cancel": ("Cancel a run", ("ack",)),
+        "run.resume": ("Continue a suspended run", ("ack",)),
+        "inbox.subscribe": (
+            "The tenant's pending approvals, then updates (reviewers and admins)",
+            ("ack", "inbox", "inbox.update"),
+        ),
+        "ping": ("Ask for a `pong`", ("pong",)),
+        "pong": ("The answer to a server `ping`; gets no answer", ()),
+    }
+)
+
+
+def client_frame_models() -> dict[str, type[BaseModel]]:
+    """Frame type -> the model `parse_client_frame` validates it with."""
+    union = typing.get_args(protocol.ClientFrame)[0]
+    return {model.model_fields["type"].default: model for model in typing.get_args(union)}
+
+
+def server_frame_types() -> dict[str, str]:
+    """Frame type -> schema name, for every frame the server sends."""
+    frames = {
+        str(model.model_json_schema()["properties"]["type"]["const"]): model.__name__
+        for model in SERVER_FRAMES
+    }
+    frames["event"] = "EventFrame"
+    return frames
+
+
+def asyncapi_document() -> dict[str, Any]:
+    clients = client_frame_models()
+    servers = server_frame_types()
+    schemas = component_schemas([*SERVER_FRAMES, *clients.values()])
+    for model in clients.values():
+        _describe_client_frame(schemas[model.__name__])
+
+    messages: dict[str, Any] = {}
+    for frame_type, model in clients.items():
+        messages[_client(frame_type)] = _message(frame_type, model.__name__, "id")
+    for frame_type, name in servers.items():
+        messages[_server(frame_type)] = _message(frame_type, name, "ref")
+
+    operations: dict[str, Any] = {}
+    for frame_type in clients:
+        # A frame type missing from CLIENT_FRAMES still gets documented; tests name it.
+        summary, answered_by = CLIENT_FRAMES.get(frame_type, (frame_type, ("ack",)))
+        operation: dict[str, Any] = {
+            "action": "receive",
+            "channel": _channel_ref(),
+            "summary": summary,
+            "messages": [_channel_message(_client(frame_type))],
+        }
+        answers = [_server(t) for t in (*answered_by, "error")]
+        if answered_by:
+            operation["reply"] = {
+                "channel": _channel_ref(),
+                "messages": [_channel_message(key) for key in answers if key in messages],
+            }
+        operations[f"receive.{frame_type}"] = operation
+    for frame_type in servers:
+        operations[f"send.{frame_type}"] = {
+            "action": "send",
+            "channel": _channel_ref(),
+            "summary": schemas[servers[frame_type]].get("description", frame_type),
+            "messages": [_channel_message(_server(frame_type))],
+        }
+
+    return {
+        "asyncapi": "3.0.0",
+        "info": {
+            "title": "agents-ws-gateway WebSocket protocol",
+            "version": str(PROTOCOL_VERSION),
+            "description": (
+                "Streaming agent runs, durable approvals and lossless reconnects over one "
+                "WebSocket. Text frames, one JSON object each; the first client frame must be "
+                "`hello`. A frame with an `id` gets one answer carrying that id as `ref`: an "
+                "`ack` or an `error` (a `pong` for `ping`, a `welcome` for a later `hello`; the "
+                "first `hello`'s `welcome` has no `ref`, and `pong` gets no answer). The HTTP "
+                "API is described by the OpenAPI document at "
+                "`/v1/openapi.json`; the prose reference is docs/protocol.md.\n\n"
+                f"Events (`event` frames): {', '.join(f'`{e}`' for e in event_names())}.\n\n"
+                f"Error codes: {', '.join(f'`{c}`' for c in error_codes())}."
+            ),
+            "license": {"name": "Apache-2.0"},
+        },
+        "defaultContentType": "application/json",
+        "servers": {
+            "development": {
+                "host": "127.0.0.1:8000",
+                "protocol": "ws",
+                "description": "`python3 dev.py serve`; use wss behind TLS in production",
+                "security": [{"$ref": "#/components/securitySchemes/helloToken"}],
+            }
+        },
+        "channels": {
+            CHANNEL: {
+                "address": "/v1/ws",
+                "title": "The gateway socket",
+                "description": _channel_description(),
+                "messages": {key: {"$ref": f"#/components/messages/{key}"} for key in messages},
+                "bindings": {"ws": {"method": "GET", "bindingVersion": "0.1.0"}},
+                "x-close-codes": [
+                    {"code": code, "name": name, "description": when}
+                    for code, name, when in CLOSE_CODES
+                ],
+            }
+        },
+        "operations": operations,
+        "components": {
+            "securitySchemes": {
+                "helloToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": (
+                        "The token travels in the first frame, `hello` (`token`), not in an "
+                        "HTTP header: the same JWTs as the HTTP API's bearer tokens."
+                    ),
+                }
+            },
+            "messages": messages,
+            "schemas": schemas,
+        },
+    }
+
+
+def _channel_ref() -> dict[str, str]:
+    return {"$ref": f"#/channels/{CHANNEL}"}
+
+
+def _client(frame_type: str) -> str:
+    return f"client.{frame_type}"
+
+
+def _server(frame_type: str) -> str:
+    return f"server.{frame_type}"
+
+
+def _channel_message(key: str) -> dict[str, str]:
+    return {"$ref": f"#/channels/{CHANNEL}/messages/{key}"}
+
+
+def _message(frame_type: str, schema: str, correlation: str) -> dict[str, Any]:
+    return {
+        "name": frame_type,
+        "title": f"`{frame_type}`",
+        "payload": {"$ref": f"#/components/schemas/{schema}"},
+        "correlationId": {"location": f"$message.payload#/{correlation}"},
+    }
+
+
+def _describe_client_frame(schema: dict[str, Any]) -> None:
+    """What the validating models cannot say about themselves."""
+    properties = schema.get("properties", {})
+    # `type` has a default in the model (it is the union's tag) but is required on the wire.
+    properties.get("type", {}).pop("default", None)
+    schema["required"] = ["type", *(r for r in schema.get("required", []) if r != "type")]
+    if "input" in properties:
+        properties["input"].update(
+            pattern=r"\S",
+            description="not blank; at most GATEWAY_MAX_INPUT_CHARS characters (default "
+            f"{DEFAULT_MAX_INPUT_CHARS}), longer is `too_large`",
+        )
+    if "metadata" in properties:
+        properties["metadata"]["description"] = (
+            f"at most {MAX_METADATA_BYTES} bytes once encoded as JSON, and at most 254 levels "
+            "deep (what the gateway's JSON encoder can write back)"
+        )
+    if "id" in properties:
+        properties["id"]["description"] = (
+            "chosen by the client; the answer (`ack` or `error`) carries it as `ref`"
+        )
+
+
+def _channel_description() -> str:
+    lines = [
+        "Frames larger than GATEWAY_MAX_FRAME_BYTES (default 65536) close the socket with "
+        '1009. Binary frames get `bad_request`. Validation is strict (`"5"`, `true` and `1.0` are '
+        "not integers); unknown fields are ignored.",
+        "",
+        "Close codes:",
+    ]
+    lines += [f"- {code} ({name}): {when}" for code, name, when in CLOSE_CODES]
+    return "\n".join(lines)

@@ -1,0 +1,354 @@
+"""The OpenAPI 3.1 document of the HTTP API (`gateway.http_api`, docs/protocol.md §8).
+
+Written as data next to the shapes it uses, and checked against the code by tests: every route
+the app serves must be here and the other way round, schemathesis drives a real server with it,
+and the responses must match what it says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from gateway.http_api import MAX_AUDIT_PAGE, MAX_AUDIT_TEXT, MAX_BODY_BYTES, MAX_EVENTS_PAGE
+from gateway.protocol import MAX_ID_CHARS, PROTOCOL_VERSION
+from gateway.specs.shapes import HTTP_BODIES, component_schemas, ref
+
+OPENAPI_PATH = "/v1/openapi.json"
+ASYNCAPI_PATH = "/v1/asyncapi.json"
+# http_api's upper bound for `after_seq` and `after_id`.
+MAX_AFTER = 2**62
+
+JSON = "application/json"
+
+# Reusable error responses: status -> (component name, description).
+ERRORS: Mapping[int, tuple[str, str]] = MappingProxyType(
+    {
+        400: ("BadRequest", "`bad_request`: a malformed body or an invalid parameter"),
+        401: ("Unauthorized", "`unauthorized`: the bearer token is missing or invalid"),
+        403: ("Forbidden", "`forbidden`: the caller's roles do not allow this (same tenant)"),
+        404: ("NotFound", "`not_found`: no such object in the caller's tenant"),
+        409: ("Conflict", "`conflict` or `graph_mismatch`: the request does not fit the state"),
+        413: ("TooLarge", f"`too_large`: the request body is over {MAX_BODY_BYTES} bytes"),
+        500: ("Internal", "`internal`: an unexpected server error (logged with its traceback)"),
+        503: (
+            "Unavailable",
+            "`unavailable`: storage (or the identity provider's keys) could not be reached; "
+            "nothing was changed, retry later",
+        ),
+    }
+)
+
+
+def openapi_document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "agents-ws-gateway HTTP API",
+            "version": str(PROTOCOL_VERSION),
+            "summary": "Health, development tokens, the reviewer API, event logs and audit.",
+            "description": (
+                "The HTTP side of the gateway; the WebSocket protocol at `/v1/ws` is described "
+                f"by the AsyncAPI document at `{ASYNCAPI_PATH}`. Prose reference: "
+                "docs/protocol.md. Every error body is "
+                '`{"error": {"code": "...", "message": "..."}}` with the status that matches '
+                "`code`. Paths that no route claims are served from the browser demo's static "
+                "files (plain-text 404 when there is no such file)."
+            ),
+            "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
+        },
+        "tags": [
+            {"name": "health", "description": "Liveness and readiness probes"},
+            {"name": "tokens", "description": "Development tokens (no GATEWAY_SECRET only)"},
+            {"name": "approvals", "description": "The reviewer API"},
+            {"name": "threads", "description": "Threads and their event logs"},
+            {"name": "runs", "description": "Run status"},
+            {"name": "audit", "description": "The tenant's audit trail (admins)"},
+            {"name": "specs", "description": "These API documents"},
+        ],
+        "security": [{"bearerAuth": []}],
+        "paths": _paths(),
+        "components": {
+            "securitySchemes": {
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": (
+                        "A gateway token: an HS256 JWT signed with GATEWAY_SECRET (or an RS256/"
+                        "ES256 JWT from the configured JWKS) with claims `sub`, `tenant`, `exp` "
+                        "and `roles` (user, reviewer, viewer, admin)."
+                    ),
+                }
+            },
+            "responses": {
+                name: {"description": text, "content": {JSON: {"schema": ref("ErrorBody")}}}
+                for name, text in ERRORS.values()
+            },
+            "schemas": component_schemas(HTTP_BODIES),
+        },
+    }
+
+
+def _paths() -> dict[str, dict[str, Any]]:
+    return {
+        "/healthz": {
+            "get": _operation(
+                "healthz",
+                "The process is up",
+                tag="health",
+                public=True,
+                ok=("always, while the process runs", "Health"),
+                errors=(),
+            )
+        },
+        "/readyz": {
+            "get": _operation(
+                "readyz",
+                "Storage is reachable",
+                tag="health",
+                public=True,
+                ok=("the database answers", "Readiness"),
+                errors=(),
+                extra={
+                    "503": {
+                        "description": "the database does not answer",
+                        "content": {JSON: {"schema": ref("Readiness")}},
+                    }
+                },
+            )
+        },
+        "/v1/dev/token": {
+            "post": _operation(
+                "issueDevToken",
+                "Issue a development token",
+                description=(
+                    "Enabled only while GATEWAY_SECRET is unset (development mode, loopback "
+                    "only); otherwise 404. `tenant` defaults to `demo`, `roles` to "
+                    '`["user"]`. The token is valid for one hour.'
+                ),
+                tag="tokens",
+                public=True,
+                body="DevTokenRequest",
+                ok=("a signed token", "DevToken"),
+                errors=(400, 404, 413, 500),
+                notes={404: "GATEWAY_SECRET is set: development tokens are off"},
+            )
+        },
+        "/v1/approvals": {
+            "get": _operation(
+                "listPendingApprovals",
+                "The tenant's pending approvals",
+                description="Reviewers and admins. Oldest first, at most 500.",
+                tag="approvals",
+                parameters=[
+                    _query(
+                        "status",
+                        {"type": "string", "enum": ["pending"], "default": "pending"},
+                        "only `pending` is supported",
+                    )
+                ],
+                ok=("the pending approvals", "ApprovalList"),
+                errors=(400, 401, 403, 500, 503),
+                notes={403: "the caller is neither a reviewer nor an admin"},
+            )
+        },
+        "/v1/approvals/{approval_id}/decision": {
+            "post": _operation(
+                "decideApproval",
+                "Approve or reject a pending tool call",
+                description=(
+                    "Same rules and effects as the WebSocket's `approval.decide`. The answer "
+                    "comes once the decision is stored; the run continues in the background."
+                ),
+                tag="approvals",
+                parameters=[_path_id("approval_id")],
+                body="DecisionRequest",
+                ok=("the decided approval", "ApprovalEnvelope"),
+                errors=(400, 401, 403, 404, 409, 413, 500, 503),
+                notes={
+                    409: "already decided, superseded or expired (`conflict`), or the run's "
+                    "checkpoint was written by an unaccepted graph version (`graph_mismatch`)"
+                },
+            )
+        },
+        "/v1/threads": {
+            "get": _operation(
+                "listThreads",
+                "Threads the caller can see, newest first",
+                description=(
+                    "Users see the threads they own; reviewers, viewers and admins see every "
+                    "thread of the tenant."
+                ),
+                tag="threads",
+                parameters=[_limit(100, 500)],
+                ok=("the threads", "ThreadList"),
+                errors=(400, 401, 403, 500, 503),
+                notes={403: "the token has none of the four roles"},
+            )
+        },
+        "/v1/threads/{thread_id}/events": {
+            "get": _operation(
+                "readThreadEvents",
+                "A page of a thread's event log",
+                description=(
+                    "Same access as subscribing. Events with `seq > after_seq`, oldest first, "
+                    "as the same `event` frames the WebSocket sends. Page with `after_seq` set "
+                    "to the last `seq` received until `events` is empty."
+                ),
+                tag="threads",
+                parameters=[
+                    _path_id("thread_id"),
+                    _query(
+                        "after_seq",
+                        {"type": "integer", "minimum": 0, "maximum": MAX_AFTER, "default": 0},
+                        "return events after this seq",
+                    ),
+                    _limit(500, MAX_EVENTS_PAGE),
+                ],
+                ok=("the page", "EventPage"),
+                errors=(400, 401, 403, 404, 500, 503),
+            )
+        },
+        "/v1/runs/{run_id}": {
+            "get": _operation(
+                "getRun",
+                "A run's status and pending approvals",
+                description="Same access as subscribing to the run's thread.",
+                tag="runs",
+                parameters=[_path_id("run_id")],
+                ok=("the run", "RunEnvelope"),
+                errors=(401, 403, 404, 500, 503),
+            )
+        },
+        "/v1/audit": {
+            "get": _operation(
+                "listAudit",
+                "A page of the tenant's audit trail",
+                description=(
+                    "Admins only. Entries in `audit_id` order; pass `next_after_id` as "
+                    "`after_id` for the next page."
+                ),
+                tag="audit",
+                parameters=[
+                    _query("action", _audit_text(), "only entries of this action"),
+                    _query("actor", _audit_text(), "only entries by this user"),
+                    _query("target", _audit_text(), "only entries about this object id"),
+                    _query(
+                        "since",
+                        {"type": "string", "format": "date-time"},
+                        "ISO 8601 (UTC without an offset); entries at or after this time",
+                    ),
+                    _query(
+                        "until",
+                        {"type": "string", "format": "date-time"},
+                        "ISO 8601 (UTC without an offset); entries before this time; must be "
+                        "later than `since`",
+                    ),
+                    _query(
+                        "after_id",
+                        {"type": "integer", "minimum": 0, "maximum": MAX_AFTER, "default": 0},
+                        "entries with a larger `audit_id`",
+                    ),
+                    _limit(100, MAX_AUDIT_PAGE),
+                ],
+                ok=("the page", "AuditPage"),
+                errors=(400, 401, 403, 500, 503),
+                notes={403: "the caller is not an admin"},
+            )
+        },
+        OPENAPI_PATH: {
+            "get": _operation(
+                "getOpenApiDocument",
+                "This document",
+                tag="specs",
+                public=True,
+                ok=("OpenAPI 3.1", "ApiDocument"),
+                errors=(),
+            )
+        },
+        ASYNCAPI_PATH: {
+            "get": _operation(
+                "getAsyncApiDocument",
+                "The AsyncAPI 3.0 document of the WebSocket protocol",
+                tag="specs",
+                public=True,
+                ok=("AsyncAPI 3.0", "ApiDocument"),
+                errors=(),
+            )
+        },
+    }
+
+
+def _operation(
+    operation_id: str,
+    summary: str,
+    *,
+    tag: str,
+    ok: tuple[str, str],
+    errors: tuple[int, ...],
+    description: str | None = None,
+    public: bool = False,
+    parameters: list[dict[str, Any]] | None = None,
+    body: str | None = None,
+    notes: dict[int, str] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    operation: dict[str, Any] = {"operationId": operation_id, "summary": summary, "tags": [tag]}
+    if description:
+        operation["description"] = description
+    if public:
+        operation["security"] = []
+    if parameters:
+        operation["parameters"] = parameters
+    if body is not None:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {JSON: {"schema": ref(body)}},
+        }
+    responses: dict[str, Any] = {
+        "200": {"description": ok[0], "content": {JSON: {"schema": ref(ok[1])}}}
+    }
+    for status in errors:
+        name, _ = ERRORS[status]
+        response: dict[str, Any] = {"$ref": f"#/components/responses/{name}"}
+        if notes and status in notes:
+            response["description"] = notes[status]
+        responses[str(status)] = response
+    responses.update(extra or {})
+    operation["responses"] = dict(sorted(responses.items()))
+    return operation
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema,
+    }
+
+
+def _audit_text() -> dict[str, Any]:
+    return {"type": "string", "minLength": 1, "maxLength": MAX_AUDIT_TEXT}
+
+
+def _limit(default: int, high: int) -> dict[str, Any]:
+    return _query(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": high, "default": default},
+        f"at most this many entries (1-{high})",
+    )
+
+
+def _path_id(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": "an opaque id; anything unknown (or longer than "
+        f"{MAX_ID_CHARS} characters) is 404",
+        "schema": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS},
+    }

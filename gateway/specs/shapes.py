@@ -1,0 +1,598 @@
+"""The JSON the gateway sends (and the HTTP bodies it reads), as models for the API documents.
+
+Client frames are described by the models that validate them (`gateway.protocol`). What the
+gateway *sends* is built by plain functions (the protocol builders, `approval_view`,
+`RunManager.run_view`, the HTTP handlers), so these models exist only to describe it. They are
+never used to build or validate traffic in the gateway; the tests validate real server output
+against the schemas generated from them, and that is what keeps them honest.
+
+Every schema lands under one name in `#/components/schemas/`, the same place in OpenAPI 3.1
+and AsyncAPI 3.0, so both documents share them verbatim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic.json_schema import SkipJsonSchema, models_json_schema
+
+from gateway.audit import AuditAction, Outcome
+from gateway.auth import Role
+from gateway.errors import GRAPH_MISMATCH, HTTP_STATUS
+from gateway.protocol import MAX_ID_CHARS, MAX_REASON_CHARS, TOOL_NEEDS_RECONCILIATION, ErrorCode
+from gateway.protocol import EventType as E
+from persistence.approvals import ApprovalStatus
+from persistence.runs import RunStatus
+
+REF = "#/components/schemas/"
+# utc_ts(): UTC, milliseconds, `Z`.
+TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$"
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": REF + name}
+
+
+Timestamp = Annotated[str, Field(pattern=TIMESTAMP_PATTERN, examples=["2026-11-29T12:00:00.123Z"])]
+Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
+# A key that is sometimes absent but never null: the schema keeps only the string branch.
+Absent = SkipJsonSchema[None]
+# Schemas written by hand below (not models): pydantic cannot emit a `$ref` to a definition it
+# does not know, so fields point at them with a marker that `tidy` turns into the `$ref`.
+_LATER = "x-schema"
+ErrorCodeValue = Annotated[str, WithJsonSchema({_LATER: "ErrorCode"})]
+EventFrameValue = Annotated[dict[str, Any], WithJsonSchema({_LATER: "EventFrame"})]
+
+
+class _Shape(BaseModel):
+    # The gateway may add fields (PROTOCOL: "may add fields, never remove or rename them"), so
+    # every described object allows keys it does not list.
+    model_config = ConfigDict(extra="allow")
+
+
+# --- shared objects -----------------------------------------------------------------------
+
+
+class Approval(_Shape):
+    """A tool call waiting for (or given) a human decision: `inbox`, `inbox.update`, the
+    `approval.decide` ack and the HTTP API. `reviewer`, `reason` and `decided_at` appear once
+    the approval is no longer pending (`reviewer` is null when the system decided: expiry,
+    supersession). Inbox views add who may decide it."""
+
+    approval_id: str
+    thread_id: str
+    run_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    agent: str
+    call_id: str
+    checkpoint_version: int
+    status: ApprovalStatus
+    requested_at: Timestamp
+    expires_at: Timestamp | None = Field(
+        description="when the system rejects it if undecided (GATEWAY_APPROVAL_TTL_S); null: never"
+    )
+    reviewer: str | Absent | None = None
+    reason: str | Absent | None = None
+    decided_at: Timestamp | Absent | None = None
+    reviewer_roles: list[str] | Absent = Field(
+        None, description="one of these roles is needed to decide; empty: any reviewer"
+    )
+    requested_by: str | Absent | None = Field(
+        None, description="who started the run (may not approve it under the four-eyes rule)"
+    )
+    can_decide: bool | Absent = Field(None, description="inbox views: this reader may decide")
+    can_approve: bool | Absent = Field(None, description="inbox views: this reader may approve")
+    masked: list[str] | Absent = Field(
+        None, description='sensitive arguments whose values this caller sees as "***"'
+    )
+
+
+class RunError(_Shape):
+    """Why a run failed: `max_turns`, `model_behavior` or `run_error`, and a short message."""
+
+    code: str
+    message: str
+
+
+# --- server frames (WebSocket) ------------------------------------------------------------
+
+
+class ServerInfo(_Shape):
+    name: str
+    version: str
+
+
+class WelcomeFrame(_Shape):
+    """The answer to a valid `hello`. A later `hello` on the same connection renews its token
+    (same user and tenant) and is answered with a new `welcome` carrying its `id` as `ref`."""
+
+    type: Literal["welcome"]
+    ref: str | Absent = None
+    protocol: int
+    user: str
+    tenant: str
+    roles: list[str] = Field(description="sorted")
+    heartbeat_s: float
+    server: ServerInfo
+
+
+class AckFrame(_Shape):
+    """The success answer to a client frame that had an `id`, with the request's results."""
+
+    type: Literal["ack"]
+    ref: str | None = Field(description="the `id` of the frame this answers")
+    thread_id: str | Absent = Field(
+        None, description="thread.create, thread.subscribe, thread.unsubscribe, run.start"
+    )
+    epoch: str | Absent = Field(None, description="thread.create")
+    run_id: str | Absent = Field(None, description="run.start, run.input, run.cancel, run.resume")
+    disposition: Literal["started", "staged", "queued"] | Absent = Field(
+        None, description="run.input"
+    )
+    approval: Approval | Absent = Field(None, description="approval.decide")
+
+
+class ErrorFrame(_Shape):
+    """A refused client frame, or a failure the client must hear about."""
+
+    type: Literal["error"]
+    ref: str | None = Field(description="the frame's `id` when it had a valid one, else null")
+    code: ErrorCodeValue
+    message: str = Field(description="for humans; never holds secrets; quoted input is clipped")
+    retry_after_s: float | Absent = Field(
+        None, description="on `rate_limited`: seconds until a retry would be admitted"
+    )
+    thread_id: str | Absent = Field(
+        None,
+        description="a subscription the server ended (the connection's new roles no longer "
+        "allow it)",
+    )
+
+
+class SubscribedFrame(_Shape):
+    """Starts a subscription; the replay (`event` frames with `seq` > the cursor) follows."""
+
+    type: Literal["subscribed"]
+    thread_id: str
+    epoch: str
+    head_seq: int = Field(ge=0)
+    reset: bool = Field(
+        description="the client's cursor could not be honoured: clear the view, the replay "
+        "starts at the oldest stored event"
+    )
+
+
+class InboxFrame(_Shape):
+    """Every pending approval of the tenant, oldest first, after `inbox.subscribe`."""
+
+    type: Literal["inbox"]
+    approvals: list[Approval]
+
+
+class InboxUpdateFrame(_Shape):
+    """Approvals that appeared (`added`) or were decided or superseded (`removed`)."""
+
+    type: Literal["inbox.update"]
+    added: list[Approval]
+    removed: list[str]
+
+
+class PingFrame(_Shape):
+    """The server's heartbeat, every `heartbeat_s`; answer with `pong`."""
+
+    type: Literal["ping"]
+
+
+class PongFrame(_Shape):
+    """The answer to a client `ping`; `ref` when the ping had an `id`."""
+
+    type: Literal["pong"]
+    ref: str | Absent = None
+
+
+SERVER_FRAMES: tuple[type[_Shape], ...] = (
+    WelcomeFrame,
+    AckFrame,
+    ErrorFrame,
+    SubscribedFrame,
+    InboxFrame,
+    InboxUpdateFrame,
+    PingFrame,
+    PongFrame,
+)
+
+
+# --- event data (one model per event type) ------------------------------------------------
+
+
+class RunStartedData(_Shape):
+    input: str
+    agent: str
+
+
+class MessageStartedData(_Shape):
+    message_id: str
+    agent: str
+
+
+class MessageDeltaData(_Shape):
+    message_id: str
+    delta: str = Field(description="text to append")
+
+
+class MessageCompletedData(_Shape):
+    message_id: str
+    text: str = Field(description="the whole message")
+
+
+class MessageAbortedData(_Shape):
+    """A started message that will never complete: drop its partial text."""
+
+    message_id: str
+    reason: Literal["cancelled", "failed", "paused", "incomplete", "gateway_restart"]
+
+
+class ToolCalledData(_Shape):
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any] = Field(
+        description='always an object; other values are wrapped as {"_raw": "<text>"}'
+    )
+    agent: str
+    masked: list[str] | Absent = Field(
+        None, description='sensitive arguments whose values are replaced by "***"'
+    )
+
+
+class ToolOutputData(_Shape):
+    call_id: str
+    tool_name: str
+    output: str
+
+
+class ToolNeedsReconciliationData(_Shape):
+    """A side-effecting call may or may not have taken effect: a human must check."""
+
+    call_id: str
+    tool_name: str
+    idempotency_key: str
+
+
+class AgentChangedData(_Shape):
+    agent: str = Field(description="the agent in charge after a handoff")
+
+
+class ApprovalRequestedData(_Shape):
+    approval_id: str
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    agent: str
+    checkpoint_version: int
+    requested_at: Timestamp
+    expires_at: Timestamp | Absent | None = None
+    reviewer_roles: list[str] | Absent = Field(
+        None, description="one of these roles is needed to decide; empty: any reviewer"
+    )
+    masked: list[str] | Absent = Field(
+        None,
+        description='sensitive arguments whose values are replaced by "***" (reviewers and '
+        "admins receive the real values)",
+    )
+
+
+class ApprovalDecidedData(_Shape):
+    approval_id: str
+    decision: Literal["approve", "reject"]
+    reason: str | None
+    reviewer: str | None = Field(description="user id of the reviewer; null: the system")
+    decided_at: Timestamp
+    expired: bool | Absent = Field(None, description="true: rejected because it expired")
+
+
+class RunPausedData(_Shape):
+    reason: Literal["approval", "disconnect", "shutdown"]
+    checkpoint_version: int
+
+
+class RunResumedData(_Shape):
+    checkpoint_version: int
+
+
+class RunRecoveredData(_Shape):
+    checkpoint_version: int | None = Field(
+        description="the checkpoint the run continues from; null: restarted from its input"
+    )
+
+
+class InputData(_Shape):
+    input: str
+
+
+class RunCompletedData(_Shape):
+    final_output: str = Field(description='JSON-encoded when not a string; "" when none')
+
+
+class RunFailedData(_Shape):
+    error: RunError
+
+
+class RunCancelledData(_Shape):
+    pass
+
+
+def event_data_models() -> dict[str, type[_Shape]]:
+    """Event name -> the model of its `data`, for every event the gateway logs."""
+    return {
+        E.RUN_STARTED: RunStartedData,
+        E.MESSAGE_STARTED: MessageStartedData,
+        E.MESSAGE_DELTA: MessageDeltaData,
+        E.MESSAGE_COMPLETED: MessageCompletedData,
+        E.MESSAGE_ABORTED: MessageAbortedData,
+        E.TOOL_CALLED: ToolCalledData,
+        E.TOOL_OUTPUT: ToolOutputData,
+        TOOL_NEEDS_RECONCILIATION: ToolNeedsReconciliationData,
+        E.AGENT_CHANGED: AgentChangedData,
+        E.APPROVAL_REQUESTED: ApprovalRequestedData,
+        E.APPROVAL_DECIDED: ApprovalDecidedData,
+        E.RUN_PAUSED: RunPausedData,
+        E.RUN_RESUMED: RunResumedData,
+        E.RUN_RECOVERED: RunRecoveredData,
+        E.INPUT_STAGED: InputData,
+        E.INPUT_QUEUED: InputData,
+        E.RUN_COMPLETED: RunCompletedData,
+        E.RUN_FAILED: RunFailedData,
+        E.RUN_CANCELLED: RunCancelledData,
+    }
+
+
+def event_names() -> list[str]:
+    """Every event name in the order the protocol lists them (gateway additions last)."""
+    return [*(str(e) for e in E), TOOL_NEEDS_RECONCILIATION]
+
+
+# --- HTTP bodies --------------------------------------------------------------------------
+
+
+class ErrorDetail(_Shape):
+    code: ErrorCodeValue
+    message: str
+    retry_after_s: float | Absent = Field(
+        None, description="on `rate_limited`: seconds until a retry would be admitted"
+    )
+
+
+class ErrorBody(_Shape):
+    """Every HTTP error of the API, with the status that matches `code`."""
+
+    error: ErrorDetail
+
+
+class Health(_Shape):
+    status: Literal["ok"]
+
+
+class Readiness(_Shape):
+    status: Literal["ready", "unavailable"]
+    storage: str = Field(description='"ok", or the class name of the storage failure')
+
+
+class DevTokenRequest(BaseModel):
+    # Strict request shape: the handler refuses wrong types with 400.
+    user: Annotated[str, Field(min_length=1, max_length=128, pattern=r"\S")]
+    tenant: Annotated[str, Field(min_length=1, max_length=128, pattern=r"\S")] = "demo"
+    roles: list[Role] = Field(default_factory=lambda: [Role.USER])
+
+
+class DevToken(_Shape):
+    token: str = Field(description="an HS256 JWT valid for one hour")
+
+
+class DecisionRequest(BaseModel):
+    decision: Literal["approve", "reject"]
+    reason: Annotated[str, Field(max_length=MAX_REASON_CHARS)] | None = Field(
+        None, description="for a rejection, exactly what the model is told"
+    )
+
+
+class ApprovalList(_Shape):
+    approvals: list[Approval]
+
+
+class ApprovalEnvelope(_Shape):
+    approval: Approval
+
+
+class ThreadSummary(_Shape):
+    thread_id: str
+    owner: str
+    created_at: Timestamp
+    metadata: dict[str, Any]
+    epoch: str
+    head_seq: int = Field(ge=0)
+
+
+class ThreadList(_Shape):
+    threads: list[ThreadSummary]
+
+
+class EventPage(_Shape):
+    events: list[EventFrameValue] = Field(description="the same `event` frames the WebSocket sends")
+    head_seq: int = Field(ge=0)
+    epoch: str
+    truncated_seq: int = Field(ge=0, description="the last seq retention removed (0: none)")
+
+
+class RunView(_Shape):
+    run_id: str
+    thread_id: str
+    status: RunStatus
+    agent: str
+    graph_version: str
+    checkpoint_version: int
+    pending_approvals: list[Approval]
+    error: RunError | None
+
+
+class RunEnvelope(_Shape):
+    run: RunView
+
+
+class AuditEntry(_Shape):
+    audit_id: int
+    at: Timestamp
+    tenant: str | None
+    actor: str | None
+    action: AuditAction
+    outcome: Outcome
+    target: str | None
+    source: str | None
+    details: dict[str, Any]
+
+
+class AuditPage(_Shape):
+    audit: list[AuditEntry]
+    next_after_id: int | None = Field(
+        description="pass as `after_id` for the next page; null when this page is the last"
+    )
+
+
+class ApiDocument(_Shape):
+    """An OpenAPI 3.1 or AsyncAPI 3.0 document."""
+
+
+HTTP_BODIES: tuple[type[BaseModel], ...] = (
+    ErrorBody,
+    Health,
+    Readiness,
+    DevTokenRequest,
+    DevToken,
+    DecisionRequest,
+    ApprovalList,
+    ApprovalEnvelope,
+    ThreadList,
+    EventPage,
+    RunEnvelope,
+    AuditPage,
+    ApiDocument,
+)
+
+
+# --- code lists ---------------------------------------------------------------------------
+
+
+def error_codes() -> list[str]:
+    """Every code an `error` frame or an HTTP error body can carry."""
+    return [*(str(code) for code in ErrorCode), GRAPH_MISMATCH]
+
+
+def error_code_meanings() -> dict[str, str]:
+    return {
+        ErrorCode.BAD_REQUEST: "malformed JSON, unknown frame type, wrong field types or "
+        "values, unknown agent; on the WebSocket the socket stays open",
+        ErrorCode.UNAUTHORIZED: "missing or invalid credentials",
+        ErrorCode.FORBIDDEN: "authenticated, same tenant, but not allowed",
+        ErrorCode.NOT_FOUND: "no such thing in the caller's tenant (also for other tenants' "
+        "objects)",
+        ErrorCode.CONFLICT: "the request does not fit the current state (active run, already "
+        "decided, superseded, finished run, ...)",
+        ErrorCode.RATE_LIMITED: "a per-connection, per-user or per-thread limit was hit; "
+        "`retry_after_s` tells when to retry if known",
+        ErrorCode.TOO_LARGE: "a request body over 64 KiB, or a field over its size limit",
+        ErrorCode.UNSUPPORTED_PROTOCOL: "`hello.protocol` is not a version this server speaks",
+        ErrorCode.UNAVAILABLE: "storage unreachable or the gateway is shutting down; nothing "
+        "was changed, retry later",
+        ErrorCode.INTERNAL: "unexpected server error (logged with its traceback)",
+        GRAPH_MISMATCH: "the run's checkpoint was written by an agent graph version the "
+        "registry does not accept",
+    }
+
+
+def http_status_of(code: str) -> int:
+    if code == GRAPH_MISMATCH:
+        return 409
+    return HTTP_STATUS[ErrorCode(code)]
+
+
+def error_code_schema() -> dict[str, Any]:
+    meanings = error_code_meanings()
+    lines = [
+        f"- `{code}` (HTTP {http_status_of(code)}): {meanings.get(code, 'undocumented')}"
+        for code in error_codes()
+    ]
+    return {
+        "type": "string",
+        "enum": error_codes(),
+        "description": "Error codes and their HTTP statuses:\n" + "\n".join(lines),
+    }
+
+
+def event_frame_schema() -> dict[str, Any]:
+    """One `event` frame; `oneOf` pins each event name to the shape of its `data`."""
+    models = event_data_models()
+    return {
+        "type": "object",
+        "description": "One entry of a thread's log. For one subscription events arrive in "
+        "`seq` order with no gaps and no repeats; an event is sent only once stored.",
+        "required": ["type", "thread_id", "seq", "run_id", "event", "ts", "data"],
+        "properties": {
+            "type": {"const": "event"},
+            "thread_id": {"type": "string"},
+            "seq": {"type": "integer", "minimum": 1},
+            "run_id": {"type": ["string", "null"]},
+            "event": ref("EventType"),
+            "ts": {"type": "string", "pattern": TIMESTAMP_PATTERN},
+            "data": {"type": "object"},
+        },
+        "additionalProperties": True,
+        "oneOf": [
+            {
+                "properties": {
+                    "event": {"const": name},
+                    "data": ref(models[name].__name__),
+                }
+            }
+            for name in event_names()
+            if name in models
+        ],
+    }
+
+
+def component_schemas(models: Iterable[type[BaseModel]]) -> dict[str, dict[str, Any]]:
+    """`#/components/schemas` for these models, every model they use, the event data models
+    and the hand-written schemas (`ErrorCode`, `EventType`, `EventFrame`), tidied."""
+    every = [*models, *dict.fromkeys(event_data_models().values())]
+    _, top = models_json_schema(
+        [(model, "validation") for model in dict.fromkeys(every)], ref_template=REF + "{model}"
+    )
+    schemas = {name: tidy(schema) for name, schema in top.get("$defs", {}).items()}
+    schemas["ErrorCode"] = error_code_schema()
+    schemas["EventType"] = {"type": "string", "enum": event_names()}
+    schemas["EventFrame"] = event_frame_schema()
+    return dict(sorted(schemas.items()))
+
+
+def tidy(schema: Any) -> Any:
+    """Drop what pydantic adds that only clutters a published document.
+
+    Property titles repeat the property name, and a `null` default on an optional key only
+    says that the key may be absent, which `required` already says.
+    """
+    if isinstance(schema, list):
+        return [tidy(item) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    if _LATER in schema:
+        return ref(schema[_LATER])
+    cleaned = {key: tidy(value) for key, value in schema.items()}
+    if "default" in cleaned and cleaned["default"] is None:
+        del cleaned["default"]
+    properties = cleaned.get("properties")
+    if isinstance(properties, dict):
+        for value in properties.values():
+            if isinstance(value, dict):
+                value.pop("title", None)
+    return cleaned

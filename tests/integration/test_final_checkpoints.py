@@ -1,0 +1,134 @@
+"""A run's last state is checkpointed when it ends: at completion and after an error.
+
+SDK_NOTES lists both as consistent points. The checkpoint is written in the transaction that
+ends the run, versioned after every earlier one, and restores against the same graph — so an
+operator can inspect what the agent had done when it failed. A terminal run is never resumed
+from it (DESIGN invariant 4).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from agents import RunState
+from agents.testing import ModelStep
+
+from gateway.registry import AgentGraph, AgentRegistry
+from tests.support.agents import EffectLog, call, say, scripted_graph
+from tests.support.client import clients
+from tests.support.gateway import running_gateway
+from tests.support.gateway import test_settings as settings_for
+
+
+def checkpoint_rows(db_path: Path, run_id: str) -> list[tuple[int, str, str]]:
+    with sqlite3.connect(db_path) as db:
+        return db.execute(
+            "SELECT version, reason, state FROM checkpoints WHERE run_id = ? ORDER BY version",
+            (run_id,),
+        ).fetchall()
+
+
+def run_row(db_path: Path, run_id: str) -> tuple[str, int]:
+    with sqlite3.connect(db_path) as db:
+        row = db.execute(
+            "SELECT status, checkpoint_version FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+    return row[0], row[1]
+
+
+def one_graph(graph: AgentGraph) -> AgentRegistry:
+    return AgentRegistry([graph], default=graph.name)
+
+
+async def test_completed_run_keeps_its_final_state(tmp_path: Path) -> None:
+    effects = EffectLog()
+    graph, _ = scripted_graph(
+        "finisher",
+        [
+            ModelStep(output=[say("looking"), call("lookup", "call_lookup_1", value="7")]),
+            ModelStep(output=[say("order 7 is fine")]),
+        ],
+        effects,
+    )
+    db_path = tmp_path / "gw.db"
+    async with running_gateway(settings_for(db_path), one_graph(graph)) as gw:
+        async with clients(gw) as open_client:
+            alice = await open_client("alice", "user")
+            ack = await alice.request("run.start", input="check order 7")
+            await alice.wait_event("run.completed")
+            run_id = ack["run_id"]
+
+    rows = checkpoint_rows(db_path, run_id)
+    assert [(version, reason) for version, reason, _ in rows] == [(1, "turn"), (2, "completed")]
+    assert run_row(db_path, run_id) == ("completed", 2)
+    state: RunState[Any, Any] = await RunState.from_string(graph.build(), rows[-1][2])
+    assert state._current_turn == 2
+    assert "order 7 is fine" in str(state._model_responses[-1].output)
+
+
+async def test_failed_run_keeps_the_state_it_failed_in(tmp_path: Path) -> None:
+    """max_turns=1 and a model that wants a second turn: MaxTurnsExceeded after turn one."""
+    effects = EffectLog()
+    graph, _ = scripted_graph(
+        "overrunner",
+        [
+            ModelStep(output=[say("first turn"), call("lookup", "call_lookup_1", value="1")]),
+            ModelStep(output=[say("never reached")]),
+        ],
+        effects,
+    )
+    graph = AgentGraph(name=graph.name, version=graph.version, build=graph.build, max_turns=1)
+    db_path = tmp_path / "gw.db"
+    async with running_gateway(settings_for(db_path), one_graph(graph)) as gw:
+        async with clients(gw) as open_client:
+            alice = await open_client("alice", "user")
+            ack = await alice.request("run.start", input="look it up")
+            failed = await alice.wait_event("run.failed")
+            run_id = ack["run_id"]
+            assert failed["data"]["error"]["code"] == "max_turns"
+
+    rows = checkpoint_rows(db_path, run_id)
+    reasons = [reason for _, reason, _ in rows]
+    assert reasons[-1] == "error"
+    assert [version for version, _, _ in rows] == list(range(1, len(rows) + 1))
+    status, version = run_row(db_path, run_id)
+    assert (status, version) == ("failed", rows[-1][0])
+    # The error checkpoint holds the turn that did happen: the lookup and its output.
+    state: RunState[Any, Any] = await RunState.from_string(graph.build(), rows[-1][2])
+    assert "call_lookup_1" in rows[-1][2]
+    assert state._current_turn >= 1
+    assert effects.count("lookup") == 1
+
+
+async def test_a_failed_run_is_not_resumed_from_its_error_checkpoint(tmp_path: Path) -> None:
+    effects = EffectLog()
+    graph, _ = scripted_graph(
+        "overrunner",
+        [
+            ModelStep(output=[call("lookup", "call_lookup_1", value="1")]),
+            ModelStep(output=[say("never reached")]),
+        ],
+        effects,
+    )
+    graph = AgentGraph(name=graph.name, version=graph.version, build=graph.build, max_turns=1)
+    registry = one_graph(graph)
+    db_path = tmp_path / "gw.db"
+    async with running_gateway(settings_for(db_path), registry) as gw:
+        async with clients(gw) as open_client:
+            alice = await open_client("alice", "user")
+            ack = await alice.request("run.start", input="look it up")
+            await alice.wait_event("run.failed")
+    head_before = checkpoint_rows(db_path, ack["run_id"])
+    # A restart recovers active runs only: the failed run stays failed, nothing re-runs.
+    async with running_gateway(settings_for(db_path), registry) as gw:
+        async with clients(gw) as open_client:
+            alice = await open_client("alice", "user")
+            await alice.request("thread.subscribe", thread_id=ack["thread_id"], after_seq=0)
+            await alice.wait_event("run.failed")
+            await alice.request("ping")
+            assert "run.recovered" not in [e["event"] for e in alice.events]
+    assert checkpoint_rows(db_path, ack["run_id"]) == head_before
+    assert run_row(db_path, ack["run_id"])[0] == "failed"
+    assert effects.count("lookup") == 1
