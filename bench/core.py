@@ -15,252 +15,41 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
-import os
-import platform
-import re
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
-import websockets
-from websockets.asyncio.client import ClientConnection
 
+from bench.common import (
+    ROOT,
+    SECRET,
+    TENANT,
+    TIMEOUT_S,
+    BenchClient,
+    Frame,
+    GatewayProcess,
+    ProtocolError,
+    gateway_process,
+    latency_summary,
+    machine_info,
+    percentile,
+)
 from gateway.auth import TokenVerifier
 
-ROOT = Path(__file__).resolve().parents[1]
-SECRET = "bench-secret-" + "b" * 51
-TENANT = "bench"
+__all__ = ["ROOT", "SECRET", "TENANT", "latency_summary", "machine_info", "percentile"]
+
 STORY_INPUT = "tell me a story"
 REFUND_INPUT = "refund order 42 for 30"
 START_INPUT = "hello there"
 WARMUP_RUNS = 3
-TIMEOUT_S = 30.0
 PARTS = ("throughput", "approval", "decision", "start")
-
-Frame = dict[str, Any]
-
-
-# --------------------------------------------------------------------------------------------
-# Statistics.
-# --------------------------------------------------------------------------------------------
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default, 'inclusive')."""
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    position = (len(ordered) - 1) * p / 100
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def latency_summary(seconds: list[float]) -> dict[str, float | int]:
-    ms = [s * 1000 for s in seconds]
-    return {
-        "n": len(ms),
-        "p50_ms": round(percentile(ms, 50), 3),
-        "p90_ms": round(percentile(ms, 90), 3),
-        "p99_ms": round(percentile(ms, 99), 3),
-        "max_ms": round(max(ms), 3),
-        "min_ms": round(min(ms), 3),
-        "mean_ms": round(statistics.fmean(ms), 3),
-    }
-
-
-# --------------------------------------------------------------------------------------------
-# The gateway subprocess.
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class GatewayProcess:
-    process: subprocess.Popen[bytes]
-    port: int
-    log_path: Path
-
-    @property
-    def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/ws"
-
-    def stop(self) -> None:
-        if self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
-
-
-@contextlib.contextmanager
-def gateway_process(workdir: Path) -> Iterator[GatewayProcess]:
-    log_path = workdir / "gateway.log"
-    env = {
-        **os.environ,
-        "GATEWAY_SECRET": SECRET,
-        "GATEWAY_DEMO_DELAY_MS": "0",
-        "GATEWAY_DATABASE_URL": f"sqlite+aiosqlite:///{workdir / 'gateway.db'}",
-        "PYTHONPATH": str(ROOT),
-    }
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "serve", "--port", "0"],
-            cwd=ROOT,
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
-    pattern = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
-    deadline = time.monotonic() + 30
-    gateway: GatewayProcess | None = None
-    try:
-        while gateway is None:
-            match = pattern.search(log_path.read_text(errors="replace"))
-            if match:
-                gateway = GatewayProcess(process, int(match.group(1)), log_path)
-            elif process.poll() is not None:
-                raise RuntimeError(f"gateway exited early:\n{log_path.read_text()}")
-            elif time.monotonic() > deadline:
-                raise TimeoutError(f"gateway did not start:\n{log_path.read_text()}")
-            else:
-                time.sleep(0.05)
-        yield gateway
-    finally:
-        if gateway is not None:
-            gateway.stop()
-        elif process.poll() is None:
-            process.kill()
-            process.wait(10)
-
-
-# --------------------------------------------------------------------------------------------
-# A minimal timestamping protocol client.
-# --------------------------------------------------------------------------------------------
-
-
-class ProtocolError(RuntimeError):
-    pass
-
-
-class BenchClient:
-    """Reads every frame in a background task and stamps it with perf_counter on arrival."""
-
-    def __init__(self, ws: ClientConnection) -> None:
-        self.ws = ws
-        self.frames: list[tuple[float, Frame]] = []
-        self._acks: dict[str, asyncio.Future[tuple[float, Frame]]] = {}
-        self._ids = itertools.count(1)
-        self._changed = asyncio.Event()
-        self._closed = False
-        self._reader = asyncio.create_task(self._read())
-
-    @classmethod
-    async def connect(cls, url: str, token: str) -> BenchClient:
-        ws = await websockets.connect(url, max_size=None, compression=None)
-        await ws.send(orjson.dumps({"type": "hello", "protocol": 1, "token": token}).decode())
-        welcome = orjson.loads(await asyncio.wait_for(ws.recv(), 10))
-        if welcome.get("type") != "welcome":
-            await ws.close()
-            raise ProtocolError(f"no welcome: {welcome}")
-        return cls(ws)
-
-    async def _read(self) -> None:
-        try:
-            async for raw in self.ws:
-                now = time.perf_counter()
-                frame = orjson.loads(raw)
-                kind = frame.get("type")
-                if kind == "ping":
-                    await self.ws.send('{"type":"pong"}')
-                    continue
-                ref = frame.get("ref")
-                if kind in ("ack", "error") and ref in self._acks:
-                    self._acks.pop(ref).set_result((now, frame))
-                    continue
-                self.frames.append((now, frame))
-                self._changed.set()
-        except websockets.ConnectionClosed:
-            pass
-        finally:
-            self._closed = True
-            self._changed.set()
-            for future in self._acks.values():
-                if not future.done():
-                    future.set_exception(ProtocolError("connection closed"))
-
-    async def send(self, type_: str, **fields: Any) -> tuple[float, asyncio.Future[Any]]:
-        """Send a request; returns its send time and a future of (arrival time, ack)."""
-        ref = f"b{next(self._ids)}"
-        future: asyncio.Future[tuple[float, Frame]] = asyncio.get_running_loop().create_future()
-        self._acks[ref] = future
-        data = orjson.dumps({"type": type_, "id": ref, **fields}).decode()
-        sent = time.perf_counter()
-        await self.ws.send(data)
-        return sent, future
-
-    async def request(self, type_: str, **fields: Any) -> tuple[float, float, Frame]:
-        sent, future = await self.send(type_, **fields)
-        arrived, frame = await asyncio.wait_for(future, TIMEOUT_S)
-        if frame["type"] == "error":
-            raise ProtocolError(f"{type_}: {frame.get('code')}: {frame.get('message')}")
-        return sent, arrived, frame
-
-    def mark(self) -> int:
-        return len(self.frames)
-
-    async def wait_for(
-        self, predicate: Callable[[Frame], bool], since: int = 0
-    ) -> tuple[float, Frame]:
-        async def scan() -> tuple[float, Frame]:
-            seen = since
-            while True:
-                for stamped in self.frames[seen:]:
-                    if predicate(stamped[1]):
-                        return stamped
-                seen = len(self.frames)
-                if self._closed:
-                    raise ProtocolError("connection closed while waiting")
-                self._changed.clear()
-                await self._changed.wait()
-
-        return await asyncio.wait_for(scan(), TIMEOUT_S)
-
-    async def wait_event(self, name: str, run_id: str, since: int = 0) -> tuple[float, Frame]:
-        return await self.wait_for(
-            lambda f: f.get("type") == "event" and f["event"] == name and f["run_id"] == run_id,
-            since,
-        )
-
-    def run_events(self, run_id: str, since: int = 0) -> list[tuple[float, Frame]]:
-        return [
-            (t, f)
-            for t, f in self.frames[since:]
-            if f.get("type") == "event" and f.get("run_id") == run_id
-        ]
-
-    def forget(self) -> None:
-        """Drop the frames seen so far (call only between runs)."""
-        self.frames.clear()
-
-    async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            await self.ws.close()
-        self._reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._reader
 
 
 @dataclass
@@ -454,20 +243,6 @@ async def start_latency(client: BenchClient, runs: int) -> dict[str, Any]:
         "run_start_to_run_completed": latency_summary(
             [r["completed_at"] - r["start_sent"] for r in results]
         ),
-    }
-
-
-def machine_info() -> dict[str, Any]:
-    import agents
-
-    return {
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "openai_agents": getattr(agents, "__version__", None),
-        "websockets": websockets.__version__,
     }
 
 

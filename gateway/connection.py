@@ -530,10 +530,12 @@ class Connection:
                     await self._subscribe(frame.thread_id, first_seq - 1, None, None, quiet=True)
                 return None
             case protocol.ApprovalDecide():
-                approval = await runs.decide(
+                approval = await runs.decisions.decide(
                     principal, frame.approval_id, frame.decision, frame.reason
                 )
-                return protocol.ack(ref, approval=await runs.view_approval(principal, approval))
+                return protocol.ack(
+                    ref, approval=await runs.views.view_approval(principal, approval)
+                )
             case protocol.RunCancel():
                 await runs.cancel(principal, frame.run_id)
                 return protocol.ack(ref, run_id=frame.run_id)
@@ -607,7 +609,7 @@ class Connection:
 
         def on_update(added: list[dict[str, Any]], removed: list[str]) -> None:
             # What this reader may do with each new approval (per-tool roles, four-eyes).
-            added = runs.for_inbox_reader(principal, added)
+            added = runs.views.for_inbox_reader(principal, added)
             if not ready:
                 buffered.append((added, removed))
                 return
@@ -615,7 +617,7 @@ class Connection:
                 self.close_soon(CLOSE_TOO_SLOW)
 
         self._inbox_unsubscribe = self._services.bus.subscribe_inbox(principal.tenant, on_update)
-        pending = await runs.inbox_views(principal)
+        pending = await runs.views.inbox_views(principal)
         if ref is not None:
             await self._send_or_queue(protocol.ack(ref))
         await self._send_or_queue(protocol.inbox(pending))

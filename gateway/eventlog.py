@@ -2,10 +2,15 @@
 
 Streamed events are queued and group-committed (everything queued goes in one transaction);
 only after the commit are they published to subscribers, so no client ever sees an event that
-could be lost. State changes that must be atomic with their event (a decision and its
-`approval.decided`, a checkpoint and its `approval.requested` + `run.paused`, a status and
-its `run.completed`) go through the same queue as one transaction each, which keeps the log in
-exactly the order the gateway produced it.
+could be lost. While a commit is in flight the next batch queues up; consecutive text deltas of
+one message in it are stored as one `message.delta` (PROTOCOL §6 allows several model deltas in
+one), so a busy gateway stores, encodes and sends fewer, larger events, and an idle one (batches
+of one) sends every delta as soon as it is stored.
+
+State changes that must be atomic with their event (a decision and its `approval.decided`, a
+checkpoint and its `approval.requested` + `run.paused`, a status and its `run.completed`) go
+through the same queue as one transaction each, which keeps the log in exactly the order the
+gateway produced it.
 """
 
 from __future__ import annotations
@@ -21,10 +26,10 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.bus import EventBus
-from gateway.eventlog_types import LoggedEvent
+from gateway.eventlog_types import LoggedEvent, encode_page
 from persistence.db import transaction
 from persistence.errors import StorageUnavailable
-from persistence.events import EventRecord, EventRepository, NewEvent
+from persistence.events import EventRecord, EventRepository, NewEvent, SqliteEventStore
 from persistence.leases import Lease, LeaseLost, LeaseRepository
 
 log = logging.getLogger(__name__)
@@ -35,6 +40,12 @@ MAX_BATCH = 1024
 # A failing plain batch is retried this long before its callers are told; streamed events are
 # the log of a live run and dropping them would leave a hole in what clients see.
 RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 4.0, 8.0)
+MESSAGE_DELTA = "message.delta"
+# Only deltas of exactly this shape are merged; one that carries anything more stays whole.
+_DELTA_KEYS = frozenset({"message_id", "delta"})
+# A merged delta stops growing here, so a writer that fell far behind (a storage outage being
+# retried) still sends frames of a reasonable size.
+MAX_MERGED_DELTA_CHARS = 8192
 
 
 def event_ts(moment: datetime | None = None) -> str:
@@ -46,6 +57,62 @@ def event_ts(moment: datetime | None = None) -> str:
 class _Plain:
     event: NewEvent
     future: asyncio.Future[LoggedEvent]
+    # For a `message.delta`: (message_id, text), so the writer can merge it with its neighbours.
+    delta: tuple[str, str] | None = None
+
+
+@dataclass
+class _Group:
+    """One event to store, standing for one or more queued `_Plain` entries (merged deltas)."""
+
+    event: NewEvent
+    futures: list[asyncio.Future[LoggedEvent]]
+    delta: tuple[str, str] | None
+    parts: list[str] | None = None  # texts of merged deltas, in order; None while unmerged
+    size: int = 0
+
+    def absorb(self, entry: _Plain) -> bool:
+        """Take `entry` into this event if both are text deltas of the same message."""
+        if self.delta is None or entry.delta is None or entry.delta[0] != self.delta[0]:
+            return False
+        first, new = self.event, entry.event
+        if (new.thread_id, new.run_id, new.lease) != (first.thread_id, first.run_id, first.lease):
+            return False
+        text = entry.delta[1]
+        if self.parts is None:
+            self.parts, self.size = [self.delta[1]], len(self.delta[1])
+        if self.size + len(text) > MAX_MERGED_DELTA_CHARS:
+            return False
+        self.parts.append(text)
+        self.size += len(text)
+        self.futures.append(entry.future)
+        return True
+
+    def stored_event(self) -> NewEvent:
+        if self.parts is None or self.delta is None:
+            return self.event
+        # The first delta's `ts`: the merged event is as old as the oldest text it carries.
+        data = orjson.dumps({"message_id": self.delta[0], "delta": "".join(self.parts)})
+        return self.event._replace(data=data.decode())
+
+
+def merge_deltas(entries: Sequence[_Plain]) -> list[_Group]:
+    """Queued events in storage order, each thread's consecutive deltas of a message merged.
+
+    Only entries already queued together are merged, and only with the previous event *of the
+    same thread*: another thread's events in between do not matter (every thread has its own
+    seq), so each thread's log keeps exactly the order its events were produced in.
+    """
+    groups: list[_Group] = []
+    last: dict[str, _Group] = {}
+    for entry in entries:
+        previous = last.get(entry.event.thread_id)
+        if previous is not None and previous.absorb(entry):
+            continue
+        group = _Group(entry.event, [entry.future], entry.delta)
+        groups.append(group)
+        last[entry.event.thread_id] = group
+    return groups
 
 
 @dataclass
@@ -61,6 +128,7 @@ class EventLog:
         self._bus = bus
         self._queue: asyncio.Queue[_Plain | _Atomic | None] = asyncio.Queue(max_queued)
         self._task: asyncio.Task[None] | None = None
+        self._store = SqliteEventStore.for_engine(engine)
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._writer(), name="event-log-writer")
@@ -71,6 +139,8 @@ class EventLog:
         await self._queue.put(None)
         await self._task
         self._task = None
+        if self._store is not None:
+            await self._store.close()
 
     @staticmethod
     def new_event(
@@ -95,7 +165,12 @@ class EventLog:
         """
         future: asyncio.Future[LoggedEvent] = asyncio.get_running_loop().create_future()
         event = self.new_event(thread_id, run_id, type_, data, lease)
-        await self._queue.put(_Plain(event, future))
+        delta = None
+        if type_ == MESSAGE_DELTA and isinstance(data, dict) and data.keys() == _DELTA_KEYS:
+            message_id, text = data["message_id"], data["delta"]
+            if isinstance(message_id, str) and isinstance(text, str):
+                delta = (message_id, text)
+        await self._queue.put(_Plain(event, future, delta))
         return future
 
     async def commit(
@@ -145,49 +220,64 @@ class EventLog:
                 return
 
     async def _commit_plain(self, entries: list[_Plain]) -> None:
+        groups = merge_deltas(entries)
+        events = [group.stored_event() for group in groups]
         for attempt, delay in enumerate((0.0, *RETRY_DELAYS_S)):
             if delay:
                 await asyncio.sleep(delay)
             try:
-                kept, lost = await self._store_fenced(entries)
+                records, lost = await self._store_fenced(events)
             except StorageUnavailable as exc:
                 log.warning("event log write failed (attempt %d): %s", attempt + 1, exc)
                 continue
             except Exception as exc:  # a bug or a vanished thread: fail these callers only
                 log.error("event log write failed", exc_info=True)
-                for entry in entries:
-                    if not entry.future.done():
-                        entry.future.set_exception(exc)
+                for group in groups:
+                    _fail(group, exc)
                 return
-            for entry in lost:
-                if not entry.future.done():
-                    entry.future.set_exception(LeaseLost(entry.event.run_id or ""))
-            logged = [LoggedEvent.from_record(record) for record in kept[1]]
-            for entry, event in zip(kept[0], logged, strict=True):
-                if not entry.future.done():
-                    entry.future.set_result(event)
+            if lost:
+                for group in groups:
+                    if group.event.lease in lost:
+                        _fail(group, LeaseLost(group.event.run_id or ""))
+                groups = [g for g in groups if g.event.lease not in lost]
+            logged = [LoggedEvent.from_record(record) for record in records]
+            for group, event in zip(groups, logged, strict=True):
+                for future in group.futures:
+                    if not future.done():
+                        future.set_result(event)
             self._publish(logged)
             return
         error = StorageUnavailable("event log could not be stored")
-        for entry in entries:
-            if not entry.future.done():
-                entry.future.set_exception(error)
+        for group in groups:
+            _fail(group, error)
 
-    async def _store_fenced(
-        self, entries: list[_Plain]
-    ) -> tuple[tuple[list[_Plain], list[EventRecord]], list[_Plain]]:
-        """One transaction: check each lease once, store the events whose lease still holds."""
+    def _direct(self) -> SqliteEventStore | None:
+        # Statement-level observers (SQL tracing, the tests' storage faults) hook SQLAlchemy's
+        # cursor events: while any is installed, every write stays where they can see it.
+        dispatch = self._engine.sync_engine.dispatch
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+            return None
+        return self._store
+
+    async def _store_fenced(self, events: list[NewEvent]) -> tuple[list[EventRecord], set[Lease]]:
+        """One transaction: check each lease once, store the events whose lease still holds.
+
+        Returns the stored records, in order, and the leases found lost (their events are not
+        stored)."""
+        leases = {e.lease for e in events if e.lease is not None}
+        direct = self._direct()
+        if direct is not None:
+            return await direct.append(events, leases)
         async with transaction(self._engine) as conn:
-            lost_leases: set[Lease] = set()
-            for lease in {e.event.lease for e in entries if e.event.lease is not None}:
+            lost: set[Lease] = set()
+            for lease in leases:
                 try:
                     await LeaseRepository.fence_in(conn, lease)
                 except LeaseLost:
-                    lost_leases.add(lease)
-            kept = [e for e in entries if e.event.lease not in lost_leases]
-            lost = [e for e in entries if e.event.lease in lost_leases]
-            records = await EventRepository.append_in(conn, [e.event for e in kept]) if kept else []
-        return (kept, records), lost
+                    lost.add(lease)
+            kept = [e for e in events if e.lease not in lost] if lost else events
+            records = await EventRepository.append_in(conn, kept) if kept else []
+        return records, lost
 
     async def _commit_atomic(self, entry: _Atomic) -> None:
         try:
@@ -220,7 +310,17 @@ class EventLog:
                 log.error("subscriber callback failed", exc_info=True)
 
     async def read(self, thread_id: str, *, after_seq: int, limit: int = 500) -> list[LoggedEvent]:
-        records = await EventRepository(self._engine).read(
-            thread_id, after_seq=after_seq, limit=limit
-        )
-        return [LoggedEvent.from_record(record) for record in records]
+        direct = self._direct()
+        if direct is not None:
+            records = await direct.read(thread_id, after_seq=after_seq, limit=limit)
+        else:
+            records = await EventRepository(self._engine).read(
+                thread_id, after_seq=after_seq, limit=limit
+            )
+        return encode_page(records)
+
+
+def _fail(group: _Group, error: BaseException) -> None:
+    for future in group.futures:
+        if not future.done():
+            future.set_exception(error)

@@ -183,7 +183,8 @@ async def test_decide_over_http(gateway: Gateway, connect) -> None:
 
 async def test_thread_events_pages_in_frame_shape(gateway: Gateway, connect) -> None:
     alice = await connect("alice", "user")
-    ack = await alice.request("run.start", input="hello, please say something")
+    # Several turns with tools: enough events to page through however deltas get merged.
+    ack = await alice.request("run.start", input="status of 1, 2 and 3")
     thread_id = ack["thread_id"]
     await alice.wait_event("run.completed")
     live = alice.events_of(thread_id)
@@ -306,3 +307,27 @@ async def test_dev_token_in_development_mode_works_for_hello(
         with pytest.raises(ProtocolFailure) as failure:
             await Client.connect(gw.ws_url, gw.token("alice"))
         assert failure.value.code == "unauthorized"
+
+
+async def test_dev_token_lifetime_is_chosen_with_ttl_s(
+    gateway_factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GATEWAY_SECRET", raising=False)
+    async with gateway_factory(secret=None) as gw, gw.http() as http:
+
+        async def lifetime(**fields: Any) -> int:
+            response = await http.post("/v1/dev/token", json={"user": "dana", **fields})
+            assert response.status_code == 200, response.text
+            claims = jwt.decode(response.json()["token"], options={"verify_signature": False})
+            return int(claims["exp"]) - int(claims["iat"])
+
+        assert await lifetime() == 3600
+        assert await lifetime(ttl_s=5) == 5
+        assert await lifetime(ttl_s=86400) == 86400
+        for bad in (4, 86401, 0, -60, 60.0, "60", True, None, [60]):
+            response = await http.post("/v1/dev/token", json={"user": "dana", "ttl_s": bad})
+            assert_error(response, 400, "bad_request")
+            assert (
+                "ttl_s must be an integer between 5 and 86400"
+                in response.json()["error"]["message"]
+            ), bad

@@ -18,8 +18,8 @@ as `reconcile` by design); no thread has two `tool.output` events for one call_i
 The randomness is seeded (timing is not), the number of kills, runs and steps is bounded and
 every wait has a timeout, so the test always stops by itself.
 
-Not collected by the default run (the file name does not start with `test_`) until it passes
-reliably; run it on its own with `python3 dev.py test tests/crash/soak.py -s` (about 2.5 min).
+Part of the default run (about 2.5 min); on its own: `python3 dev.py test tests/crash/test_soak.py -s`
+prints a summary line of what happened.
 """
 
 from __future__ import annotations

@@ -1,0 +1,202 @@
+"""The benchmark suite: every figure of docs/benchmarks.md, or any part of it.
+
+    .venv/bin/python -m bench                      # every part, one JSON line each
+    .venv/bin/python -m bench replay               # one part
+    .venv/bin/python -m bench fanout memory --out /tmp/bench.jsonl
+    .venv/bin/python -m bench --quick              # smaller sizes, for a smoke run
+
+Parts (issue figure in brackets): throughput [1], fanout [2], start [2b], approval [3],
+decision [4], replay [5], memory [6], concurrency [7], checkpoint [8]. `throughput`, `start`,
+`approval` and `decision` share one gateway (bench/core.py). Every line carries the part, its
+figures, the target and whether it was met, and the machine it ran on (nproc, CPU model, load
+average at the end of the part).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from bench import concurrency, core, fanout, memory, replay
+from bench.common import emit, report_line
+
+CORE_PARTS = ("throughput", "start", "approval", "decision")
+PARTS = (
+    "throughput",
+    "fanout",
+    "start",
+    "approval",
+    "decision",
+    "replay",
+    "memory",
+    "concurrency",
+    "checkpoint",
+)
+QUICK = {
+    "runs": 15,
+    "story_runs": 8,
+    "clients": 50,
+    "reps": 3,
+    "events": 10_000,
+    "connections": 500,
+    "concurrent_runs": 50,
+    "checkpoint_reps": 5,
+    "conversation_runs": 5,
+}
+
+THROUGHPUT_TARGET = 0.9
+START_P99_MS = 20.0
+APPROVAL_P99_MS = 10.0
+DECISION_P99_MS = 15.0
+CHECKPOINT_SIZE_RATIO = 0.7
+CHECKPOINT_TIME_RATIO = 1.0
+
+
+def core_lines(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Split bench.core's report into one set of figures per part, with targets."""
+    lines: dict[str, dict[str, Any]] = {}
+    config = report["config"]
+    if "throughput" in report:
+        t = report["throughput"]
+        ratio = t["ratio_gateway_over_bare"]["runs_per_s_paired_median"]
+        lines["throughput"] = {
+            "figure": 1,
+            **t,
+            "config": config,
+            "target": f">= {THROUGHPUT_TARGET} of the bare SDK (story runs/s, paired)",
+            "met": ratio >= THROUGHPUT_TARGET,
+        }
+    if "start" in report:
+        s = report["start"]
+        p99 = s["run_start_to_run_started"]["p99_ms"]
+        lines["start"] = {
+            "figure": "2b",
+            **s,
+            "approval_runs_run_start_to_run_started": report.get(
+                "approval_runs_run_start_to_run_started"
+            ),
+            "config": config,
+            "target": f"run.start -> run.started p99 <= {START_P99_MS} ms",
+            "met": p99 <= START_P99_MS,
+        }
+    if "approval" in report:
+        a = report["approval"]
+        p99 = a["tool_called_to_approval_requested"]["p99_ms"]
+        lines["approval"] = {
+            "figure": 3,
+            **a,
+            "config": config,
+            "target": f"tool.called -> approval.requested p99 <= {APPROVAL_P99_MS} ms",
+            "met": p99 <= APPROVAL_P99_MS,
+        }
+    if "decision" in report:
+        d = report["decision"]
+        p99 = d["decide_to_run_resumed"]["p99_ms"]
+        lines["decision"] = {
+            "figure": 4,
+            **d,
+            "config": config,
+            "target": (
+                "approval.decide -> run.resumed (first continuation event) "
+                f"p99 <= {DECISION_P99_MS} ms"
+            ),
+            "met": p99 <= DECISION_P99_MS,
+        }
+    return lines
+
+
+async def checkpoint(args: argparse.Namespace) -> dict[str, Any]:
+    from bench.durability import checkpoint_sizes
+
+    with tempfile.TemporaryDirectory(prefix="bench-checkpoint-") as tmp:
+        sizes = await checkpoint_sizes(Path(tmp), args.checkpoint_reps, args.conversation_runs)
+    summaries = [sizes["five_tool_turns"]["summary"], sizes["growing_conversation"]["summary"]]
+    size_ratio = max(s["size_ratio_median"] for s in summaries)
+    time_ratio = max(s["time_ratio_median"] for s in summaries)
+    return {
+        "figure": 8,
+        "method": sizes["method"],
+        "five_tool_turns": sizes["five_tool_turns"]["summary"],
+        "growing_conversation": sizes["growing_conversation"]["summary"],
+        "size_ratio_worst_median": size_ratio,
+        "time_ratio_worst_median": time_ratio,
+        "target": (
+            f"compact / to_string(): bytes <= {CHECKPOINT_SIZE_RATIO}, "
+            f"time <= {CHECKPOINT_TIME_RATIO}"
+        ),
+        "met": size_ratio <= CHECKPOINT_SIZE_RATIO and time_ratio <= CHECKPOINT_TIME_RATIO,
+    }
+
+
+Runner = Callable[[argparse.Namespace], Awaitable[dict[str, Any]]]
+STANDALONE: dict[str, Runner] = {
+    "fanout": fanout.run,
+    "replay": replay.run,
+    "memory": memory.run,
+    "concurrency": concurrency.run,
+    "checkpoint": checkpoint,
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    root.add_argument("parts", nargs="*", metavar="PART", help="any of: " + ", ".join(PARTS))
+    root.add_argument("--out", type=Path, help="also append every JSON line to this file")
+    root.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
+    root.add_argument("--runs", type=int, default=60, help="runs per latency figure (60)")
+    root.add_argument("--story-runs", type=int, default=20, help="throughput story runs (20)")
+    root.add_argument("--reps", type=int, default=5, help="repetitions (fanout, replay) (5)")
+    root.add_argument("--checkpoint-reps", type=int, default=15, help="checkpoint reps (15)")
+    root.add_argument(
+        "--conversation-runs", type=int, default=20, help="checkpoint conversation runs (20)"
+    )
+    fanout.add_arguments(root)
+    replay.add_arguments(root)
+    memory.add_arguments(root)
+    concurrency.add_arguments(root)
+    return root
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    parts = [p for p in PARTS if p in (args.parts or PARTS)]
+    wanted_core = tuple(p for p in parts if p in CORE_PARTS)
+    for part in parts:
+        begin = time.perf_counter()
+        if part in CORE_PARTS:
+            if part != wanted_core[0]:
+                continue  # measured together with the first core part
+            report = await core.benchmark(wanted_core, args.runs, args.story_runs)
+            for name, figures in core_lines(report).items():
+                emit(
+                    report_line(name, figures, elapsed_s=report["elapsed_s"]),
+                    args.out,
+                )
+            continue
+        figures = await STANDALONE[part](args)
+        emit(
+            report_line(part, figures, elapsed_s=round(time.perf_counter() - begin, 1)),
+            args.out,
+        )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    command = parser()
+    args = command.parse_args(argv)
+    unknown = [p for p in args.parts if p not in PARTS]
+    if unknown:
+        command.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
+    if args.quick:
+        for key, value in QUICK.items():
+            setattr(args, key, value)
+    return asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

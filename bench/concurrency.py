@@ -1,0 +1,188 @@
+"""Figure 7: many concurrent runs streaming at a fixed pace, one watcher each.
+
+    .venv/bin/python -m bench concurrency [--concurrent-runs 200] [--delta-ms 20]
+
+The gateway runs with `GATEWAY_DEMO_DELAY_MS=--delta-ms` (20 ms: the demo model streams 50
+deltas per second per run). `--concurrent-runs` connections each start one story run on a fresh
+thread, all at once, and watch it (the starting connection is subscribed from the run's first
+event). Every frame is stamped with the client's wall clock (`time.time()`) on arrival; raw
+frames are kept and parsed only after the runs end, so the client stays cheap while measuring.
+
+- delivery lag of an event = arrival wall clock - the event's `ts` (the server's wall clock when
+  the gateway created the event, right after the SDK yielded it; truncated to the millisecond,
+  so lags read up to 1 ms high). Same machine, same clock.
+- nothing dropped: every run reaches `run.completed`, its seqs are dense from `run.started`, the
+  `message.delta`s of each message join up to exactly its `message.completed` text, and no
+  connection is closed by the server (4009 = too slow).
+- pace: each run's model deltas / (last - first `message.delta` ts); below 50/s means the
+  machine could not keep the demo model at its pace (the lag figure does not see that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from bench.common import (
+    STORY_INPUT,
+    clients,
+    gateway_process,
+    latency_summary,
+    process_cpu_seconds,
+    raise_fd_limit,
+)
+
+TARGET_P99_MS = 100.0
+COMPLETION_TIMEOUT_S = 300.0
+
+
+def ts_epoch(ts: str) -> float:
+    return datetime.fromisoformat(ts).timestamp()
+
+
+async def watch(ws: ClientConnection, index: int) -> dict[str, Any]:
+    """Start one run and keep every frame until its `run.completed`."""
+    stamped: list[tuple[float, str | bytes]] = []
+    await ws.send(
+        orjson.dumps({"type": "run.start", "id": f"s{index}", "input": STORY_INPUT}).decode()
+    )
+    closed_code: int | None = None
+    try:
+        async for raw in ws:
+            stamped.append((time.time(), raw))
+            if '"run.completed"' in raw or '"run.failed"' in raw:  # type: ignore[operator]
+                break
+    except websockets.ConnectionClosed as exc:
+        closed_code = exc.rcvd.code if exc.rcvd else None
+    return {"frames": stamped, "closed": closed_code}
+
+
+def analyse(result: dict[str, Any]) -> dict[str, Any]:
+    lags: list[float] = []
+    delta_lags: list[float] = []
+    seqs: list[int] = []
+    parts: dict[str, list[str]] = {}
+    completed_text: dict[str, str] = {}
+    delta_ts: list[float] = []
+    model_deltas = 0
+    completed = False
+    for arrived, raw in result["frames"]:
+        frame = orjson.loads(raw)
+        if frame.get("type") != "event":
+            continue
+        sent = ts_epoch(frame["ts"])
+        lags.append(arrived - sent)
+        seqs.append(frame["seq"])
+        data = frame["data"]
+        if frame["event"] == "message.delta":
+            delta_lags.append(arrived - sent)
+            delta_ts.append(sent)
+            parts.setdefault(data["message_id"], []).append(data["delta"])
+            model_deltas += len(data["delta"].split())
+        elif frame["event"] == "message.completed":
+            completed_text[data["message_id"]] = data["text"]
+        elif frame["event"] == "run.completed":
+            completed = True
+    intact = bool(completed_text) and all(
+        "".join(parts.get(mid, [])) == text for mid, text in completed_text.items()
+    )
+    span = (delta_ts[-1] - delta_ts[0]) if len(delta_ts) > 1 else 0.0
+    return {
+        "lags": lags,
+        "delta_lags": delta_lags,
+        "dense": seqs == list(range(seqs[0], seqs[0] + len(seqs))) if seqs else False,
+        "intact": intact,
+        "completed": completed,
+        "closed": result["closed"],
+        "frames": len(seqs),
+        "deltas": len(delta_lags),
+        "model_deltas": model_deltas,
+        "pace": model_deltas / span if span else None,
+        "first_ts": delta_ts[0] if delta_ts else None,
+        "last_ts": delta_ts[-1] if delta_ts else None,
+    }
+
+
+async def measure(runs: int, delta_ms: int) -> dict[str, Any]:
+    raise_fd_limit(2 * runs + 512)
+    with tempfile.TemporaryDirectory(prefix="bench-concurrency-") as tmp:
+        workdir = Path(tmp)
+        with gateway_process(workdir, demo_delay_ms=delta_ms) as gateway:
+            async with clients(gateway.ws_url, runs) as conns:
+                cpu_before = process_cpu_seconds(gateway.pid)
+                begin = time.perf_counter()
+                results = await asyncio.wait_for(
+                    asyncio.gather(*(watch(ws, i) for i, ws in enumerate(conns))),
+                    COMPLETION_TIMEOUT_S,
+                )
+                elapsed = time.perf_counter() - begin
+                cpu_after = process_cpu_seconds(gateway.pid)
+    runs_seen = [analyse(r) for r in results]
+    lags = [lag for r in runs_seen for lag in r["lags"]]
+    delta_lags = [lag for r in runs_seen for lag in r["delta_lags"]]
+    paces = [r["pace"] for r in runs_seen if r["pace"]]
+    firsts = [r["first_ts"] for r in runs_seen if r["first_ts"]]
+    lasts = [r["last_ts"] for r in runs_seen if r["last_ts"]]
+    model_deltas = sum(r["model_deltas"] for r in runs_seen)
+    nothing_dropped = all(
+        r["completed"] and r["dense"] and r["intact"] and r["closed"] is None for r in runs_seen
+    )
+    delta_summary = latency_summary(delta_lags)
+    return {
+        "figure": 7,
+        "concurrent_runs": runs,
+        "demo_delay_ms": delta_ms,
+        "target_pace_per_run": round(1000 / delta_ms, 1) if delta_ms else None,
+        "elapsed_s": round(elapsed, 2),
+        # The gateway process's CPU time over the measurement (all threads): near elapsed_s
+        # means it was CPU-bound, and with it its event loop, so events waited in queues.
+        "server_cpu_s": round(cpu_after - cpu_before, 2)
+        if cpu_before is not None and cpu_after is not None
+        else None,
+        "server_cpu_us_per_model_delta": round(
+            (cpu_after - cpu_before) * 1e6 / max(1, sum(r["model_deltas"] for r in runs_seen))
+        )
+        if cpu_before is not None and cpu_after is not None
+        else None,
+        "delivery_lag_message_delta": delta_summary,
+        "delivery_lag_all_events": latency_summary(lags),
+        "frames_total": sum(r["frames"] for r in runs_seen),
+        "message_delta_frames": len(delta_lags),
+        "model_deltas": model_deltas,
+        "model_deltas_per_frame": round(model_deltas / max(1, len(delta_lags)), 2),
+        "pace_per_run_median": round(statistics.median(paces), 1) if paces else None,
+        "pace_per_run_min": round(min(paces), 1) if paces else None,
+        "model_deltas_per_s_all_runs": round(model_deltas / (max(lasts) - min(firsts)))
+        if firsts and lasts and max(lasts) > min(firsts)
+        else None,
+        "runs_completed": sum(r["completed"] for r in runs_seen),
+        "runs_dense": sum(r["dense"] for r in runs_seen),
+        "runs_text_intact": sum(r["intact"] for r in runs_seen),
+        "connections_closed_by_server": sum(r["closed"] is not None for r in runs_seen),
+        "nothing_dropped": nothing_dropped,
+        "target": f"p99 delivery lag <= {TARGET_P99_MS} ms, nothing dropped",
+        "met": delta_summary["p99_ms"] <= TARGET_P99_MS and nothing_dropped,
+    }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--concurrent-runs", type=int, default=200, help="runs at once (default 200)"
+    )
+    parser.add_argument(
+        "--delta-ms", type=int, default=20, help="demo model delay per delta (default 20)"
+    )
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    return await measure(args.concurrent_runs, args.delta_ms)

@@ -1,0 +1,89 @@
+"""Figure 6: memory per idle authenticated connection, gateway against a minimal server.
+
+    .venv/bin/python -m bench memory [--connections 2000]
+
+Each server runs as a subprocess (the gateway with `python -m gateway serve`; the minimal
+server is `bench/broadcast_server.py`, which answers the first frame with a fixed `welcome`).
+For each: open and close 20 connections (first-use allocations: imports on the WebSocket path,
+the token verifier), wait, read the process's resident set size (VmRSS in /proc/PID/status),
+open `--connections` connections that each send `hello` and receive `welcome` (for the gateway a
+real JWT, so each is authenticated), wait for the server to settle, read VmRSS again. The
+figure is the RSS growth divided by the number of connections. The soft open-files limit is
+raised first (the servers inherit it): 2,000 connections need 2,000 sockets on each side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    ServerProcess,
+    clients,
+    gateway_process,
+    raise_fd_limit,
+    rss_kib,
+    server_process,
+)
+
+TARGET_RATIO = 1.5
+SETTLE_S = 2.0
+
+
+async def per_connection_kib(server: ServerProcess, count: int) -> dict[str, Any]:
+    async with clients(server.ws_url, 20):
+        pass
+    await asyncio.sleep(SETTLE_S)
+    before = rss_kib(server.pid)
+    async with clients(server.ws_url, count):
+        await asyncio.sleep(SETTLE_S)
+        after = rss_kib(server.pid)
+    return {
+        "rss_before_kib": before,
+        "rss_after_kib": after,
+        "kib_per_connection": round((after - before) / count, 2),
+    }
+
+
+async def measure(count: int) -> dict[str, Any]:
+    limit = raise_fd_limit(2 * count + 512)
+    if limit < count + 64:
+        raise RuntimeError(f"the open-files limit ({limit}) is too low for {count} connections")
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
+        workdir = Path(tmp)
+        frames = workdir / "frames.jsonl"
+        frames.write_text("")
+        minimal_cmd = [
+            sys.executable,
+            str(Path(__file__).with_name("broadcast_server.py")),
+            str(frames),
+        ]
+        with server_process(minimal_cmd, workdir / "minimal.log", {}) as minimal:
+            baseline = await per_connection_kib(minimal, count)
+        with gateway_process(workdir) as gateway:
+            gw = await per_connection_kib(gateway, count)
+    ratio = gw["kib_per_connection"] / baseline["kib_per_connection"]
+    return {
+        "figure": 6,
+        "connections": count,
+        "fd_soft_limit": limit,
+        "gateway": gw,
+        "minimal_server": baseline,
+        "ratio_gateway_over_minimal": round(ratio, 3),
+        "target": f"<= {TARGET_RATIO}x the minimal server",
+        "met": ratio <= TARGET_RATIO,
+    }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--connections", type=int, default=2000, help="idle connections (default 2000)"
+    )
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    return await measure(args.connections)
