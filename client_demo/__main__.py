@@ -7,7 +7,10 @@
 
 Without a token (`--token` or the GATEWAY_TOKEN environment variable) the client asks the
 gateway for a development token (`POST /v1/dev/token`, only offered while GATEWAY_SECRET is
-unset) with roles ["user"] for chat and ["reviewer"] for review.
+unset) with roles ["user"] for chat and ["reviewer"] for review, and for a new one, sent in a new
+`hello`, before the current one expires (`--dev-token-ttl` sets their lifetime). A token passed
+in is not renewed: the client warns before it expires and exits when the gateway ends the
+session for it.
 """
 
 from __future__ import annotations
@@ -48,6 +51,14 @@ def parser() -> argparse.ArgumentParser:
             "--tenant", default="demo", help="development token tenant (default %(default)s)"
         )
         sub.add_argument(
+            "--dev-token-ttl",
+            type=int,
+            default=None,
+            metavar="S",
+            help="lifetime of development tokens in seconds, 5 to 86400 (default: the "
+            "gateway's, one hour); they are renewed before they expire",
+        )
+        sub.add_argument(
             "--max-backoff",
             type=float,
             default=10.0,
@@ -84,7 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     roles = ["user"] if args.command == "chat" else ["reviewer"]
     tokens = TokenSource(
-        http_base=http_base, token=args.token, user=args.user, tenant=args.tenant, roles=roles
+        http_base=http_base,
+        token=args.token,
+        user=args.user,
+        tenant=args.tenant,
+        roles=roles,
+        ttl_s=args.dev_token_ttl,
     )
     if args.command == "chat":
         chat_options = ChatOptions(

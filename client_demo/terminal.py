@@ -7,18 +7,27 @@ drops it fails the requests in flight, reconnects, says hello again and calls th
 `on_connected` hook, which re-subscribes (the application keeps the last seq it applied, so
 nothing is shown twice and nothing is missed).
 
+Tokens expire, and the gateway closes a connection (4001) when its token does (docs/protocol.md
+§3). Some time before that, a development token is replaced by a new one from the gateway, sent
+in a new `hello` on the open socket: the connection, its subscriptions and the text streaming on
+it go on. A token the user passed in cannot be renewed by the client, so it warns before the
+token expires and, when the gateway closes the connection for it, exits saying so.
+
 Only the standard library, `websockets` and `httpx` (for development tokens) are used.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import itertools
 import json
 import random
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -34,6 +43,12 @@ HELLO_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 30.0
 # Close codes after which reconnecting cannot help (PROTOCOL §3: bad token or protocol).
 FATAL_CLOSE_CODES = {4001}
+# A token is renewed (or, when the client cannot renew it, the user warned) once this share of
+# its remaining lifetime has passed, and at least RENEW_LEAD_S before it expires: time for the
+# round trips, and for clocks that disagree a little.
+RENEW_SHARE = 0.8
+RENEW_LEAD_S = 3.0
+RENEW_RETRY_S = 2.0
 
 
 class FatalError(Exception):
@@ -79,9 +94,65 @@ def endpoints(url: str) -> tuple[str, str]:
 # -- tokens ---------------------------------------------------------------------------------
 
 
+def token_claims(token: str) -> dict[str, Any] | None:
+    """The JWT's claims, decoded without verifying it: only to time renewals (the gateway is
+    the one that verifies tokens)."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError, binascii.Error):
+        return None
+    return claims if isinstance(claims, dict) else None
+
+
+@dataclass(frozen=True)
+class TokenTimes:
+    """When a token expires and when to renew it, as `time.time()` readings."""
+
+    expires_at: float
+    renew_at: float
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def token_times(token: str, received_at: float) -> TokenTimes | None:
+    """None for a token without a usable `exp` (the gateway refuses those anyway)."""
+    claims = token_claims(token) or {}
+    exp, iat = _number(claims.get("exp")), _number(claims.get("iat"))
+    if exp is None:
+        return None
+    expires_at = exp
+    if iat is not None and exp > iat:
+        # The lifetime counted from when the token arrived does not depend on this machine's
+        # clock agreeing with the issuer's; the earlier of the two estimates is the safe one.
+        expires_at = min(expires_at, received_at + (exp - iat))
+    remaining = expires_at - received_at
+    delay = max(0.0, min(remaining * RENEW_SHARE, remaining - RENEW_LEAD_S))
+    return TokenTimes(expires_at=expires_at, renew_at=received_at + delay)
+
+
+def clock(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    minutes = round(seconds / 60)
+    if minutes < 120:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60} min"
+
+
 @dataclass
 class TokenSource:
-    """A fixed token, or a development token from `POST /v1/dev/token` fetched on each connect.
+    """A fixed token, or a development token from `POST /v1/dev/token` fetched on each connect
+    and whenever the current one is about to expire.
 
     Development secrets are generated per gateway process, so a restarted gateway rejects the
     previous process's tokens: fetching a fresh one on every (re)connect keeps reconnects working.
@@ -92,6 +163,8 @@ class TokenSource:
     user: str = "alice"
     tenant: str = "demo"
     roles: list[str] = field(default_factory=lambda: ["user"])
+    # Lifetime of development tokens in seconds; None: the gateway's default (an hour).
+    ttl_s: int | None = None
 
     @property
     def is_dev(self) -> bool:
@@ -100,11 +173,11 @@ class TokenSource:
     async def get(self) -> str:
         if self.token is not None:
             return self.token
+        body: dict[str, Any] = {"user": self.user, "tenant": self.tenant, "roles": self.roles}
+        if self.ttl_s is not None:
+            body["ttl_s"] = self.ttl_s
         async with httpx.AsyncClient(timeout=10) as client:
-            response = await client.post(
-                f"{self.http_base}/v1/dev/token",
-                json={"user": self.user, "tenant": self.tenant, "roles": self.roles},
-            )
+            response = await client.post(f"{self.http_base}/v1/dev/token", json=body)
         if response.status_code == 200:
             return str(response.json()["token"])
         if response.status_code == 404:
@@ -264,6 +337,15 @@ class Session:
         self._hook_task: asyncio.Task[None] | None = None
         self._fatal: BaseException | None = None
         self._dev_token_refusals = 0
+        self.renewals = 0
+        # The token the current connection said hello with (or renewed to), and when it came.
+        self._token: str | None = None
+        self._token_received_at = 0.0
+        self._warned_token: str | None = None
+        # The last `unauthorized` error the server sent unasked: it explains the 4001 close
+        # that follows (an expired token, a refused renewal).
+        self._auth_error: dict[str, Any] | None = None
+        self._expired_close = False
 
     # -- public API -----------------------------------------------------------------------
 
@@ -290,7 +372,13 @@ class Session:
                 raise self._fatal
             if not self._stopping:
                 delay = self._backoff(0)
-                self.diag.line(f"-- connection lost; reconnecting in {delay:.1f}s")
+                if self._expired_close:
+                    self.diag.line(
+                        "-- the token expired before it could be renewed; reconnecting with a "
+                        f"new one in {delay:.1f}s"
+                    )
+                else:
+                    self.diag.line(f"-- connection lost; reconnecting in {delay:.1f}s")
                 await asyncio.sleep(delay)
 
     def stop(self) -> None:
@@ -332,6 +420,7 @@ class Session:
             token = await self.tokens.get()
         except httpx.TransportError as exc:
             raise _Unreachable(_describe(exc)) from None
+        received_at = time.time()
         try:
             ws = await websockets.connect(self.ws_url, max_size=None, open_timeout=10)
         except (OSError, TimeoutError, websockets.InvalidHandshake) as exc:
@@ -352,10 +441,16 @@ class Session:
                     self._dev_token_refusals += 1
                     if self._dev_token_refusals <= 3:
                         raise _Unreachable(format_error(welcome))
+                if welcome.get("code") == "unauthorized" and not self.tokens.is_dev:
+                    raise FatalError(
+                        f"{format_error(welcome)} (pass a valid token with --token or "
+                        "GATEWAY_TOKEN)"
+                    )
                 raise FatalError(format_error(welcome))
             raise FatalError(f"unexpected first frame from the server: {welcome.get('type')!r}")
         self.welcome = welcome
         self._dev_token_refusals = 0
+        self._token, self._token_received_at = token, received_at
         self.connections += 1
         roles = ", ".join(welcome.get("roles") or [])
         verb = "connected" if self.connections == 1 else "reconnected"
@@ -367,8 +462,11 @@ class Session:
 
     async def _serve(self, ws: ClientConnection) -> None:
         self._ws = ws
+        self._auth_error = None
+        self._expired_close = False
         self.connected.set()
         self._hook_task = asyncio.create_task(self._run_hook())
+        renewal = asyncio.create_task(self._keep_token_fresh(), name="token-renewal")
         try:
             async for raw in ws:
                 try:
@@ -390,17 +488,97 @@ class Session:
                 if not future.done():
                     future.set_exception(ConnectionLost("connection closed"))
             self._pending.clear()
-            if self._hook_task is not None and not self._hook_task.done():
-                self._hook_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await self._hook_task
+            for task in (self._hook_task, renewal):
+                if task is not None and not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
             rcvd = ws.protocol.close_rcvd
             fatal_close = rcvd is not None and rcvd.code in FATAL_CLOSE_CODES
+            self._expired_close = fatal_close and self._token_expired()
             if fatal_close and not self.tokens.is_dev and not self._stopping:
                 assert rcvd is not None
-                self._fatal = FatalError(
-                    f"the server closed the connection ({rcvd.code} {rcvd.reason})".strip()
-                )
+                self._fatal = FatalError(self._fatal_close_message(rcvd.code, rcvd.reason))
+
+    def _token_expired(self) -> bool:
+        """Whether the last 4001 was for the token's expiry: the server said so, or it is
+        past the token's `exp` by this machine's reckoning."""
+        message = str((self._auth_error or {}).get("message") or "")
+        if "expired" in message:
+            return True
+        times = token_times(self._token, self._token_received_at) if self._token else None
+        return times is not None and time.time() >= times.expires_at
+
+    def _fatal_close_message(self, code: int, reason: str) -> str:
+        if self._expired_close:
+            times = token_times(self._token, self._token_received_at) if self._token else None
+            when = f" at {clock(times.expires_at)}" if times is not None else ""
+            return (
+                f"the access token expired{when} and the gateway ended the session ({code}); "
+                "start the client again with a fresh token (--token or GATEWAY_TOKEN)"
+            )
+        text = f"the server closed the connection ({code} {reason})".strip()
+        if self._auth_error is not None:
+            text += f": {format_error(self._auth_error)}"
+        return text
+
+    # -- token renewal --------------------------------------------------------------------
+
+    async def _keep_token_fresh(self) -> None:
+        """While this connection is open: renew a development token before it expires, or
+        warn once about a token the client cannot renew."""
+        with contextlib.suppress(ConnectionLost):  # the reconnect brings a new token
+            await self._renewal_loop()
+
+    async def _renewal_loop(self) -> None:
+        while self._token is not None:
+            times = token_times(self._token, self._token_received_at)
+            if times is None:
+                return
+            await asyncio.sleep(max(0.0, times.renew_at - time.time()))
+            if not self.tokens.is_dev:
+                self._warn_expiry(self._token, times.expires_at)
+                return
+            while not await self._renew():
+                left = times.expires_at - time.time()
+                if left <= 0:
+                    # The gateway ends this connection now; the reconnect fetches a new token.
+                    return
+                await asyncio.sleep(max(0.2, min(RENEW_RETRY_S, left / 2)))
+
+    async def _renew(self) -> bool:
+        """Fetch a new development token and say hello with it on the open socket. False
+        when that failed but may work on a retry; ConnectionLost when the socket went."""
+        try:
+            token = await self.tokens.get()
+            received_at = time.time()
+            await self.request("hello", protocol=PROTOCOL_VERSION, token=token)
+        except ServerError as exc:
+            # `unavailable` (the gateway could not check the token right now): the current
+            # token still holds, so try again. Anything else is followed by a 4001 close.
+            self.diag.line(f"-- could not renew the token ({exc})")
+            return False
+        except (httpx.TransportError, FatalError) as exc:
+            reason = _describe(exc) if isinstance(exc, httpx.TransportError) else str(exc)
+            self.diag.line(f"-- could not get a new development token ({reason})")
+            return False
+        self._token, self._token_received_at = token, received_at
+        self.renewals += 1
+        times = token_times(token, received_at)
+        until = f" (valid until {clock(times.expires_at)})" if times is not None else ""
+        self.diag.line(f"-- token renewed{until}")
+        return True
+
+    def _warn_expiry(self, token: str, expires_at: float) -> None:
+        if self._warned_token == token:
+            return  # a reconnect with the same token: said already
+        self._warned_token = token
+        self.diag.line(
+            f"-- warning: the access token expires at {clock(expires_at)} (in "
+            f"{duration(expires_at - time.time())}); the gateway will then end the session. "
+            "This client cannot renew a token it was given: start it again with a fresh one "
+            "(--token or GATEWAY_TOKEN) to go on."
+        )
 
     def _dispatch(self, ws: ClientConnection, frame: dict[str, Any]) -> None:
         kind = frame.get("type")
@@ -408,12 +586,18 @@ class Session:
             asyncio.get_running_loop().create_task(_send_quietly(ws, '{"type":"pong"}'))
             return
         ref = frame.get("ref")
-        if kind in {"ack", "error", "pong"} and isinstance(ref, str) and ref in self._pending:
+        # A renewing hello is answered by a `welcome` carrying its id, not by an `ack`.
+        routed = {"ack", "error", "pong", "welcome"}
+        if kind in routed and isinstance(ref, str) and ref in self._pending:
             future = self._pending.pop(ref)
             if not future.done():
                 future.set_result(frame)
             return
         if kind == "error":
+            if frame.get("code") == "unauthorized" and ref is None:
+                # The 4001 close that follows reports it, in words fit for a user.
+                self._auth_error = frame
+                return
             self.diag.line(format_error(frame))
             return
         if kind in {"ack", "pong"}:

@@ -157,9 +157,9 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
         )
         app.state.services = services
         # Runs a previous process left active, then runs of peers whose leases expire.
-        runs.start_recovery()
+        runs.recovery.start()
         # Approvals left undecided past GATEWAY_APPROVAL_TTL_S (nothing when it is 0).
-        runs.start_expiry()
+        runs.decisions.start_expiry()
         log.info("gateway ready (model %s, agents %s)", model_name, ", ".join(graphs.names()))
         try:
             yield

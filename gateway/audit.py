@@ -86,6 +86,27 @@ def token_failure_reason(message: str) -> str:
     return "invalid"
 
 
+def caller_entry(
+    principal: Principal,
+    action: str,
+    *,
+    outcome: Outcome,
+    target: str | None,
+    details: dict[str, Any],
+) -> AuditEntry:
+    """An action an authenticated caller took or tried: the tenant, the actor and the source
+    all come from its principal, never from the request."""
+    return AuditEntry(
+        action=action,
+        outcome=outcome,
+        tenant=principal.tenant,
+        actor=principal.user,
+        target=target,
+        source=principal.source,
+        details=details,
+    )
+
+
 def decision_entry(
     principal: Principal,
     *,
@@ -97,13 +118,11 @@ def decision_entry(
     arguments_digest: str,
     has_reason: bool,
 ) -> AuditEntry:
-    return AuditEntry(
-        action=AuditAction.APPROVAL_DECIDED,
+    return caller_entry(
+        principal,
+        AuditAction.APPROVAL_DECIDED,
         outcome=Outcome.SUCCESS,
-        tenant=principal.tenant,
-        actor=principal.user,
         target=approval_id,
-        source=principal.source,
         details={
             "decision": decision,
             "run_id": run_id,
@@ -125,13 +144,11 @@ def cancellation_entry(
     outcome: Outcome = Outcome.SUCCESS,
 ) -> AuditEntry:
     """`status` is the run's status when the cancel was asked for (or how it ended instead)."""
-    return AuditEntry(
-        action=AuditAction.RUN_CANCELLED,
+    return caller_entry(
+        principal,
+        AuditAction.RUN_CANCELLED,
         outcome=outcome,
-        tenant=principal.tenant,
-        actor=principal.user,
         target=run_id,
-        source=principal.source,
         details={"thread_id": thread_id, "status": status},
     )
 
@@ -191,26 +208,12 @@ class AuditTrail:
             self.dropped_total += 1
 
     async def record(self, entry: AuditEntry) -> None:
-        """Write one entry now, in its own transaction."""
-        await self.repository.insert(entry)
+        """Write one entry now, in its own transaction.
 
-    async def record_system(
-        self,
-        action: str,
-        *,
-        tenant: str | None,
-        target: str | None,
-        details: dict[str, Any] | None = None,
-        outcome: Outcome = Outcome.SUCCESS,
-    ) -> None:
-        """Record an action of the gateway itself (actor "system"), e.g. `approval.expired`.
-
-        To record it atomically with the change it describes, insert
-        `system_entry(...)` with `AuditRepository.insert_in` inside that transaction instead.
+        An entry for a state change (`system_entry` for the gateway's own, such as an expired
+        approval) goes with `AuditRepository.insert_in` into that change's transaction instead.
         """
-        await self.record(
-            system_entry(action, tenant=tenant, target=target, details=details, outcome=outcome)
-        )
+        await self.repository.insert(entry)
 
     def token_rejected(self, *, source: str | None, transport: Transport, message: str) -> None:
         """A token that failed verification: only the reason category, never the token."""
@@ -235,13 +238,11 @@ class AuditTrail:
         """An authenticated caller was refused (`forbidden`, or `not_found` for ids it may not
         see): who, which operation, which id."""
         self.note(
-            AuditEntry(
-                action=AuditAction.ACCESS_DENIED,
+            caller_entry(
+                principal,
+                AuditAction.ACCESS_DENIED,
                 outcome=Outcome.DENIED,
-                tenant=principal.tenant,
-                actor=principal.user,
                 target=target,
-                source=principal.source,
                 details={"code": code, "operation": operation, "transport": transport.value},
             )
         )

@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
@@ -30,6 +30,7 @@ from gateway.sensitive import reveal_approval_event, sees_sensitive_arguments
 from gateway.services import Services
 from gateway.subscription import Subscription
 from persistence.errors import StorageUnavailable
+from persistence.threads import ThreadRecord
 
 log = logging.getLogger(__name__)
 
@@ -511,8 +512,16 @@ class Connection:
                         protocol.ack(ref, thread_id=started.thread_id, run_id=started.run_id)
                     )
                 if started.thread_id not in self._subscriptions:
+                    # The run's first commit gave the thread and `run.started`: nothing to read
+                    # before the caller sees its run begin.
                     await self._subscribe(
-                        started.thread_id, started.first_seq - 1, None, None, quiet=True
+                        started.thread_id,
+                        started.first_seq - 1,
+                        None,
+                        None,
+                        quiet=True,
+                        known=started.thread,
+                        initial=started.events,
                     )
                 return None
             case protocol.RunInput():
@@ -557,13 +566,17 @@ class Connection:
         ref: str | None,
         *,
         quiet: bool = False,
+        known: ThreadRecord | None = None,
+        initial: Sequence[LoggedEvent] = (),
     ) -> None:
+        """`known`: the thread as this process just wrote it; `initial`: stored events from
+        `after_seq + 1` on, delivered before the subscription reads the log."""
         principal = self._principal
         assert principal is not None
         if not quiet and thread_id not in self._subscriptions:
             # Run starts checked this before starting (`_admit_run`).
             self._check_subscription_slot()
-        thread = await self._services.runs.authorize_subscribe(principal, thread_id)
+        thread = await self._services.runs.authorize_subscribe(principal, thread_id, known)
         reset = (
             (epoch is not None and epoch != thread.epoch)
             or after_seq > thread.head_seq
@@ -589,7 +602,7 @@ class Connection:
             reveal=self._reveal,
         )
         self._subscriptions[thread_id] = subscription
-        subscription.start()
+        subscription.start(initial)
         assert subscription.task is not None
         subscription.task.add_done_callback(self._subscription_ended)
 

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from gateway.bus import EventBus
 from gateway.eventlog_types import LoggedEvent, encode_page
 from persistence.db import transaction
+from persistence.direct import Direct
 from persistence.errors import StorageUnavailable
 from persistence.events import EventRecord, EventRepository, NewEvent, SqliteEventStore
 from persistence.leases import Lease, LeaseLost, LeaseRepository
@@ -35,6 +36,8 @@ from persistence.leases import Lease, LeaseLost, LeaseRepository
 log = logging.getLogger(__name__)
 
 Action = Callable[[AsyncConnection], Awaitable[Any]]
+# The same state change as an `Action`, as the repositories' direct statements (SQLite file).
+DirectAction = Callable[[Direct], Any]
 
 MAX_BATCH = 1024
 # A failing plain batch is retried this long before its callers are told; streamed events are
@@ -119,6 +122,7 @@ def merge_deltas(entries: Sequence[_Plain]) -> list[_Group]:
 class _Atomic:
     events: list[NewEvent]
     action: Action | None
+    direct: DirectAction | None
     future: asyncio.Future[tuple[Any, list[LoggedEvent]]]
 
 
@@ -129,6 +133,11 @@ class EventLog:
         self._queue: asyncio.Queue[_Plain | _Atomic | None] = asyncio.Queue(max_queued)
         self._task: asyncio.Task[None] | None = None
         self._store = SqliteEventStore.for_engine(engine)
+
+    @property
+    def store(self) -> SqliteEventStore | None:
+        """The direct SQLite path, shared with the repositories' reads (None: engine only)."""
+        return self._store
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._writer(), name="event-log-writer")
@@ -174,9 +183,16 @@ class EventLog:
         return future
 
     async def commit(
-        self, events: Sequence[NewEvent] = (), action: Action | None = None
+        self,
+        events: Sequence[NewEvent] = (),
+        action: Action | None = None,
+        direct: DirectAction | None = None,
     ) -> tuple[Any, list[LoggedEvent]]:
         """Run `action` and store `events` in one transaction, after everything queued before.
+
+        `direct`, when given, is the same change written for the direct SQLite path; it runs
+        instead of `action` whenever that path is in use (one thread hop for the whole
+        transaction), so both must write the same rows and return the same result.
 
         Returns the action's result and the stored events. If the action raises, nothing is
         stored and the exception propagates to the caller; storage failures surface as
@@ -185,7 +201,7 @@ class EventLog:
         future: asyncio.Future[tuple[Any, list[LoggedEvent]]] = (
             asyncio.get_running_loop().create_future()
         )
-        await self._queue.put(_Atomic(list(events), action, future))
+        await self._queue.put(_Atomic(list(events), action, direct, future))
         return await future
 
     async def flush(self) -> None:
@@ -252,12 +268,8 @@ class EventLog:
             _fail(group, error)
 
     def _direct(self) -> SqliteEventStore | None:
-        # Statement-level observers (SQL tracing, the tests' storage faults) hook SQLAlchemy's
-        # cursor events: while any is installed, every write stays where they can see it.
-        dispatch = self._engine.sync_engine.dispatch
-        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
-            return None
-        return self._store
+        store = self._store
+        return store if store is not None and store.usable() else None
 
     async def _store_fenced(self, events: list[NewEvent]) -> tuple[list[EventRecord], set[Lease]]:
         """One transaction: check each lease once, store the events whose lease still holds.
@@ -280,14 +292,12 @@ class EventLog:
         return records, lost
 
     async def _commit_atomic(self, entry: _Atomic) -> None:
+        direct = self._direct() if entry.action is None or entry.direct is not None else None
         try:
-            async with transaction(self._engine) as conn:
-                for lease in {e.lease for e in entry.events if e.lease is not None}:
-                    await LeaseRepository.fence_in(conn, lease)
-                result = await entry.action(conn) if entry.action is not None else None
-                records = (
-                    await EventRepository.append_in(conn, entry.events) if entry.events else []
-                )
+            if direct is not None:
+                result, records = await direct.commit(entry.events, entry.direct)
+            else:
+                result, records = await self._commit_engine(entry)
         except BaseException as exc:
             if not entry.future.done():
                 entry.future.set_exception(exc)
@@ -298,6 +308,14 @@ class EventLog:
         if not entry.future.done():
             entry.future.set_result((result, logged))
         self._publish(logged)
+
+    async def _commit_engine(self, entry: _Atomic) -> tuple[Any, list[EventRecord]]:
+        async with transaction(self._engine) as conn:
+            for lease in {e.lease for e in entry.events if e.lease is not None}:
+                await LeaseRepository.fence_in(conn, lease)
+            result = await entry.action(conn) if entry.action is not None else None
+            records = await EventRepository.append_in(conn, entry.events) if entry.events else []
+        return result, records
 
     def _publish(self, logged: list[LoggedEvent]) -> None:
         by_thread: dict[str, list[LoggedEvent]] = {}

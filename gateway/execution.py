@@ -43,13 +43,14 @@ from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalSt
 from persistence.audit import AuditEntry, AuditRepository
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
 from persistence.db import pin_sqlite_busy_timeout, utcnow
+from persistence.direct import Direct
 from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.events import NewEvent
 from persistence.ids import new_id
 from persistence.leases import Lease, LeaseLost, LeaseRepository
 from persistence.ledger import OperationRepository
 from persistence.runs import ACTIVE, RunRecord, RunRepository, RunStatus
-from persistence.sessions import SessionMarks
+from persistence.sessions import GatewaySession, SessionMarks
 
 if TYPE_CHECKING:
     from agents.result import RunResultStreaming
@@ -141,16 +142,21 @@ class SegmentRunner:
         on_inbox_added: Callable[[str, list[dict[str, Any]]], None],
         on_finished: Callable[[RunRecord, RunStatus], Awaitable[None]],
         on_suspended: Callable[[RunRecord, str], Awaitable[None]],
+        on_paused: Callable[[CheckpointRecord, AgentGraph], None] | None = None,
         lease_ttl_s: float = 15.0,
         approval_ttl_s: float = 0.0,
     ) -> None:
         self._engine = engine
         self._log = log
+        self._marks = SessionMarks(engine, log.store)
         self._provider = provider
         self._tracing = tracing
         self._on_inbox_added = on_inbox_added
         self._on_finished = on_finished
         self._on_suspended = on_suspended
+        # Told of every checkpoint stored for an approval, once it is durable (its decisions
+        # will need it restored: gateway/restored.py).
+        self._on_paused = on_paused
         self._lease_ttl_s = lease_ttl_s
         # GATEWAY_APPROVAL_TTL_S: stamped on each approval as `expires_at` (0: approvals wait).
         self._approval_ttl_s = approval_ttl_s
@@ -164,7 +170,7 @@ class SegmentRunner:
         return RunConfig(model_provider=self._provider, tracing_disabled=not self._tracing)
 
     def session(self, thread_id: str) -> SQLAlchemySession:
-        return SQLAlchemySession(thread_id, engine=self._engine)
+        return GatewaySession(thread_id, engine=self._engine, store=self._log.store)
 
     async def drive(self, segment: Segment, execution: Execution) -> None:
         run = segment.run
@@ -278,13 +284,16 @@ class SegmentRunner:
             graph_name=segment.graph.name,
             graph_version=segment.graph.version,
             reason="turn",
-            session_mark=await SessionMarks(self._engine).head(run.thread_id),
+            # Read now, not in the storing transaction: the next turn is already under way and
+            # its session writes must stay after the mark.
+            session_mark=await self._marks.head(run.thread_id),
             created_at=utcnow(),
         )
+        lease = segment.lease
 
         async def store(conn: AsyncConnection) -> None:
-            if segment.lease is not None:
-                await LeaseRepository.fence_in(conn, segment.lease)
+            if lease is not None:
+                await LeaseRepository.fence_in(conn, lease)
             await CheckpointRepository.save_in(
                 conn,
                 checkpoint,
@@ -292,7 +301,14 @@ class SegmentRunner:
                 expected=(RunStatus.RUNNING,),
             )
 
-        await self._log.commit((), store)
+        def store_direct(db: Direct) -> None:
+            if lease is not None:
+                LeaseRepository.fence_direct(db, lease)
+            CheckpointRepository.save_direct(
+                db, checkpoint, status=RunStatus.RUNNING, expected=(RunStatus.RUNNING,)
+            )
+
+        await self._log.commit((), store, store_direct)
         segment.run = replace(run, checkpoint_version=checkpoint.version)
 
     async def _needs_reconciliation(
@@ -314,23 +330,22 @@ class SegmentRunner:
 
     # -- endings -------------------------------------------------------------------------
 
-    async def _checkpoint(
+    def _checkpoint(
         self, segment: Segment, result: RunResultStreaming, reason: str
     ) -> CheckpointRecord:
+        """The state after the stream ended. Its `session_mark` is left at 0: it is read in
+        the transaction that stores the checkpoint (`session_of`), where nothing writes to
+        the session any more and it costs no round trip of its own."""
         run = segment.run
-        state = result.to_state()
-        state_json = orjson.dumps(
-            state.to_json(context_serializer=segment.graph.context_serializer)
-        ).decode()
         return CheckpointRecord(
             run_id=run.run_id,
             version=run.checkpoint_version + 1,
-            state=state_json,
+            state=self._serialize(segment, result),
             sdk_schema_version=CURRENT_SCHEMA_VERSION,
             graph_name=segment.graph.name,
             graph_version=segment.graph.version,
             reason=reason,
-            session_mark=await SessionMarks(self._engine).head(run.thread_id),
+            session_mark=0,
             created_at=utcnow(),
         )
 
@@ -339,7 +354,7 @@ class SegmentRunner:
     ) -> None:
         """Checkpoint + approvals + `approval.requested` x k + `run.paused`, one transaction."""
         run = segment.run
-        checkpoint = await self._checkpoint(segment, result, "approval")
+        checkpoint = self._checkpoint(segment, result, "approval")
         now = checkpoint.created_at
         expires_at = now + timedelta(seconds=self._approval_ttl_s) if self._approval_ttl_s else None
         records: list[ApprovalRecord] = []
@@ -391,9 +406,11 @@ class SegmentRunner:
             # for reviewers at send time (gateway/sensitive.py).
             data = masked_call_data(data, record.tool_name, segment.graph.sensitive_arguments)
             events.append(self._ev(segment, EventType.APPROVAL_REQUESTED, data))
-        await self._store_pause(
+        stored = await self._store_pause(
             segment, checkpoint, RunStatus.WAITING_FOR_REVIEW, events, records=records
         )
+        if self._on_paused is not None:
+            self._on_paused(stored, segment.graph)
         self._on_inbox_added(
             run.tenant, [approval_view(r, reviews[r.approval_id]) for r in records]
         )
@@ -406,7 +423,7 @@ class SegmentRunner:
         reason: str,
     ) -> None:
         """After an `after_turn` stop: checkpoint at the turn boundary, `run.paused`, suspended."""
-        checkpoint = await self._checkpoint(segment, result, reason)
+        checkpoint = self._checkpoint(segment, result, reason)
         events = [self._ev(segment, type_, data) for type_, data in translator.abort_open("paused")]
         await self._store_pause(segment, checkpoint, RunStatus.SUSPENDED, events)
 
@@ -417,7 +434,8 @@ class SegmentRunner:
         status: RunStatus,
         events: list[NewEvent],
         records: list[ApprovalRecord] | None = None,
-    ) -> None:
+    ) -> CheckpointRecord:
+        """Returns the checkpoint as stored (with the session mark read in the transaction)."""
         events.append(
             self._ev(
                 segment,
@@ -426,20 +444,32 @@ class SegmentRunner:
             )
         )
 
-        async def store(conn: AsyncConnection) -> None:
-            await CheckpointRepository.save_in(
-                conn,
-                checkpoint,
-                status=status,
-                expected=(RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.RECOVERING),
+        expected = (RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.RECOVERING)
+        thread_id, lease = segment.run.thread_id, segment.lease
+
+        async def store(conn: AsyncConnection) -> CheckpointRecord:
+            stored = await CheckpointRepository.save_in(
+                conn, checkpoint, status=status, expected=expected, session_of=thread_id
             )
             if records:
                 await ApprovalRepository.insert_in(conn, records)
-            if segment.lease is not None:
+            if lease is not None:
                 # A paused run holds no lease: whichever process wins the continuation does.
-                await LeaseRepository.release_in(conn, segment.lease)
+                await LeaseRepository.release_in(conn, lease)
+            return stored
 
-        await self._log.commit(events, store)
+        def store_direct(db: Direct) -> CheckpointRecord:
+            stored = CheckpointRepository.save_direct(
+                db, checkpoint, status=status, expected=expected, session_of=thread_id
+            )
+            if records:
+                ApprovalRepository.insert_direct(db, records)
+            if lease is not None:
+                LeaseRepository.release_direct(db, lease)
+            return stored
+
+        stored, _ = await self._log.commit(events, store, store_direct)
+        return stored
 
     async def _complete(
         self, segment: Segment, translator: StreamTranslator, result: RunResultStreaming
@@ -482,7 +512,7 @@ class SegmentRunner:
         if result is None:
             return None
         try:
-            return await self._checkpoint(segment, result, reason)
+            return self._checkpoint(segment, result, reason)
         except Exception:
             log.warning(
                 "run %s: no %s checkpoint, the state did not serialize",
@@ -509,7 +539,7 @@ class SegmentRunner:
         checkpoint: CheckpointRecord | None = None,
         audit: AuditEntry | None = None,
     ) -> None:
-        run = segment.run
+        run, lease = segment.run, segment.lease
 
         async def transition(conn: AsyncConnection) -> None:
             moved = await RunRepository.transition_in(
@@ -518,15 +548,29 @@ class SegmentRunner:
             if not moved:
                 raise StaleWrite(run.run_id)
             if checkpoint is not None:
-                await CheckpointRepository.add_final_in(conn, checkpoint)
-            if segment.lease is not None:
-                await LeaseRepository.release_in(conn, segment.lease)
+                await CheckpointRepository.add_final_in(conn, checkpoint, session_of=run.thread_id)
+            if lease is not None:
+                await LeaseRepository.release_in(conn, lease)
             if status is RunStatus.CANCELLED:
                 await ApprovalRepository.supersede_pending_in(conn, run.run_id)
             if audit is not None:
                 await AuditRepository.insert_in(conn, audit)
 
-        await self._log.commit(events, transition)
+        def transition_direct(db: Direct) -> None:
+            if not RunRepository.transition_direct(
+                db, run.run_id, status, expected=ACTIVE, error=error
+            ):
+                raise StaleWrite(run.run_id)
+            if checkpoint is not None:
+                CheckpointRepository.add_final_direct(db, checkpoint, session_of=run.thread_id)
+            if lease is not None:
+                LeaseRepository.release_direct(db, lease)
+            if status is RunStatus.CANCELLED:
+                ApprovalRepository.supersede_pending_direct(db, run.run_id)
+            if audit is not None:
+                AuditRepository.insert_direct(db, audit)
+
+        await self._log.commit(events, transition, transition_direct)
         await self._on_finished(run, status)
 
 

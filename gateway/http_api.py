@@ -41,6 +41,11 @@ MAX_AUDIT_PAGE = 500
 # The widest audit column a filter can match (actor, target: 128 characters).
 MAX_AUDIT_TEXT = 128
 MAX_BODY_BYTES = 64 * 1024
+# Development token lifetimes: an hour unless asked otherwise. Short ones let clients and tests
+# try out renewal before `exp`; the floor leaves a renewing client time for a round trip.
+DEV_TOKEN_TTL_S = 3600
+MIN_DEV_TOKEN_TTL_S = 5
+MAX_DEV_TOKEN_TTL_S = 86400
 
 
 class JSONBody(JSONResponse):
@@ -196,7 +201,22 @@ async def dev_token(request: Request, services: Services) -> Response:
         raise GatewayError(
             ErrorCode.BAD_REQUEST, f"roles must be a list drawn from {sorted(known)}"
         )
-    token = services.verifier.issue(user.strip(), tenant.strip(), roles)
+    ttl_s = body.get("ttl_s", DEV_TOKEN_TTL_S)
+    # JSON Schema (the OpenAPI document) counts `60.0` as an integer, so it is one here too;
+    # `true` is an `int` to Python, but not a number of seconds to a client.
+    if isinstance(ttl_s, float) and ttl_s.is_integer():
+        ttl_s = int(ttl_s)
+    if (
+        isinstance(ttl_s, bool)
+        or not isinstance(ttl_s, int)
+        or not MIN_DEV_TOKEN_TTL_S <= ttl_s <= MAX_DEV_TOKEN_TTL_S
+    ):
+        raise GatewayError(
+            ErrorCode.BAD_REQUEST,
+            f"ttl_s must be an integer between {MIN_DEV_TOKEN_TTL_S} and "
+            f"{MAX_DEV_TOKEN_TTL_S} (seconds)",
+        )
+    token = services.verifier.issue(user.strip(), tenant.strip(), roles, ttl_s=ttl_s)
     return JSONBody({"token": token})
 
 
@@ -213,7 +233,7 @@ async def list_approvals(request: Request, services: Services) -> Response:
     status = request.query_params.get("status", "pending")
     if status != "pending":
         raise GatewayError(ErrorCode.BAD_REQUEST, "only status=pending is supported")
-    return JSONBody({"approvals": await services.runs.inbox_views(principal)})
+    return JSONBody({"approvals": await services.runs.views.inbox_views(principal)})
 
 
 @endpoint
@@ -228,8 +248,8 @@ async def decide(request: Request, services: Services) -> Response:
         raise GatewayError(
             ErrorCode.BAD_REQUEST, f"reason must be a string of at most {MAX_REASON_CHARS} chars"
         )
-    approval = await services.runs.decide(principal, approval_id, decision, reason)
-    return JSONBody({"approval": await services.runs.view_approval(principal, approval)})
+    approval = await services.runs.decisions.decide(principal, approval_id, decision, reason)
+    return JSONBody({"approval": await services.runs.views.view_approval(principal, approval)})
 
 
 @endpoint
@@ -258,7 +278,7 @@ def _events_body(events: list[LoggedEvent], head_seq: int, epoch: str, truncated
 @endpoint
 async def get_run(request: Request, services: Services) -> Response:
     principal = await authenticate(request, services)
-    view = await services.runs.run_view(principal, path_id(request, "run_id"))
+    view = await services.runs.views.run_view(principal, path_id(request, "run_id"))
     return JSONBody({"run": view})
 
 

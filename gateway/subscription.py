@@ -55,7 +55,16 @@ class Subscription:
         self._unsubscribe = bus.subscribe(thread_id, self._on_events)
         self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
+    def start(self, initial: Sequence[LoggedEvent] = ()) -> None:
+        """Start following the log. `initial`: stored events the caller already has (a run
+        start's own commit), sent at once as a read of the log would, so the first frames go
+        out without waiting for one; the pump then reads from wherever they ended."""
+        for event in initial:
+            if event.seq != self.last_seq + 1 or (self._reveal is not None and needs_reveal(event)):
+                break
+            if not self._send_live(event.frame):
+                break
+            self.last_seq = event.seq
         self._task = asyncio.create_task(self._pump(), name=f"subscription-{self.thread_id}")
 
     def close(self) -> None:

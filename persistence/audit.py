@@ -15,6 +15,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from persistence.db import as_utc, transaction, utcnow
+from persistence.direct import Direct
 from persistence.tables import audit
 
 MAX_PAGE = 500
@@ -113,6 +114,13 @@ class AuditRepository:
         batch = [entries] if isinstance(entries, AuditEntry) else list(entries)
         if batch:
             await conn.execute(insert(audit), [_row(entry) for entry in batch])
+
+    @staticmethod
+    def insert_direct(db: Direct, entries: AuditEntry | Sequence[AuditEntry]) -> None:
+        """`insert_in` on the direct path (inside the caller's transaction)."""
+        batch = [entries] if isinstance(entries, AuditEntry) else list(entries)
+        if batch:
+            db.insert(audit, [_row(entry) for entry in batch])
 
     async def insert(self, entries: AuditEntry | Sequence[AuditEntry]) -> None:
         async with transaction(self._engine) as conn:

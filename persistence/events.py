@@ -7,19 +7,37 @@ stays dense and unique even if more than one process ever writes to the same dat
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from persistence.db import transaction
+from persistence.direct import Codecs, Direct
 from persistence.errors import StorageUnavailable
-from persistence.leases import Lease
+from persistence.leases import Lease, LeaseLost, holds
 from persistence.tables import events, threads
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+# WAL checkpoints run on a connection and thread of their own, at most this often, after a write.
+# Left to SQLite, the commit that takes the WAL past 1000 pages runs the checkpoint itself
+# (copying the pages back and syncing the file): here that would be the event log's writer, which
+# every commit, session append and streamed event waits for, stalled for the length of an fsync
+# (a few ms, hundreds on a busy disk).
+CHECKPOINT_EVERY_S = 1.0
+# The writer still checkpoints by itself past this many pages, so the WAL stays bounded should
+# the background checkpoints never get through (a reader holding an old snapshot, say).
+WRITER_AUTOCHECKPOINT_PAGES = 10_000
 
 # Named tuples rather than frozen dataclasses: one of each is made for every event streamed or
 # replayed, and a frozen dataclass's __init__ (object.__setattr__ per field) costs several
@@ -135,27 +153,52 @@ class EventRepository:
         return [EventRecord(*row) for row in rows]
 
 
-class SqliteEventStore:
-    """Appends and reads events of a SQLite file on its own `sqlite3` connections and threads.
+def direct_store(store: SqliteEventStore | None) -> SqliteEventStore | None:
+    """`store` when the direct path may be used right now, else None (use the engine)."""
+    return store if store is not None and store.usable() else None
 
-    Through SQLAlchemy's async engine every statement of a batch (lease fence, `head_seq` bump,
-    insert, commit) is several round trips to aiosqlite's worker thread, and those hand-offs
-    cost far more than SQLite's own work: about 3 ms for a batch of ten events against 0.4 ms
-    here, where the whole transaction runs in one hop. The SQL and its guarantees are those of
-    `EventRepository.append_in` and `LeaseRepository.fence_in`: `BEGIN IMMEDIATE` takes the
-    write lock first, `seq` comes from bumping `threads.head_seq` in the same transaction, and
-    an event is stored only while its run's lease is the current one. Replays read pages the
-    same way (one hop per page, plain tuples instead of SQLAlchemy rows) on a second connection
-    and thread, so a long replay never holds up the next commit (WAL lets both run at once).
+
+class SqliteEventStore:
+    """The direct path to a SQLite file: its own `sqlite3` connections and threads.
+
+    Through SQLAlchemy's async engine every statement of a transaction is several round trips
+    to aiosqlite's worker thread, plus SQLAlchemy's own work per statement, and both cost far
+    more than SQLite's: about 3 ms for a batch of ten events against 0.4 ms here, and 4-5 ms
+    for a pause (checkpoint, approvals, lease, events) against well under 1 ms, where the
+    whole transaction runs in one hop.
+
+    - `append` group-commits streamed events, with the SQL and guarantees of
+      `EventRepository.append_in` and `LeaseRepository.fence_in`: `BEGIN IMMEDIATE` takes the
+      write lock first, `seq` comes from bumping `threads.head_seq` in the same transaction,
+      and an event is stored only while its run's lease is the current one.
+    - `commit` is an atomic commit (the event log's `commit`): the leases are fenced, a
+      repository's direct statements run (`work`), the events are stored, all in one
+      transaction on the same connection and thread as `append`, so the log's order holds.
+    - `read` reads replay pages (one hop per page, plain tuples instead of SQLAlchemy rows) on
+      a second connection and thread, so a long replay never holds up the next commit (WAL
+      lets both run at once); `query` runs the repositories' direct reads on a third, so a
+      decision's reads never wait behind a replay page.
+
+    `usable()` is False while anything observes the engine's statements (SQL tracing, the
+    tests' storage faults): callers then use the engine, where those observers see them.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, engine: AsyncEngine) -> None:
         self._path = path
+        self._dispatch = engine.sync_engine.dispatch
+        self._codecs = Codecs(engine.dialect)
         # One thread per connection, so each is only ever used by the thread that opened it.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="event-appender")
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="event-reader")
+        self._querier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-reader")
+        self._checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wal-checkpoint")
         self._conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
+        self._query_conn: Direct | None = None
+        self._checkpoint_conn: sqlite3.Connection | None = None
+        # Written by the writer's thread only (`_checkpointing` is cleared by the checkpointer).
+        self._checkpoint_due = 0.0
+        self._checkpointing = False
 
     @classmethod
     def for_engine(cls, engine: AsyncEngine) -> SqliteEventStore | None:
@@ -167,7 +210,13 @@ class SqliteEventStore:
             return None
         if database.startswith("file:") or url.query.get("mode") == "memory":
             return None
-        return cls(str(Path(database).expanduser().resolve()))
+        return cls(str(Path(database).expanduser().resolve()), engine)
+
+    def usable(self) -> bool:
+        # Statement-level observers (SQL tracing, the tests' storage faults) hook SQLAlchemy's
+        # cursor events: while any is installed, every statement stays where they can see it.
+        dispatch = self._dispatch
+        return not (dispatch.before_cursor_execute or dispatch.after_cursor_execute)
 
     async def append(
         self, batch: Sequence[NewEvent], leases: set[Lease]
@@ -179,18 +228,39 @@ class SqliteEventStore:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._append, list(batch), leases)
 
+    async def commit(
+        self, batch: Sequence[NewEvent], work: Callable[[Direct], T] | None
+    ) -> tuple[T | None, list[EventRecord]]:
+        """One transaction: every lease of `batch` must hold (else `LeaseLost` and nothing is
+        stored), then `work`, then the events. Returns `work`'s result and the records.
+
+        An exception from `work` rolls everything back and reaches the caller unchanged;
+        an integrity error surfaces as SQLAlchemy's `IntegrityError`, as on the engine.
+        """
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._commit, list(batch), work)
+
     async def read(self, thread_id: str, *, after_seq: int, limit: int) -> list[EventRecord]:
         """Events of a thread after `after_seq`, in order, at most `limit` (as
         `EventRepository.read`)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._reader, self._read, thread_id, after_seq, limit)
 
+    async def query(self, work: Callable[[Direct], T]) -> T:
+        """Run a repository's direct read (autocommit: each statement sees the newest commit)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._querier, self._query, work)
+
     async def close(self) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._close)
         await loop.run_in_executor(self._reader, self._close_reader)
+        await loop.run_in_executor(self._querier, self._close_querier)
+        await loop.run_in_executor(self._checkpointer, self._close_checkpointer)
         self._executor.shutdown(wait=True)
         self._reader.shutdown(wait=True)
+        self._querier.shutdown(wait=True)
+        self._checkpointer.shutdown(wait=True)
 
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self._path, timeout=30, isolation_level=None)
@@ -203,8 +273,37 @@ class SqliteEventStore:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            self._conn = self._open()
+            conn = self._open()
+            conn.execute(f"PRAGMA wal_autocheckpoint={WRITER_AUTOCHECKPOINT_PAGES}")
+            self._conn = conn
         return self._conn
+
+    def _close_checkpointer(self) -> None:
+        if self._checkpoint_conn is not None:
+            self._checkpoint_conn.close()
+            self._checkpoint_conn = None
+
+    def _maybe_checkpoint(self) -> None:
+        """After a commit (writer's thread): start a background checkpoint when one is due."""
+        now = time.monotonic()
+        if self._checkpointing or now < self._checkpoint_due:
+            return
+        self._checkpointing = True
+        self._checkpoint_due = now + CHECKPOINT_EVERY_S
+        self._checkpointer.submit(self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        try:
+            if self._checkpoint_conn is None:
+                self._checkpoint_conn = self._open()
+            # PASSIVE: copies what it can without waiting for (or blocking) readers and writers.
+            self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:
+            # Best effort: the next one tries again, and the writer's own limit still holds.
+            log.warning("WAL checkpoint failed", exc_info=True)
+            self._close_checkpointer()
+        finally:
+            self._checkpointing = False
 
     def _close(self) -> None:
         if self._conn is not None:
@@ -215,6 +314,11 @@ class SqliteEventStore:
         if self._read_conn is not None:
             self._read_conn.close()
             self._read_conn = None
+
+    def _close_querier(self) -> None:
+        if self._query_conn is not None:
+            self._query_conn.conn.close()
+            self._query_conn = None
 
     def _read(self, thread_id: str, after_seq: int, limit: int) -> list[EventRecord]:
         try:
@@ -230,9 +334,45 @@ class SqliteEventStore:
             raise StorageUnavailable(f"storage unavailable: {type(exc).__name__}") from exc
         return list(map(EventRecord._make, rows))
 
+    def _query(self, work: Callable[[Direct], T]) -> T:
+        try:
+            if self._query_conn is None:
+                self._query_conn = Direct(self._open(), self._codecs)
+            return work(self._query_conn)
+        except sqlite3.Error as exc:
+            self._close_querier()
+            raise StorageUnavailable(f"storage unavailable: {type(exc).__name__}") from exc
+
     def _append(
         self, batch: list[NewEvent], leases: set[Lease]
     ) -> tuple[list[EventRecord], set[Lease]]:
+        def fenced(conn: sqlite3.Connection) -> tuple[list[EventRecord], set[Lease]]:
+            lost = {lease for lease in leases if not holds(conn, lease)}
+            kept = [e for e in batch if e.lease not in lost] if lost else batch
+            return _store(conn, kept), lost
+
+        try:
+            return self._transaction(fenced)
+        except sqlite3.IntegrityError:
+            raise  # a programming or race signal, not an outage (as `transaction`)
+
+    def _commit(
+        self, batch: list[NewEvent], work: Callable[[Direct], T] | None
+    ) -> tuple[T | None, list[EventRecord]]:
+        def atomic(conn: sqlite3.Connection) -> tuple[T | None, list[EventRecord]]:
+            for lease in {e.lease for e in batch if e.lease is not None}:
+                if not holds(conn, lease):
+                    raise LeaseLost(lease.run_id)
+            result = work(Direct(conn, self._codecs)) if work is not None else None
+            return result, _store(conn, batch) if batch else []
+
+        try:
+            return self._transaction(atomic)
+        except sqlite3.IntegrityError as exc:
+            # What the engine raises for the same statement, so callers handle one type.
+            raise IntegrityError(None, None, exc) from exc
+
+    def _transaction(self, body: Callable[[sqlite3.Connection], T]) -> T:
         try:
             conn = self._connection()
         except sqlite3.Error as exc:
@@ -240,30 +380,20 @@ class SqliteEventStore:
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                lost = {lease for lease in leases if not _fence(conn, lease)}
-                kept = [e for e in batch if e.lease not in lost] if lost else batch
-                records = _store(conn, kept)
+                result = body(conn)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+            self._maybe_checkpoint()
         except sqlite3.IntegrityError:
-            raise  # a programming or race signal, not an outage (as `transaction`)
+            raise
         except sqlite3.Error as exc:
             # A connection that failed mid-transaction may be unusable: open a fresh one.
             self._close()
             raise StorageUnavailable(f"storage unavailable: {type(exc).__name__}") from exc
-        return records, lost
-
-
-def _fence(conn: sqlite3.Connection, lease: Lease) -> bool:
-    # An UPDATE, like LeaseRepository.fence_in, so the check and the append are one write.
-    cursor = conn.execute(
-        "UPDATE runs SET lease_owner = ? WHERE run_id = ? AND lease_owner = ? AND lease_token = ?",
-        (lease.owner, lease.run_id, lease.owner, lease.token),
-    )
-    return cursor.rowcount == 1
+        return result
 
 
 def _store(conn: sqlite3.Connection, batch: list[NewEvent]) -> list[EventRecord]:

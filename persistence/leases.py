@@ -8,6 +8,7 @@ write fail once another process has taken the lease over, so a process that lost
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -15,6 +16,7 @@ from sqlalchemy import or_, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from persistence.db import transaction, utcnow
+from persistence.direct import Direct
 from persistence.tables import runs
 
 
@@ -69,6 +71,24 @@ class LeaseRepository:
         ).scalar_one_or_none()
         return None if token is None else Lease(run_id, owner, int(token))
 
+    @staticmethod
+    def acquire_direct(db: Direct, run_id: str, owner: str, ttl_s: float) -> Lease | None:
+        """`acquire_in` on the direct path: the same conditional update."""
+        now = utcnow()
+        rows = db.execute(
+            "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, lease_token = lease_token + 1"
+            " WHERE run_id = ? AND (lease_owner IS NULL OR lease_owner = ?"
+            " OR lease_expires_at < ?) RETURNING lease_token",
+            (
+                owner,
+                db.value(runs.c.lease_expires_at, now + timedelta(seconds=ttl_s)),
+                run_id,
+                owner,
+                db.value(runs.c.lease_expires_at, now),
+            ),
+        ).fetchall()
+        return Lease(run_id, owner, int(rows[0][0])) if rows else None
+
     async def renew(self, lease: Lease, ttl_s: float) -> bool:
         async with transaction(self._engine) as conn:
             result = await conn.execute(
@@ -101,9 +121,34 @@ class LeaseRepository:
             raise LeaseLost(lease.run_id)
 
     @staticmethod
+    def fence_direct(db: Direct, lease: Lease) -> None:
+        """`fence_in` on the direct path."""
+        if not holds(db.conn, lease):
+            raise LeaseLost(lease.run_id)
+
+    @staticmethod
     async def release_in(conn: AsyncConnection, lease: Lease) -> None:
         await conn.execute(
             update(runs)
             .where(runs.c.run_id == lease.run_id, runs.c.lease_token == lease.token)
             .values(lease_owner=None, lease_expires_at=None)
         )
+
+    @staticmethod
+    def release_direct(db: Direct, lease: Lease) -> None:
+        db.execute(
+            "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL"
+            " WHERE run_id = ? AND lease_token = ?",
+            (lease.run_id, lease.token),
+        )
+
+
+def holds(conn: sqlite3.Connection, lease: Lease) -> bool:
+    """Inside a direct-path write transaction: is `lease` still the run's current lease?
+
+    An UPDATE, like `fence_in`, so the check and the write that follows are one write."""
+    cursor = conn.execute(
+        "UPDATE runs SET lease_owner = ? WHERE run_id = ? AND lease_owner = ? AND lease_token = ?",
+        (lease.owner, lease.run_id, lease.owner, lease.token),
+    )
+    return cursor.rowcount == 1

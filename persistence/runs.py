@@ -13,6 +13,8 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from persistence.db import as_utc, transaction, utcnow
+from persistence.direct import Direct, placeholders
+from persistence.events import SqliteEventStore, direct_store
 from persistence.tables import approvals, runs
 
 
@@ -55,8 +57,28 @@ class RunRecord:
     # None for runs created before it was recorded.
     requested_by: str | None = None
 
+    def values(self) -> dict[str, Any]:
+        """The row to insert for a new run."""
+        return {
+            "run_id": self.run_id,
+            "thread_id": self.thread_id,
+            "tenant": self.tenant,
+            "owner": self.owner,
+            "status": self.status.value,
+            "agent": self.agent,
+            "graph_version": self.graph_version,
+            "on_disconnect": self.on_disconnect,
+            "input": self.input,
+            "checkpoint_version": self.checkpoint_version,
+            "session_mark": self.session_mark,
+            "error": self.error,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "requested_by": self.requested_by,
+        }
+
     @classmethod
-    def from_row(cls, row: RowMapping) -> RunRecord:
+    def from_row(cls, row: RowMapping | dict[str, Any]) -> RunRecord:
         return cls(
             run_id=row["run_id"],
             thread_id=row["thread_id"],
@@ -77,34 +99,28 @@ class RunRecord:
 
 
 class RunRepository:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, store: SqliteEventStore | None = None) -> None:
         self._engine = engine
+        self._store = store
 
     @staticmethod
     async def insert(conn: AsyncConnection, record: RunRecord) -> None:
-        await conn.execute(
-            runs.insert().values(
-                run_id=record.run_id,
-                thread_id=record.thread_id,
-                tenant=record.tenant,
-                owner=record.owner,
-                status=record.status.value,
-                agent=record.agent,
-                graph_version=record.graph_version,
-                on_disconnect=record.on_disconnect,
-                input=record.input,
-                checkpoint_version=record.checkpoint_version,
-                session_mark=record.session_mark,
-                error=record.error,
-                created_at=record.created_at,
-                updated_at=record.updated_at,
-                requested_by=record.requested_by,
-            )
-        )
+        await conn.execute(runs.insert().values(**record.values()))
+
+    @staticmethod
+    def insert_direct(db: Direct, record: RunRecord) -> None:
+        db.insert(runs, [record.values()])
 
     async def get(self, run_id: str) -> RunRecord | None:
+        if (store := direct_store(self._store)) is not None:
+            return await store.query(lambda db: self.get_direct(db, run_id))
         async with transaction(self._engine) as conn:
             return await self.get_in(conn, run_id)
+
+    @staticmethod
+    def get_direct(db: Direct, run_id: str) -> RunRecord | None:
+        rows = db.select(runs, "run_id = ?", (run_id,))
+        return RunRecord.from_row(rows[0]) if rows else None
 
     @staticmethod
     async def get_in(conn: AsyncConnection, run_id: str) -> RunRecord | None:
@@ -112,12 +128,22 @@ class RunRepository:
         return RunRecord.from_row(row) if row else None
 
     async def active_for_thread(self, thread_id: str) -> RunRecord | None:
+        if (store := direct_store(self._store)) is not None:
+            return await store.query(lambda db: self._active_direct(db, thread_id))
         query = select(runs).where(
             runs.c.thread_id == thread_id, runs.c.status.in_([s.value for s in ACTIVE])
         )
         async with transaction(self._engine) as conn:
             row = (await conn.execute(query)).mappings().first()
         return RunRecord.from_row(row) if row else None
+
+    @staticmethod
+    def _active_direct(db: Direct, thread_id: str) -> RunRecord | None:
+        active = [s.value for s in ACTIVE]
+        rows = db.select(
+            runs, f"thread_id = ? AND status IN ({placeholders(len(active))})", (thread_id, *active)
+        )
+        return RunRecord.from_row(rows[0]) if rows else None
 
     async def with_status(self, statuses: Iterable[RunStatus]) -> list[RunRecord]:
         query = (
@@ -190,3 +216,28 @@ class RunRepository:
             values["error"] = error
         result = await conn.execute(query.values(**values))
         return result.rowcount == 1
+
+    @staticmethod
+    def transition_direct(
+        db: Direct,
+        run_id: str,
+        to: RunStatus,
+        *,
+        expected: Iterable[RunStatus],
+        checkpoint_version: int | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> bool:
+        """`transition_in` on the direct path: the same compare-and-swap."""
+        statuses = [s.value for s in expected]
+        assignments = ["status = ?", "updated_at = ?"]
+        values: list[Any] = [to.value, db.value(runs.c.updated_at, utcnow())]
+        if error is not None:
+            assignments.append("error = ?")
+            values.append(db.value(runs.c.error, error))
+        where = f"run_id = ? AND status IN ({placeholders(len(statuses))})"
+        params: list[Any] = [run_id, *statuses]
+        if checkpoint_version is not None:
+            where += " AND checkpoint_version = ?"
+            params.append(checkpoint_version)
+        sql = f"UPDATE runs SET {', '.join(assignments)} WHERE {where}"
+        return db.changed(sql, [*values, *params]) == 1

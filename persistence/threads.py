@@ -12,6 +12,8 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from persistence.db import as_utc, transaction, utcnow
+from persistence.direct import Direct
+from persistence.events import SqliteEventStore, direct_store
 from persistence.ids import new_id
 from persistence.tables import threads
 
@@ -28,7 +30,33 @@ class ThreadRecord:
     truncated_seq: int = 0
 
     @classmethod
-    def from_row(cls, row: RowMapping) -> ThreadRecord:
+    def new(
+        cls, *, tenant: str, owner: str, metadata: dict[str, Any] | None, thread_id: str | None
+    ) -> ThreadRecord:
+        return cls(
+            thread_id=thread_id or new_id("t"),
+            tenant=tenant,
+            owner=owner,
+            created_at=utcnow(),
+            metadata=dict(metadata or {}),
+            epoch=secrets.token_hex(4),
+            head_seq=0,
+        )
+
+    def values(self) -> dict[str, Any]:
+        """The row to insert for a new thread."""
+        return {
+            "thread_id": self.thread_id,
+            "tenant": self.tenant,
+            "owner": self.owner,
+            "created_at": self.created_at,
+            "metadata": self.metadata,
+            "epoch": self.epoch,
+            "head_seq": 0,
+        }
+
+    @classmethod
+    def from_row(cls, row: RowMapping | dict[str, Any]) -> ThreadRecord:
         return cls(
             thread_id=row["thread_id"],
             tenant=row["tenant"],
@@ -42,8 +70,9 @@ class ThreadRecord:
 
 
 class ThreadRepository:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, store: SqliteEventStore | None = None) -> None:
         self._engine = engine
+        self._store = store
 
     @staticmethod
     async def insert(
@@ -54,27 +83,25 @@ class ThreadRepository:
         metadata: dict[str, Any] | None,
         thread_id: str | None = None,
     ) -> ThreadRecord:
-        record = ThreadRecord(
-            thread_id=thread_id or new_id("t"),
-            tenant=tenant,
-            owner=owner,
-            created_at=utcnow(),
-            metadata=dict(metadata or {}),
-            epoch=secrets.token_hex(4),
-            head_seq=0,
+        record = ThreadRecord.new(
+            tenant=tenant, owner=owner, metadata=metadata, thread_id=thread_id
         )
-        await conn.execute(
-            threads.insert().values(
-                thread_id=record.thread_id,
-                tenant=record.tenant,
-                owner=record.owner,
-                created_at=record.created_at,
-                metadata=record.metadata,
-                epoch=record.epoch,
-                head_seq=0,
-            )
-        )
+        await ThreadRepository.insert_record_in(conn, record)
         return record
+
+    @staticmethod
+    async def insert_record_in(conn: AsyncConnection, record: ThreadRecord) -> None:
+        """Insert a thread made with `ThreadRecord.new`, inside the caller's transaction."""
+        await conn.execute(threads.insert().values(**record.values()))
+
+    @staticmethod
+    def insert_direct(db: Direct, record: ThreadRecord) -> None:
+        db.insert(threads, [record.values()])
+
+    @staticmethod
+    def get_direct(db: Direct, thread_id: str) -> ThreadRecord | None:
+        rows = db.select(threads, "thread_id = ?", (thread_id,))
+        return ThreadRecord.from_row(rows[0]) if rows else None
 
     async def create(
         self, *, tenant: str, owner: str, metadata: dict[str, Any] | None = None
@@ -83,6 +110,8 @@ class ThreadRepository:
             return await self.insert(conn, tenant=tenant, owner=owner, metadata=metadata)
 
     async def get(self, thread_id: str) -> ThreadRecord | None:
+        if (store := direct_store(self._store)) is not None:
+            return await store.query(lambda db: self.get_direct(db, thread_id))
         async with transaction(self._engine) as conn:
             row = (
                 (await conn.execute(select(threads).where(threads.c.thread_id == thread_id)))

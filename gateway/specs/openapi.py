@@ -11,7 +11,15 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from gateway.http_api import MAX_AUDIT_PAGE, MAX_AUDIT_TEXT, MAX_BODY_BYTES, MAX_EVENTS_PAGE
+from gateway.http_api import (
+    DEV_TOKEN_TTL_S,
+    MAX_AUDIT_PAGE,
+    MAX_AUDIT_TEXT,
+    MAX_BODY_BYTES,
+    MAX_DEV_TOKEN_TTL_S,
+    MAX_EVENTS_PAGE,
+    MIN_DEV_TOKEN_TTL_S,
+)
 from gateway.protocol import MAX_ID_CHARS, PROTOCOL_VERSION
 from gateway.specs.shapes import HTTP_BODIES, component_schemas, ref
 
@@ -126,7 +134,9 @@ def _paths() -> dict[str, dict[str, Any]]:
                 description=(
                     "Enabled only while GATEWAY_SECRET is unset (development mode, loopback "
                     "only); otherwise 404. `tenant` defaults to `demo`, `roles` to "
-                    '`["user"]`. The token is valid for one hour.'
+                    '`["user"]`. The token is valid for `ttl_s` seconds '
+                    f"({MIN_DEV_TOKEN_TTL_S} to {MAX_DEV_TOKEN_TTL_S}, default "
+                    f"{DEV_TOKEN_TTL_S}: one hour)."
                 ),
                 tag="tokens",
                 public=True,

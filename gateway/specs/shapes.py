@@ -21,6 +21,7 @@ from pydantic.json_schema import SkipJsonSchema, models_json_schema
 from gateway.audit import AuditAction, Outcome
 from gateway.auth import Role
 from gateway.errors import GRAPH_MISMATCH, HTTP_STATUS
+from gateway.http_api import DEV_TOKEN_TTL_S, MAX_DEV_TOKEN_TTL_S, MIN_DEV_TOKEN_TTL_S
 from gateway.protocol import MAX_ID_CHARS, MAX_REASON_CHARS, TOOL_NEEDS_RECONCILIATION, ErrorCode
 from gateway.protocol import EventType as E
 from persistence.approvals import ApprovalStatus
@@ -385,10 +386,13 @@ class DevTokenRequest(BaseModel):
     user: Annotated[str, Field(min_length=1, max_length=128, pattern=r"\S")]
     tenant: Annotated[str, Field(min_length=1, max_length=128, pattern=r"\S")] = "demo"
     roles: list[Role] = Field(default_factory=lambda: [Role.USER])
+    ttl_s: Annotated[int, Field(ge=MIN_DEV_TOKEN_TTL_S, le=MAX_DEV_TOKEN_TTL_S)] = Field(
+        DEV_TOKEN_TTL_S, description="the token's lifetime in seconds (`exp` - `iat`)"
+    )
 
 
 class DevToken(_Shape):
-    token: str = Field(description="an HS256 JWT valid for one hour")
+    token: str = Field(description="an HS256 JWT valid for `ttl_s` seconds (default one hour)")
 
 
 class DecisionRequest(BaseModel):

@@ -18,8 +18,8 @@ as `reconcile` by design); no thread has two `tool.output` events for one call_i
 The randomness is seeded (timing is not), the number of kills, runs and steps is bounded and
 every wait has a timeout, so the test always stops by itself.
 
-Part of the default run (about 2.5 min); on its own: `python3 dev.py test tests/crash/test_soak.py -s`
-prints a summary line of what happened.
+Part of the default run (about 2.5 min). On its own, with a summary line of what happened:
+`python3 dev.py test tests/crash/test_soak.py -s`.
 """
 
 from __future__ import annotations

@@ -10,34 +10,40 @@ arguments than the ones the SDK would execute.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import sqlite3
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from gateway.binding import arguments_digest
 from gateway.registry import AgentRegistry
 from tests.support.agents import EffectLog
+from tests.support.approvals import http_decide, refused, requester_and_reviewer
 from tests.support.client import Client, ProtocolFailure, clients, final_text
 from tests.support.gated import gated_graph
 from tests.support.gateway import Gateway
-
-
-def sql(db_path: Path, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """One statement on the gateway's SQLite file, committed (WAL: safe beside the server)."""
-    with contextlib.closing(sqlite3.connect(db_path, timeout=10)) as db, db:
-        return db.execute(statement, params).fetchall()
+from tests.support.sqlite_file import sql
 
 
 def approval_status(db_path: Path, approval_id: str) -> str:
     return str(
         sql(db_path, "SELECT status FROM approvals WHERE approval_id = ?", (approval_id,))[0][0]
     )
+
+
+def add_newer_checkpoint(db_path: Path, run_id: str) -> None:
+    """Copy the run's checkpoint 1 as version 2 and point the run at it, as another process
+    that took the run further would have left them."""
+    sql(
+        db_path,
+        "INSERT INTO checkpoints SELECT run_id, version + 1, state, sdk_schema_version,"
+        " graph_name, graph_version, 'turn', session_mark, created_at FROM checkpoints"
+        " WHERE run_id = ? AND version = 1",
+        (run_id,),
+    )
+    sql(db_path, "UPDATE runs SET checkpoint_version = 2 WHERE run_id = ?", (run_id,))
 
 
 def registry(effects: EffectLog, **kwargs: Any) -> AgentRegistry:
@@ -52,21 +58,45 @@ async def requested(client: Client, *, after: Collection[str] = ()) -> dict[str,
     return frame["data"]
 
 
+async def paused(client: Client, text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Start a run and wait until it pauses: its ack, and the approvals it asked for."""
+    ack = await client.request("run.start", input=text)
+    await client.wait_event("run.paused")
+    return ack, [e["data"] for e in client.events if e["event"] == "approval.requested"]
+
+
+def show_other_arguments(
+    db_path: Path, approval_id: str, arguments: dict[str, Any], *, with_digest: bool
+) -> None:
+    """Make the approval display `arguments`; `with_digest` re-digests them too, so the row
+    agrees with itself and only the checkpoint's call tells the difference."""
+    if with_digest:
+        sql(
+            db_path,
+            "UPDATE approvals SET arguments = ?, arguments_digest = ? WHERE approval_id = ?",
+            (json.dumps(arguments), arguments_digest("charge", arguments), approval_id),
+        )
+    else:
+        sql(
+            db_path,
+            "UPDATE approvals SET arguments = ? WHERE approval_id = ?",
+            (json.dumps(arguments), approval_id),
+        )
+
+
 async def inbox_removed(reviewer: Client, approval_id: str) -> None:
     await reviewer.wait_for(
         lambda f: f.get("type") == "inbox.update" and approval_id in f["removed"]
     )
 
 
-async def http_decide(
-    gw: Gateway, token: str, approval_id: str, decision: str = "approve"
-) -> httpx.Response:
-    async with gw.http() as http:
-        return await http.post(
-            f"/v1/approvals/{approval_id}/decision",
-            json={"decision": decision},
-            headers={"Authorization": f"Bearer {token}"},
-        )
+async def refused_as_superseded(reviewer: Client, db_path: Path, approval_id: str) -> None:
+    """A decision on the approval is `conflict`, leaves it `superseded` and out of the inbox."""
+    failure = await refused(reviewer, approval_id)
+    assert failure.code == "conflict"
+    assert "superseded" in failure.frame["message"]
+    assert approval_status(db_path, approval_id) == "superseded"
+    await inbox_removed(reviewer, approval_id)
 
 
 def of_run(event: str, run_id: str) -> Callable[[dict[str, Any]], bool]:
@@ -92,31 +122,15 @@ async def test_decision_after_the_run_moved_on_is_conflict_and_supersedes(
     gateway_factory: Any, db_path: Path
 ) -> None:
     effects = EffectLog()
-    async with gateway_factory(registry(effects)) as gw, clients(gw) as open_client:
-        alice = await open_client("alice", "user")
-        bob = await open_client("bob", "reviewer")
+    async with requester_and_reviewer(gateway_factory, registry(effects)) as (_, alice, bob):
         await bob.request("inbox.subscribe")
         ack = await alice.request("run.start", input="pay 5")
         approval = await requested(alice)
         assert approval["expires_at"] is None  # GATEWAY_APPROVAL_TTL_S is off by default
         # Another process took the run further meanwhile: a newer checkpoint exists.
-        sql(
-            db_path,
-            "INSERT INTO checkpoints SELECT run_id, version + 1, state, sdk_schema_version,"
-            " graph_name, graph_version, 'turn', session_mark, created_at FROM checkpoints"
-            " WHERE run_id = ? AND version = 1",
-            (ack["run_id"],),
-        )
-        sql(db_path, "UPDATE runs SET checkpoint_version = 2 WHERE run_id = ?", (ack["run_id"],))
+        add_newer_checkpoint(db_path, ack["run_id"])
 
-        with pytest.raises(ProtocolFailure) as failure:
-            await bob.request(
-                "approval.decide", approval_id=approval["approval_id"], decision="approve"
-            )
-        assert failure.value.code == "conflict"
-        assert "superseded" in failure.value.frame["message"]
-        assert approval_status(db_path, approval["approval_id"]) == "superseded"
-        await inbox_removed(bob, approval["approval_id"])
+        await refused_as_superseded(bob, db_path, approval["approval_id"])
         assert not [e for e in alice.events if e["event"] == "approval.decided"]
         assert effects.count("charge") == 0
 
@@ -133,22 +147,10 @@ async def test_recovery_from_a_newer_checkpoint_supersedes_the_old_approval(
     run_id, thread_id = ack["run_id"], ack["thread_id"]
     # The gateway died after writing a newer checkpoint of the same pause, while the run was
     # marked running again: the restart recovers the run from that checkpoint.
-    sql(
-        db_path,
-        "INSERT INTO checkpoints SELECT run_id, version + 1, state, sdk_schema_version,"
-        " graph_name, graph_version, 'turn', session_mark, created_at FROM checkpoints"
-        " WHERE run_id = ? AND version = 1",
-        (run_id,),
-    )
-    sql(
-        db_path,
-        "UPDATE runs SET checkpoint_version = 2, status = 'running' WHERE run_id = ?",
-        (run_id,),
-    )
+    add_newer_checkpoint(db_path, run_id)
+    sql(db_path, "UPDATE runs SET status = 'running' WHERE run_id = ?", (run_id,))
 
-    async with gateway_factory(registry(effects)) as gw, clients(gw) as open_client:
-        alice = await open_client("alice", "user")
-        bob = await open_client("bob", "reviewer")
+    async with requester_and_reviewer(gateway_factory, registry(effects)) as (_, alice, bob):
         await alice.request("thread.subscribe", thread_id=thread_id, after_seq=0)
         recovered = await alice.wait_event("run.recovered")
         assert recovered["data"]["checkpoint_version"] == 2
@@ -164,9 +166,7 @@ async def test_recovery_from_a_newer_checkpoint_supersedes_the_old_approval(
         listing = await bob.wait_for(lambda f: f.get("type") == "inbox")
         assert [a["approval_id"] for a in listing["approvals"]] == [fresh["approval_id"]]
 
-        with pytest.raises(ProtocolFailure) as failure:
-            await bob.request("approval.decide", approval_id=old["approval_id"], decision="approve")
-        assert failure.value.code == "conflict"
+        assert (await refused(bob, old["approval_id"])).code == "conflict"
         await bob.request("approval.decide", approval_id=fresh["approval_id"], decision="approve")
         await alice.wait_event("run.completed")
         assert effects.count("charge") == 1
@@ -177,36 +177,16 @@ async def test_a_display_that_differs_from_the_checkpoint_is_refused_and_superse
     gateway_factory: Any, db_path: Path, tampered: str
 ) -> None:
     effects = EffectLog()
-    async with gateway_factory(registry(effects)) as gw, clients(gw) as open_client:
-        alice = await open_client("alice", "user")
-        bob = await open_client("bob", "reviewer")
+    async with requester_and_reviewer(gateway_factory, registry(effects)) as (_, alice, bob):
         await bob.request("inbox.subscribe")
         ack = await alice.request("run.start", input="pay 9")
         shown = await requested(alice)
+        # "arguments": the reviewer is shown other arguments than those recorded with the
+        # digest; "digest": arguments and digest agree, but not with the checkpoint's call.
         other = {"value": "pay 9000", "n": 0}
-        if tampered == "arguments":
-            # The reviewer is shown other arguments than those recorded with the digest.
-            sql(
-                db_path,
-                "UPDATE approvals SET arguments = ? WHERE approval_id = ?",
-                (json.dumps(other), shown["approval_id"]),
-            )
-        else:
-            # Arguments and digest agree with each other, but not with the checkpoint's call.
-            sql(
-                db_path,
-                "UPDATE approvals SET arguments = ?, arguments_digest = ? WHERE approval_id = ?",
-                (json.dumps(other), arguments_digest("charge", other), shown["approval_id"]),
-            )
+        show_other_arguments(db_path, shown["approval_id"], other, with_digest=tampered == "digest")
 
-        with pytest.raises(ProtocolFailure) as failure:
-            await bob.request(
-                "approval.decide", approval_id=shown["approval_id"], decision="approve"
-            )
-        assert failure.value.code == "conflict"
-        assert "superseded" in failure.value.frame["message"]
-        assert approval_status(db_path, shown["approval_id"]) == "superseded"
-        await inbox_removed(bob, shown["approval_id"])
+        await refused_as_superseded(bob, db_path, shown["approval_id"])
         assert effects.count("charge") == 0
 
         # The run asks again, showing the call as it really is; that approval applies.
@@ -224,19 +204,12 @@ async def test_the_continuation_never_applies_an_approval_whose_call_differs(
 ) -> None:
     """An approval recorded as binding and altered before the continuation is not applied."""
     effects = EffectLog()
-    async with gateway_factory(registry(effects, calls=2)) as gw, clients(gw) as open_client:
-        alice = await open_client("alice", "user")
-        bob = await open_client("bob", "reviewer")
-        await alice.request("run.start", input="pay twice")
-        await alice.wait_event("run.paused")
-        first, second = [e["data"] for e in alice.events if e["event"] == "approval.requested"]
+    gated = registry(effects, calls=2)
+    async with requester_and_reviewer(gateway_factory, gated) as (_, alice, bob):
+        _, (first, second) = await paused(alice, "pay twice")
         await bob.request("approval.decide", approval_id=first["approval_id"], decision="approve")
         other = {"value": "pay a lot", "n": 0}
-        sql(
-            db_path,
-            "UPDATE approvals SET arguments = ?, arguments_digest = ? WHERE approval_id = ?",
-            (json.dumps(other), arguments_digest("charge", other), first["approval_id"]),
-        )
+        show_other_arguments(db_path, first["approval_id"], other, with_digest=True)
         await bob.request("approval.decide", approval_id=second["approval_id"], decision="approve")
 
         # Only the second call ran; the first pauses the run again under a fresh approval.
@@ -255,13 +228,11 @@ async def test_cancel_supersedes_pending_approvals_and_empties_the_inbox(
     gateway_factory: Any, db_path: Path
 ) -> None:
     effects = EffectLog()
-    async with gateway_factory(registry(effects, calls=2)) as gw, clients(gw) as open_client:
-        alice = await open_client("alice", "user")
-        bob = await open_client("bob", "reviewer")
+    gated = registry(effects, calls=2)
+    async with requester_and_reviewer(gateway_factory, gated) as (gw, alice, bob):
         await bob.request("inbox.subscribe")
-        ack = await alice.request("run.start", input="pay later")
-        await alice.wait_event("run.paused")
-        ids = [e["data"]["approval_id"] for e in alice.events if e["event"] == "approval.requested"]
+        ack, approvals = await paused(alice, "pay later")
+        ids = [approval["approval_id"] for approval in approvals]
         await bob.wait_for(
             lambda f: (
                 f.get("type") == "inbox.update"
@@ -274,10 +245,9 @@ async def test_cancel_supersedes_pending_approvals_and_empties_the_inbox(
         for approval_id in ids:
             await inbox_removed(bob, approval_id)
             assert approval_status(db_path, approval_id) == "superseded"
-            with pytest.raises(ProtocolFailure) as failure:
-                await bob.request("approval.decide", approval_id=approval_id, decision="approve")
-            assert failure.value.code == "conflict"
-            assert "superseded" in failure.value.frame["message"]
+            failure = await refused(bob, approval_id)
+            assert failure.code == "conflict"
+            assert "superseded" in failure.frame["message"]
         response = await http_decide(gw, gw.token("bob", "reviewer"), ids[0])
         assert response.status_code == 409
         async with gw.http() as http:
@@ -290,21 +260,16 @@ async def test_cancel_supersedes_pending_approvals_and_empties_the_inbox(
 
 async def test_a_replayed_decision_is_conflict_over_ws_and_http(gateway_factory: Any) -> None:
     effects = EffectLog()
-    async with gateway_factory(registry(effects)) as gw, clients(gw) as open_client:
-        alice = await open_client("alice", "user")
-        bob = await open_client("bob", "reviewer")
+    async with requester_and_reviewer(gateway_factory, registry(effects)) as (gw, alice, bob):
         await alice.request("run.start", input="pay once")
         approval = await requested(alice)
         await bob.request(
             "approval.decide", approval_id=approval["approval_id"], decision="approve"
         )
         for decision in ("approve", "reject"):
-            with pytest.raises(ProtocolFailure) as failure:
-                await bob.request(
-                    "approval.decide", approval_id=approval["approval_id"], decision=decision
-                )
-            assert failure.value.code == "conflict"
-            assert "already approved" in failure.value.frame["message"]
+            failure = await refused(bob, approval["approval_id"], decision)
+            assert failure.code == "conflict"
+            assert "already approved" in failure.frame["message"]
         response = await http_decide(gw, gw.token("bob", "reviewer"), approval["approval_id"])
         assert response.status_code == 409
         assert response.json()["error"]["code"] == "conflict"

@@ -8,38 +8,42 @@ action, and a human decision arriving afterwards (even before the sweep ran) get
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import sqlite3
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from gateway.registry import AgentRegistry
 from tests.support.agents import EffectLog
-from tests.support.client import ProtocolFailure, clients, final_text
+from tests.support.approvals import http_decide, refused, requester_and_reviewer
+from tests.support.client import Client, final_text
 from tests.support.gated import gated_graph
+from tests.support.gateway import Gateway
+from tests.support.sqlite_file import sql
 
 REASON_1S = "The approval request expired after 1 second without a decision."
 
 
-def sql(db_path: Path, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    with contextlib.closing(sqlite3.connect(db_path, timeout=10)) as db, db:
-        return db.execute(statement, params).fetchall()
+def expiring(
+    gateway_factory: Callable[..., AbstractAsyncContextManager[Gateway]],
+    effects: EffectLog,
+    *,
+    ttl_s: float,
+    sweep_s: float,
+) -> AbstractAsyncContextManager[tuple[Gateway, Client, Client]]:
+    """Alice and bob on a gateway whose approvals expire after `ttl_s`, swept every `sweep_s`."""
+    registry = AgentRegistry([gated_graph(effects)])
+    return requester_and_reviewer(
+        gateway_factory, registry, approval_ttl_s=ttl_s, approval_sweep_s=sweep_s
+    )
 
 
 async def test_an_unanswered_approval_expires_and_the_model_is_told_why(
     gateway_factory: Any, db_path: Path
 ) -> None:
     effects = EffectLog()
-    registry = AgentRegistry([gated_graph(effects)])
-    async with (
-        gateway_factory(registry, approval_ttl_s=1, approval_sweep_s=0.1) as gw,
-        clients(gw) as open_client,
-    ):
-        alice = await open_client("alice", "user")
-        bob = await open_client("bob", "reviewer")
+    async with expiring(gateway_factory, effects, ttl_s=1, sweep_s=0.1) as (gw, alice, bob):
         await bob.request("inbox.subscribe")
         ack = await alice.request("run.start", input="pay 3")
         requested = (await alice.wait_event("approval.requested"))["data"]
@@ -72,16 +76,10 @@ async def test_an_unanswered_approval_expires_and_the_model_is_told_why(
         assert effects.count("charge") == 0
 
         # A reviewer who comes back late is refused, over both transports.
-        with pytest.raises(ProtocolFailure) as failure:
-            await bob.request("approval.decide", approval_id=approval_id, decision="approve")
-        assert failure.value.code == "conflict"
-        assert "expired" in failure.value.frame["message"]
-        async with gw.http() as http:
-            response = await http.post(
-                f"/v1/approvals/{approval_id}/decision",
-                json={"decision": "approve"},
-                headers={"Authorization": f"Bearer {gw.token('bob', 'reviewer')}"},
-            )
+        failure = await refused(bob, approval_id)
+        assert failure.code == "conflict"
+        assert "expired" in failure.frame["message"]
+        response = await http_decide(gw, gw.token("bob", "reviewer"), approval_id)
         assert response.status_code == 409
         assert "expired" in response.json()["error"]["message"]
 
@@ -105,23 +103,16 @@ async def test_a_decision_after_expiry_is_refused_even_before_the_sweep(
     gateway_factory: Any,
 ) -> None:
     effects = EffectLog()
-    registry = AgentRegistry([gated_graph(effects)])
     # The sweep would only run after an hour: the late decision itself expires the approval.
-    async with (
-        gateway_factory(registry, approval_ttl_s=0.5, approval_sweep_s=3600) as gw,
-        clients(gw) as open_client,
-    ):
-        alice = await open_client("alice", "user")
-        bob = await open_client("bob", "reviewer")
+    async with expiring(gateway_factory, effects, ttl_s=0.5, sweep_s=3600) as (_, alice, bob):
         ack = await alice.request("run.start", input="pay 4")
         approval_id = (await alice.wait_event("approval.requested"))["data"]["approval_id"]
         await asyncio.sleep(0.8)
         assert not [e for e in alice.events if e["event"] == "approval.decided"]
 
-        with pytest.raises(ProtocolFailure) as failure:
-            await bob.request("approval.decide", approval_id=approval_id, decision="approve")
-        assert failure.value.code == "conflict"
-        assert "expired after 0.5 seconds" in failure.value.frame["message"]
+        failure = await refused(bob, approval_id)
+        assert failure.code == "conflict"
+        assert "expired after 0.5 seconds" in failure.frame["message"]
 
         decided = await alice.wait_event("approval.decided")
         assert decided["data"]["expired"] is True
@@ -135,13 +126,7 @@ async def test_a_decision_after_expiry_is_refused_even_before_the_sweep(
 
 async def test_a_decision_in_time_is_not_touched_by_the_sweep(gateway_factory: Any) -> None:
     effects = EffectLog()
-    registry = AgentRegistry([gated_graph(effects)])
-    async with (
-        gateway_factory(registry, approval_ttl_s=1, approval_sweep_s=0.1) as gw,
-        clients(gw) as open_client,
-    ):
-        alice = await open_client("alice", "user")
-        bob = await open_client("bob", "reviewer")
+    async with expiring(gateway_factory, effects, ttl_s=1, sweep_s=0.1) as (_, alice, bob):
         await alice.request("run.start", input="pay 5")
         approval_id = (await alice.wait_event("approval.requested"))["data"]["approval_id"]
         await bob.request("approval.decide", approval_id=approval_id, decision="approve")

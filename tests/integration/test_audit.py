@@ -17,7 +17,7 @@ from typing import Any
 import jwt
 import pytest
 
-from gateway.audit import AuditTrail, Transport
+from gateway.audit import AuditTrail, Transport, system_entry
 from persistence.db import create_engine, migrate
 from tests.support.client import Client, ProtocolFailure, clients
 from tests.support.gateway import TEST_SECRET, Gateway
@@ -383,8 +383,10 @@ async def test_a_flood_of_refusals_is_bounded_and_counted(
                 )
             assert trail.dropped_total == 40
             # A system action (what approval expiry records), written at once.
-            await trail.record_system(
-                "approval.expired", tenant="acme", target="ap_1", details={"run_id": "r_1"}
+            await trail.record(
+                system_entry(
+                    "approval.expired", tenant="acme", target="ap_1", details={"run_id": "r_1"}
+                )
             )
             await trail.close()
         assert "dropped 40 entries" in caplog.text

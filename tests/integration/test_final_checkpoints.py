@@ -18,8 +18,6 @@ from agents.testing import ModelStep
 from gateway.registry import AgentGraph, AgentRegistry
 from tests.support.agents import EffectLog, call, say, scripted_graph
 from tests.support.client import clients
-from tests.support.gateway import running_gateway
-from tests.support.gateway import test_settings as settings_for
 
 
 def checkpoint_rows(db_path: Path, run_id: str) -> list[tuple[int, str, str]]:
@@ -42,7 +40,31 @@ def one_graph(graph: AgentGraph) -> AgentRegistry:
     return AgentRegistry([graph], default=graph.name)
 
 
-async def test_completed_run_keeps_its_final_state(tmp_path: Path) -> None:
+def overrunner(effects: EffectLog, *first_turn: Any) -> AgentGraph:
+    """max_turns=1 and a model that wants a second turn: MaxTurnsExceeded after turn one, in
+    which `first_turn` is said before a lookup runs."""
+    graph, _ = scripted_graph(
+        "overrunner",
+        [
+            ModelStep(output=[*first_turn, call("lookup", "call_lookup_1", value="1")]),
+            ModelStep(output=[say("never reached")]),
+        ],
+        effects,
+    )
+    return AgentGraph(name=graph.name, version=graph.version, build=graph.build, max_turns=1)
+
+
+async def run_until(
+    gateway_factory: Any, registry: AgentRegistry, text: str, end: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Alice starts a run with `text` on a fresh gateway: its ack, and the `end` event."""
+    async with gateway_factory(registry) as gw, clients(gw) as open_client:
+        alice = await open_client("alice", "user")
+        ack = await alice.request("run.start", input=text)
+        return ack, await alice.wait_event(end)
+
+
+async def test_completed_run_keeps_its_final_state(gateway_factory: Any, db_path: Path) -> None:
     effects = EffectLog()
     graph, _ = scripted_graph(
         "finisher",
@@ -52,13 +74,8 @@ async def test_completed_run_keeps_its_final_state(tmp_path: Path) -> None:
         ],
         effects,
     )
-    db_path = tmp_path / "gw.db"
-    async with running_gateway(settings_for(db_path), one_graph(graph)) as gw:
-        async with clients(gw) as open_client:
-            alice = await open_client("alice", "user")
-            ack = await alice.request("run.start", input="check order 7")
-            await alice.wait_event("run.completed")
-            run_id = ack["run_id"]
+    ack, _ = await run_until(gateway_factory, one_graph(graph), "check order 7", "run.completed")
+    run_id = ack["run_id"]
 
     rows = checkpoint_rows(db_path, run_id)
     assert [(version, reason) for version, reason, _ in rows] == [(1, "turn"), (2, "completed")]
@@ -68,26 +85,12 @@ async def test_completed_run_keeps_its_final_state(tmp_path: Path) -> None:
     assert "order 7 is fine" in str(state._model_responses[-1].output)
 
 
-async def test_failed_run_keeps_the_state_it_failed_in(tmp_path: Path) -> None:
-    """max_turns=1 and a model that wants a second turn: MaxTurnsExceeded after turn one."""
+async def test_failed_run_keeps_the_state_it_failed_in(gateway_factory: Any, db_path: Path) -> None:
     effects = EffectLog()
-    graph, _ = scripted_graph(
-        "overrunner",
-        [
-            ModelStep(output=[say("first turn"), call("lookup", "call_lookup_1", value="1")]),
-            ModelStep(output=[say("never reached")]),
-        ],
-        effects,
-    )
-    graph = AgentGraph(name=graph.name, version=graph.version, build=graph.build, max_turns=1)
-    db_path = tmp_path / "gw.db"
-    async with running_gateway(settings_for(db_path), one_graph(graph)) as gw:
-        async with clients(gw) as open_client:
-            alice = await open_client("alice", "user")
-            ack = await alice.request("run.start", input="look it up")
-            failed = await alice.wait_event("run.failed")
-            run_id = ack["run_id"]
-            assert failed["data"]["error"]["code"] == "max_turns"
+    graph = overrunner(effects, say("first turn"))
+    ack, failed = await run_until(gateway_factory, one_graph(graph), "look it up", "run.failed")
+    run_id = ack["run_id"]
+    assert failed["data"]["error"]["code"] == "max_turns"
 
     rows = checkpoint_rows(db_path, run_id)
     reasons = [reason for _, reason, _ in rows]
@@ -102,33 +105,20 @@ async def test_failed_run_keeps_the_state_it_failed_in(tmp_path: Path) -> None:
     assert effects.count("lookup") == 1
 
 
-async def test_a_failed_run_is_not_resumed_from_its_error_checkpoint(tmp_path: Path) -> None:
+async def test_a_failed_run_is_not_resumed_from_its_error_checkpoint(
+    gateway_factory: Any, db_path: Path
+) -> None:
     effects = EffectLog()
-    graph, _ = scripted_graph(
-        "overrunner",
-        [
-            ModelStep(output=[call("lookup", "call_lookup_1", value="1")]),
-            ModelStep(output=[say("never reached")]),
-        ],
-        effects,
-    )
-    graph = AgentGraph(name=graph.name, version=graph.version, build=graph.build, max_turns=1)
-    registry = one_graph(graph)
-    db_path = tmp_path / "gw.db"
-    async with running_gateway(settings_for(db_path), registry) as gw:
-        async with clients(gw) as open_client:
-            alice = await open_client("alice", "user")
-            ack = await alice.request("run.start", input="look it up")
-            await alice.wait_event("run.failed")
+    registry = one_graph(overrunner(effects))
+    ack, _ = await run_until(gateway_factory, registry, "look it up", "run.failed")
     head_before = checkpoint_rows(db_path, ack["run_id"])
     # A restart recovers active runs only: the failed run stays failed, nothing re-runs.
-    async with running_gateway(settings_for(db_path), registry) as gw:
-        async with clients(gw) as open_client:
-            alice = await open_client("alice", "user")
-            await alice.request("thread.subscribe", thread_id=ack["thread_id"], after_seq=0)
-            await alice.wait_event("run.failed")
-            await alice.request("ping")
-            assert "run.recovered" not in [e["event"] for e in alice.events]
+    async with gateway_factory(registry) as gw, clients(gw) as open_client:
+        alice = await open_client("alice", "user")
+        await alice.request("thread.subscribe", thread_id=ack["thread_id"], after_seq=0)
+        await alice.wait_event("run.failed")
+        await alice.request("ping")
+        assert "run.recovered" not in [e["event"] for e in alice.events]
     assert checkpoint_rows(db_path, ack["run_id"]) == head_before
     assert run_row(db_path, ack["run_id"])[0] == "failed"
     assert effects.count("lookup") == 1

@@ -33,6 +33,14 @@ TENANT = "acme"
 # Issued now, valid for an hour: schemathesis must know the credentials when it loads the
 # document (at collection), so that it can also leave them out on purpose.
 ADMIN_TOKEN = TokenVerifier(TEST_SECRET).issue("root", TENANT, ["admin"])
+# Hypothesis settings of every generated test: the same examples on every run.
+FUZZ = settings(
+    max_examples=MAX_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 
 
 @dataclass(frozen=True)
@@ -121,13 +129,7 @@ def test_the_tested_document_is_the_served_one(seeded: Seeded) -> None:
 
 
 @schema.parametrize()
-@settings(
-    max_examples=MAX_EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+@FUZZ
 def test_every_operation_conforms_to_the_served_document(
     case: schemathesis.Case, seeded: Seeded
 ) -> None:
@@ -167,13 +169,7 @@ def dev_mode_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @schema.include(path="/v1/dev/token").parametrize()
-@settings(
-    max_examples=MAX_EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+@FUZZ
 def test_development_tokens_conform_in_development_mode(
     case: schemathesis.Case, dev_mode_url: str
 ) -> None:

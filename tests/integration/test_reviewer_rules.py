@@ -9,28 +9,22 @@ Both rules apply over the WebSocket and the HTTP reviewer API alike.
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from gateway.auth import TokenVerifier
 from gateway.demo import demo_graph
 from gateway.registry import AgentRegistry
 from tests.support.agents import EffectLog
+from tests.support.approvals import http_decide, refused
 from tests.support.client import Client, ProtocolFailure, clients, final_text
 from tests.support.gated import gated_graph
 from tests.support.gateway import TEST_SECRET, Gateway
+from tests.support.sqlite_file import sql
 
 FINANCE = {"charge": frozenset({"finance"})}
-
-
-def sql(db_path: Path, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    with contextlib.closing(sqlite3.connect(db_path, timeout=10)) as db, db:
-        return db.execute(statement, params).fetchall()
 
 
 async def pause(
@@ -63,15 +57,6 @@ async def ws_decide(client: Client, approval_id: str, decision: str) -> str:
     return "ok"
 
 
-async def http_decide(gw: Gateway, token: str, approval_id: str, decision: str) -> httpx.Response:
-    async with gw.http() as http:
-        return await http.post(
-            f"/v1/approvals/{approval_id}/decision",
-            json={"decision": decision},
-            headers={"Authorization": f"Bearer {token}"},
-        )
-
-
 def finance_tokens(gw: Gateway) -> None:
     """Let the test issue tokens with the graph's `finance` role (the gateway accepts them)."""
     gw.verifier = TokenVerifier(TEST_SECRET, custom_roles={"finance"})
@@ -93,12 +78,9 @@ async def test_four_eyes_requester_cannot_approve_but_can_reject(
         bob = await open_client("bob", "reviewer")
 
         first = await pause(requester, "pay 1")
-        with pytest.raises(ProtocolFailure) as failure:
-            await requester.request(
-                "approval.decide", approval_id=first["approval_id"], decision="approve"
-            )
-        assert failure.value.code == "forbidden"
-        assert "four-eyes" in failure.value.frame["message"]
+        failure = await refused(requester, first["approval_id"])
+        assert failure.code == "forbidden"
+        assert "four-eyes" in failure.frame["message"]
         response = await http_decide(gw, gw.token("rhea", *roles), first["approval_id"], "approve")
         assert response.status_code == 403
         assert "four-eyes" in response.json()["error"]["message"]
@@ -158,13 +140,7 @@ async def test_the_requester_is_who_started_the_run_or_sent_its_input(
         admin_approval = await adam.wait_for(
             lambda f: f.get("event") == "approval.requested" and f["run_id"] == by_admin["run_id"]
         )
-        with pytest.raises(ProtocolFailure) as failure:
-            await adam.request(
-                "approval.decide",
-                approval_id=admin_approval["data"]["approval_id"],
-                decision="approve",
-            )
-        assert failure.value.code == "forbidden"
+        assert (await refused(adam, admin_approval["data"]["approval_id"])).code == "forbidden"
         await ws_decide(bob, admin_approval["data"]["approval_id"], "approve")
         await completed(adam, by_admin["run_id"])
 
@@ -181,11 +157,7 @@ async def test_the_requester_is_who_started_the_run_or_sent_its_input(
                 and f["run_id"] not in (started["run_id"], by_admin["run_id"], story["run_id"])
             )
         )
-        with pytest.raises(ProtocolFailure) as failure:
-            await adam.request(
-                "approval.decide", approval_id=later["data"]["approval_id"], decision="approve"
-            )
-        assert failure.value.code == "forbidden"
+        assert (await refused(adam, later["data"]["approval_id"])).code == "forbidden"
 
     requesters = dict(sql(db_path, "SELECT run_id, requested_by FROM runs"))
     assert requesters[started["run_id"]] == "alice"
@@ -213,12 +185,9 @@ async def test_a_tool_with_reviewer_roles_needs_one_of_them_over_ws_and_http(
         first = await pause(alice, "refund 1")
         for client in (bob, adam):  # admins need the role too
             for decision in ("approve", "reject"):
-                with pytest.raises(ProtocolFailure) as failure:
-                    await client.request(
-                        "approval.decide", approval_id=first["approval_id"], decision=decision
-                    )
-                assert failure.value.code == "forbidden"
-                assert "finance" in failure.value.frame["message"]
+                failure = await refused(client, first["approval_id"], decision)
+                assert failure.code == "forbidden"
+                assert "finance" in failure.frame["message"]
         for user, roles in (("bob", ("reviewer",)), ("adam", ("admin",))):
             response = await http_decide(
                 gw, gw.token(user, *roles), first["approval_id"], "approve"

@@ -31,7 +31,9 @@ DEV_ENV = {"GATEWAY_SECRET": "", "GATEWAY_HEARTBEAT_S": "0.2"}
 class ClientProcess:
     """`python -m client_demo ...` with stdout/stderr collected by reader threads."""
 
-    def __init__(self, args: list[str], stdin_text: str | None) -> None:
+    def __init__(
+        self, args: list[str], stdin_text: str | None, *, keep_stdin_open: bool = False
+    ) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "utf-8"}
         env.pop("GATEWAY_TOKEN", None)
         env.pop("GATEWAY_URL", None)
@@ -55,9 +57,18 @@ class ClientProcess:
         for reader in self._readers:
             reader.start()
         if stdin_text is not None:
-            assert self.process.stdin is not None
-            self.process.stdin.write(stdin_text)
-            self.process.stdin.close()  # end of input: the client exits once the run ends
+            self.send(stdin_text)
+            if not keep_stdin_open:
+                self.close_stdin()
+
+    def send(self, text: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(text)
+        self.process.stdin.flush()
+
+    def close_stdin(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()  # end of input: the client exits once the run ends
 
     def _pump(self, stream: Any, sink: list[str]) -> None:
         while True:
@@ -77,10 +88,12 @@ class ClientProcess:
         with self._lock:
             return "".join(self._err)
 
-    def wait_output(self, predicate: Callable[[str], bool], timeout: float = TIMEOUT) -> str:
+    def wait_output(
+        self, predicate: Callable[[str], bool], timeout: float = TIMEOUT, *, stderr: bool = False
+    ) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            out = self.stdout
+            out = self.stderr if stderr else self.stdout
             if predicate(out):
                 return out
             if self.process.poll() is not None:
@@ -119,8 +132,10 @@ def http_url(gw: GatewayProcess) -> str:
     return f"http://127.0.0.1:{gw.port}"
 
 
-def client(procs: list[Any], *args: str, stdin_text: str | None = None) -> ClientProcess:
-    proc = ClientProcess(list(args), stdin_text)
+def client(
+    procs: list[Any], *args: str, stdin_text: str | None = None, keep_stdin_open: bool = False
+) -> ClientProcess:
+    proc = ClientProcess(list(args), stdin_text, keep_stdin_open=keep_stdin_open)
     procs.append(proc)
     return proc
 
@@ -254,3 +269,82 @@ def test_chat_client_reconnects_across_a_gateway_crash(tmp_path: Path, procs: li
     assert len(story.split()) >= 200
     assert segments[2] == story + "\n-- status: completed\n", out
     assert out.startswith("you: tell me a story about a lighthouse\n-- status: running\n")
+
+
+# Short-lived development tokens, and no leeway: the gateway ends a connection right at `exp`.
+SHORT_TTL_S = 6
+EXPIRY_ENV = {**DEV_ENV, "GATEWAY_JWT_LEEWAY_S": "0", "GATEWAY_DEMO_DELAY_MS": "10"}
+
+
+def test_chat_client_renews_its_development_token_on_the_open_connection(
+    tmp_path: Path, procs: list[Any]
+) -> None:
+    gw = spawn_gateway(tmp_path, env=EXPIRY_ENV)
+    procs.append(gw)
+    chat = client(
+        procs,
+        "chat",
+        "--url",
+        http_url(gw),
+        "--dev-token-ttl",
+        str(SHORT_TTL_S),
+        stdin_text="hello before the expiry\n",
+        keep_stdin_open=True,
+    )
+    chat.wait_output(lambda err: "-- connected to" in err, stderr=True)
+    # The first token was fetched before that line appeared, so it expires within SHORT_TTL_S
+    # of now: the gateway would have closed the connection by then without a renewal.
+    first_expiry = time.monotonic() + SHORT_TTL_S
+    chat.wait_output(lambda out: out.count("-- status: completed") == 1)
+    time.sleep(max(0.0, first_expiry + 1.0 - time.monotonic()))
+    assert chat.process.poll() is None, chat.describe()
+    assert "-- token renewed (valid until " in chat.stderr, chat.describe()
+
+    # A run started after the first token's expiry streams on the same connection, through
+    # more renewals.
+    chat.send("tell me a story about a clock\n")
+    chat.wait_output(lambda out: out.count("-- status: completed") == 2)
+    chat.close_stdin()
+    assert chat.wait() == 0, chat.describe()
+
+    err = chat.stderr
+    assert err.count("-- connected to") == 1, err
+    assert "reconnect" not in err and "connection lost" not in err, err
+    assert "error" not in err and "could not" not in err, err
+    assert err.count("-- token renewed") >= 2, err
+    events = stored_events(gw, thread_id_of(chat))
+    texts = [e["data"]["text"] for e in events if e["event"] == "message.completed"]
+    assert len(texts) == 2 and len(texts[1].split()) >= 200
+    assert chat.stdout.endswith(f"assistant: {texts[1]}\n-- status: completed\n"), chat.stdout
+
+
+def test_chat_client_warns_before_a_given_token_expires_then_exits(
+    tmp_path: Path, procs: list[Any]
+) -> None:
+    gw = spawn_gateway(tmp_path, env=EXPIRY_ENV)
+    procs.append(gw)
+    with httpx.Client(base_url=http_url(gw), timeout=30) as http:
+        response = http.post("/v1/dev/token", json={"user": "alice", "ttl_s": SHORT_TTL_S})
+    assert response.status_code == 200, response.text
+    started = time.monotonic()
+    chat = client(
+        procs,
+        "chat",
+        "--url",
+        http_url(gw),
+        "--token",
+        response.json()["token"],
+        stdin_text="hello\n",
+        keep_stdin_open=True,  # the client would otherwise exit once the run is over
+    )
+    chat.wait_output(lambda out: "-- status: completed" in out)
+    chat.wait_output(lambda err: "-- warning: the access token expires at" in err, stderr=True)
+    assert chat.process.poll() is None, "warned only after the session ended"
+
+    assert chat.wait() == 1, chat.describe()
+    assert time.monotonic() - started < SHORT_TTL_S + 10
+    err = chat.stderr
+    assert "the access token expired at" in err, err
+    assert "start the client again with a fresh token (--token or GATEWAY_TOKEN)" in err, err
+    assert "reconnect" not in err and "token renewed" not in err, err
+    assert "error unauthorized" not in err, err  # said in words fit for a user instead

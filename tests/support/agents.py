@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,6 +162,23 @@ def handoff_graph(effects: EffectLog) -> tuple[AgentGraph, ScriptedModel, Script
     return AgentGraph(name="triage", version="1", build=build), triage_model, refunds_model
 
 
+def charge_per_input(ask: Callable[[str], list[Any]], final: str) -> ScriptedModel:
+    """A model for a gateway subprocess, good for 200 turns: every input gets `ask(call_id)`
+    (items ending in the one `charge` call), and once that call's output is in, `final`."""
+
+    def respond(model_call: Any) -> Any:
+        items = model_call.input if isinstance(model_call.input, list) else []
+        has_output = any(
+            (item.get("type") if isinstance(item, dict) else None) == "function_call_output"
+            for item in items[-3:]
+        )
+        if has_output:
+            return [say(final)]
+        return ask(f"call_{len(items)}")
+
+    return ScriptedModel([ModelStep.respond(respond) for _ in range(200)])
+
+
 def registry() -> AgentRegistry:
     """For gateway subprocesses: the demo agent plus a side-effect-counting `effects` graph.
 
@@ -171,21 +188,14 @@ def registry() -> AgentRegistry:
     path = os.environ.get("TEST_EFFECTS_FILE")
     effects = EffectLog(Path(path) if path else None)
 
-    def respond(model_call: Any) -> Any:
-        items = model_call.input if isinstance(model_call.input, list) else []
-        has_output = any(
-            (item.get("type") if isinstance(item, dict) else None) == "function_call_output"
-            for item in items[-3:]
-        )
-        if has_output:
-            return [say("charged and finished")]
-        return [say("charging now"), call("charge", f"call_{len(items)}", value="1")]
+    def ask(call_id: str) -> list[Any]:
+        return [say("charging now"), call("charge", call_id, value="1")]
 
     def build() -> Agent[Any]:
         return Agent(
             name="effects",
             instructions="effects",
-            model=ScriptedModel([ModelStep.respond(respond) for _ in range(200)]),
+            model=charge_per_input(ask, "charged and finished"),
             tools=[effect_tool(effects, "charge", needs_approval=True)],
         )
 
@@ -209,21 +219,14 @@ def sensitive_registry() -> AgentRegistry:
     """
     effects = EffectLog()
 
-    def respond(model_call: Any) -> Any:
-        items = model_call.input if isinstance(model_call.input, list) else []
-        has_output = any(
-            (item.get("type") if isinstance(item, dict) else None) == "function_call_output"
-            for item in items[-3:]
-        )
-        if has_output:
-            return [say("the card was charged")]
-        return [call("charge", f"call_{len(items)}", card=VAULT_CARD, value="1")]
+    def ask(call_id: str) -> list[Any]:
+        return [call("charge", call_id, card=VAULT_CARD, value="1")]
 
     def build() -> Agent[Any]:
         return Agent(
             name="vault",
             instructions="vault",
-            model=ScriptedModel([ModelStep.respond(respond) for _ in range(200)]),
+            model=charge_per_input(ask, "the card was charged"),
             tools=[effect_tool(effects, "charge", needs_approval=True, output="charged")],
         )
 

@@ -26,6 +26,7 @@ from gateway.auth import (
     check_can_subscribe,
     check_can_use_inbox,
 )
+from tests.support.jwks import claims
 
 SECRET = "unit-test-secret-long-enough-for-every-hmac-variant-0123456789abcdef"
 
@@ -33,19 +34,6 @@ SECRET = "unit-test-secret-long-enough-for-every-hmac-variant-0123456789abcdef"
 @pytest.fixture
 def verifier() -> TokenVerifier:
     return TokenVerifier(SECRET)
-
-
-def claims(**overrides: Any) -> dict[str, Any]:
-    now = int(time.time())
-    base: dict[str, Any] = {
-        "sub": "u1",
-        "tenant": "acme",
-        "roles": ["user"],
-        "iat": now,
-        "exp": now + 600,
-    }
-    base.update(overrides)
-    return {k: v for k, v in base.items() if v is not ...}
 
 
 def sign(payload: dict[str, Any], *, key: str = SECRET, alg: str = "HS256") -> str:
@@ -83,7 +71,7 @@ def test_issue_then_verify_round_trip(verifier: TokenVerifier) -> None:
 
 def test_verify_token_signed_elsewhere(verifier: TokenVerifier) -> None:
     principal = verifier.verify(sign(claims(roles=["viewer", "admin"])))
-    assert principal.user == "u1"
+    assert principal.user == "alice"
     assert principal.tenant == "acme"
     assert principal.roles == {Role.VIEWER, Role.ADMIN}
     assert principal.has(Role.ADMIN)
@@ -107,7 +95,7 @@ def test_expired_token(verifier: TokenVerifier) -> None:
 def test_leeway_tolerates_small_clock_skew() -> None:
     now = int(time.time())
     token = sign(claims(iat=now - 600, exp=now - 10))
-    assert TokenVerifier(SECRET, leeway_s=30).verify(token).user == "u1"
+    assert TokenVerifier(SECRET, leeway_s=30).verify(token).user == "alice"
     assert_refused(TokenVerifier(SECRET, leeway_s=0), token, "expired")
 
 

@@ -2,6 +2,9 @@
 // The token lives in sessionStorage (per tab), never in localStorage.
 
 const TOKEN_KEY = "gw.token";
+// "dev" for a token from POST /v1/dev/token, which the page can replace by itself before it
+// expires; "supplied" for one the user pasted or linked, which only the user can replace.
+const KIND_KEY = "gw.token.kind";
 
 export function takeTokenFromFragment() {
   const hash = window.location.hash.replace(/^#/, "");
@@ -25,17 +28,27 @@ export function storedToken() {
   }
 }
 
-export function storeToken(token) {
+export function storeToken(token, kind = "supplied") {
   try {
     sessionStorage.setItem(TOKEN_KEY, token);
+    sessionStorage.setItem(KIND_KEY, kind);
   } catch {
     /* storage disabled: the token only lives in memory */
+  }
+}
+
+export function storedTokenKind() {
+  try {
+    return sessionStorage.getItem(KIND_KEY) === "dev" ? "dev" : "supplied";
+  } catch {
+    return "supplied";
   }
 }
 
 export function forgetToken() {
   try {
     sessionStorage.removeItem(TOKEN_KEY);
+    sessionStorage.removeItem(KIND_KEY);
   } catch {
     /* ignore */
   }
@@ -80,15 +93,25 @@ export async function devTokensAvailable() {
   }
 }
 
-export async function fetchDevToken({ user, tenant, roles }) {
+/**
+ * A development token. `ttlS` is its lifetime in seconds (the gateway's default, an hour, when
+ * left out). A refusal throws an Error with the HTTP `status`; a network failure throws
+ * fetch's TypeError, which has none: worth retrying, unlike a refusal.
+ */
+export async function fetchDevToken({ user, tenant, roles, ttlS }) {
+  const request = { user, tenant, roles };
+  if (ttlS !== undefined && ttlS !== null) request.ttl_s = ttlS;
   const response = await fetch("/v1/dev/token", {
     method: "POST",
     headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ user, tenant, roles }),
+    body: JSON.stringify(request),
+    cache: "no-store",
   });
   const body = await response.json().catch(() => ({}));
-  if (!response.ok) {
-    throw new Error(body?.error?.message || `the gateway answered ${response.status}`);
+  if (!response.ok || typeof body?.token !== "string") {
+    const error = new Error(body?.error?.message || `the gateway answered ${response.status}`);
+    error.status = response.status;
+    throw error;
   }
   return body.token;
 }

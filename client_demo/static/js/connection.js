@@ -1,6 +1,8 @@
 // The WebSocket to the gateway: hello, request/ack matching, heartbeats and automatic
 // reconnects with exponential backoff and jitter. It knows nothing about threads: the app
-// re-subscribes from its stored cursors whenever `welcome` arrives.
+// re-subscribes from its stored cursors whenever a new socket's `welcome` arrives. A renewing
+// hello (a fresh token on the open socket) is answered by a `welcome` too, which changes
+// nothing but the token and the roles: that one goes to `onRenewed` instead.
 
 const PROTOCOL = 1;
 const BACKOFF_BASE_MS = 500;
@@ -20,13 +22,22 @@ export class RequestError extends Error {
  * (waiting to retry), "unauthorized" (the token was refused: no more retries), "stopped".
  */
 export class GatewayConnection {
-  constructor({ url, token, onFrame, onStatus, onWelcome, onAuthFailed }) {
+  /**
+   * refreshToken(message): called when the gateway refused the token (close 4001); resolves
+   * with a new token to connect with, or null when there is none. A rejection means "not now":
+   * the connection backs off and tries again.
+   */
+  constructor({ url, token, onFrame, onStatus, onWelcome, onRenewed, onAuthFailed, refreshToken }) {
     this.url = url;
     this.token = token;
     this.onFrame = onFrame;
     this.onStatus = onStatus;
     this.onWelcome = onWelcome;
+    this.onRenewed = onRenewed;
     this.onAuthFailed = onAuthFailed;
+    this.refreshToken = refreshToken;
+    this.refreshed = false;
+    this.authError = null;
     this.ws = null;
     this.status = "stopped";
     this.attempt = 0;
@@ -38,7 +49,9 @@ export class GatewayConnection {
     this.heartbeatMs = 20_000;
     this.watchdog = null;
     this.welcome = null;
-    this.stats = { connects: 0, reconnects: 0, drops: 0 };
+    // sockets: WebSockets opened; connects: welcomes to a first hello; renewals: welcomes to
+    // a renewing hello on an open socket.
+    this.stats = { sockets: 0, connects: 0, reconnects: 0, drops: 0, renewals: 0 };
     this.stopped = true;
     this._onlineEvent = () => this.reconnectNow();
     this._onVisible = () => {
@@ -91,6 +104,23 @@ export class GatewayConnection {
     });
   }
 
+  /**
+   * Use `token` from now on. On an open socket it goes out in a new hello at once, and the
+   * promise resolves with the new `welcome` (or rejects with the gateway's error); otherwise
+   * the next connect says hello with it, and a connection stopped by a refused token starts
+   * again.
+   */
+  renew(token) {
+    this.token = token;
+    if (this.status === "unauthorized") {
+      this.refreshed = false;
+      this.start();
+      return Promise.resolve(null);
+    }
+    if (!this.online) return Promise.resolve(null);
+    return this.request("hello", { protocol: PROTOCOL, token });
+  }
+
   /** Test hook and "reconnect now": cut the socket as a network failure would. */
   dropConnection() {
     this.stats.drops += 1;
@@ -124,6 +154,8 @@ export class GatewayConnection {
     }
     this.ws = ws;
     this.welcome = null;
+    this.authError = null;
+    this.stats.sockets += 1;
     this.connectStartedAt = Date.now();
     ws.onopen = () => {
       this.lastFrameAt = Date.now();
@@ -151,17 +183,32 @@ export class GatewayConnection {
         return;
       case "pong":
         return;
-      case "welcome":
+      case "welcome": {
+        const renewal = frame.ref ? this.pending.get(frame.ref) : null;
+        if (renewal && this.welcome) {
+          // The answer to a renewing hello: same socket, same subscriptions, new token.
+          this.pending.delete(frame.ref);
+          clearTimeout(renewal.timer);
+          this.welcome = frame;
+          this.stats.renewals += 1;
+          renewal.resolve(frame);
+          this.onRenewed?.(frame);
+          return;
+        }
         this.welcome = frame;
         this.heartbeatMs = Math.max(1_000, (frame.heartbeat_s || 20) * 1000);
         if (this.stats.connects > 0) this.stats.reconnects += 1;
         this.stats.connects += 1;
         this.attempt = 0;
+        this.refreshed = false;
         this._setStatus("online");
         this.onWelcome?.(frame);
         return;
+      }
       case "ack":
       case "error": {
+        // Kept for the 4001 close that follows: it says why (an expired token, a bad one).
+        if (frame.type === "error" && frame.code === "unauthorized") this.authError = frame.message;
         const waiter = frame.ref ? this.pending.get(frame.ref) : null;
         if (waiter) {
           this.pending.delete(frame.ref);
@@ -169,9 +216,6 @@ export class GatewayConnection {
           if (frame.type === "ack") waiter.resolve(frame);
           else waiter.reject(new RequestError(frame.code, frame.message));
           return;
-        }
-        if (frame.type === "error" && !this.welcome && frame.code === "unauthorized") {
-          this.authError = frame.message;
         }
         break;
       }
@@ -186,14 +230,48 @@ export class GatewayConnection {
     this.ws = null;
     this._failPending();
     if (event.code === 4001) {
-      // The hello was refused (bad or expired token): retrying cannot help.
-      this.stopped = true;
-      clearInterval(this.watchdog);
-      this._setStatus("unauthorized");
-      this.onAuthFailed?.(this.authError || "The gateway refused the token.");
+      // The token was refused, or it expired on this socket. The same token cannot do better
+      // on a retry, but a new one may: ask once per refusal, so a token the gateway keeps
+      // refusing (a restarted gateway that no longer issues them) does not loop.
+      if (this.refreshToken && !this.refreshed) {
+        this.refreshed = true;
+        this._refresh();
+        return;
+      }
+      this._refused();
       return;
     }
     this._scheduleReconnect();
+  }
+
+  _refresh() {
+    const message = this.authError;
+    this._setStatus("connecting");
+    Promise.resolve()
+      .then(() => this.refreshToken(message))
+      .then(
+        (token) => {
+          if (this.stopped) return;
+          if (!token) {
+            this._refused(message);
+            return;
+          }
+          this.token = token;
+          this._open();
+        },
+        () => {
+          // Not reachable right now: back off; the next refusal asks again.
+          this.refreshed = false;
+          this._scheduleReconnect();
+        },
+      );
+  }
+
+  _refused(message = this.authError) {
+    this.stopped = true;
+    clearInterval(this.watchdog);
+    this._setStatus("unauthorized");
+    this.onAuthFailed?.(message || "The gateway refused the token.");
   }
 
   /** Forget the current socket at once, without waiting for a closing handshake. */

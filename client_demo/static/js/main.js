@@ -1,5 +1,5 @@
-// The browser chat client: sign-in, threads, streaming chat, inline approvals, reviewer inbox
-// and lossless reconnects. Plain ES modules, no build step.
+// The browser chat client: sign-in, threads, streaming chat, inline approvals, reviewer inbox,
+// lossless reconnects and token renewal. Plain ES modules, no build step.
 
 import { Api } from "./api.js";
 import {
@@ -8,6 +8,7 @@ import {
   fetchDevToken,
   forgetToken,
   storedToken,
+  storedTokenKind,
   storeToken,
   takeTokenFromFragment,
   tokenProblem,
@@ -15,6 +16,7 @@ import {
 import { GatewayConnection } from "./connection.js";
 import { $, clear, h, relativeTime, setText } from "./dom.js";
 import { Inbox, InboxView } from "./inbox.js";
+import { TokenKeeper, fetchDevTokenLike } from "./renewal.js";
 import { SnapshotStore, ThreadState, stats } from "./store.js";
 import { ChatView, renderStatusBadge } from "./view.js";
 
@@ -66,6 +68,11 @@ const el = {
   composerNote: $("#composer-note"),
   composerHint: $("#composer-hint"),
   toast: $("#toast"),
+  renewal: $("#renewal"),
+  renewalTitle: $("#renewal-title"),
+  renewalDetail: $("#renewal-detail"),
+  renewalForm: $("#renewal-form"),
+  renewalError: $("#renewal-error"),
 };
 
 // -- state ------------------------------------------------------------------------------------
@@ -76,6 +83,7 @@ const app = {
   me: null, // the `welcome` frame
   conn: null,
   api: null,
+  keeper: null, // TokenKeeper: renews the token, or asks the user for a new one
   snapshots: null,
   scope: null,
   states: new Map(), // thread_id -> ThreadState
@@ -133,11 +141,24 @@ function canCompose(threadId) {
 
 async function boot() {
   const fromFragment = takeTokenFromFragment();
-  if (fromFragment) storeToken(fromFragment);
+  if (fromFragment) storeToken(fromFragment, "supplied");
   const token = fromFragment || storedToken();
+  const kind = fromFragment ? "supplied" : storedTokenKind();
   if (token && !tokenProblem(token)) {
-    startSession(token);
+    startSession(token, kind);
     return;
+  }
+  if (token && kind === "dev" && decodeClaims(token)) {
+    // A development token that expired while the page was away: the gateway hands out
+    // another for the same user, and the session (cursors, open threads) carries on.
+    try {
+      const fresh = await fetchDevTokenLike(token);
+      storeToken(fresh, "dev");
+      startSession(fresh, "dev");
+      return;
+    } catch {
+      /* no longer in development mode, or unreachable: sign in again */
+    }
   }
   if (token) forgetToken();
   await showSignin(token ? tokenProblem(token) : null);
@@ -168,6 +189,7 @@ el.devForm.addEventListener("submit", async (event) => {
   const user = String(form.get("user") || "").trim();
   const tenant = String(form.get("tenant") || "").trim() || "demo";
   const chosen = form.getAll("roles").map(String);
+  const ttl = String(form.get("ttl_s") || "").trim();
   el.devError.hidden = true;
   if (!user) return;
   if (!chosen.length) {
@@ -178,9 +200,9 @@ el.devForm.addEventListener("submit", async (event) => {
   const button = el.devForm.querySelector("button[type=submit]");
   button.disabled = true;
   try {
-    const token = await fetchDevToken({ user, tenant, roles: chosen });
-    storeToken(token);
-    startSession(token);
+    const token = await fetchDevToken({ user, tenant, roles: chosen, ttlS: ttl ? Number(ttl) : undefined });
+    storeToken(token, "dev");
+    startSession(token, "dev");
   } catch (err) {
     setText(el.devError, `Could not get a token: ${err.message}`);
     el.devError.hidden = false;
@@ -198,11 +220,11 @@ el.tokenForm.addEventListener("submit", (event) => {
     el.tokenError.hidden = false;
     return;
   }
-  storeToken(token);
-  startSession(token);
+  storeToken(token, "supplied");
+  startSession(token, "supplied");
 });
 
-function startSession(token) {
+function startSession(token, kind) {
   app.token = token;
   app.claims = decodeClaims(token) || {};
   app.scope = `${app.claims.tenant || "?"}/${app.claims.sub || "?"}`;
@@ -223,12 +245,20 @@ function startSession(token) {
     onFrame,
     onStatus: renderConnection,
     onWelcome,
-    onAuthFailed: (message) => signOut(`The gateway refused your token: ${message}`),
+    onRenewed,
+    onAuthFailed: tokenRefused,
+    refreshToken: () => app.keeper?.fresh() ?? null,
   });
+  app.keeper = new TokenKeeper({ token, kind, apply: useToken, onChange: renderRenewal });
   app.conn.start();
   refreshThreads();
   app.timers.push(setInterval(() => app.conn?.online && refreshThreads(), THREADS_REFRESH_MS));
-  app.timers.push(setInterval(() => renderConnection(app.conn?.status), 1000));
+  app.timers.push(
+    setInterval(() => {
+      renderConnection(app.conn?.status);
+      renderRenewal();
+    }, 1000),
+  );
   render({ full: true });
   if (app.current) getState(app.current);
   el.input.focus();
@@ -237,6 +267,9 @@ function startSession(token) {
 function signOut(message) {
   app.conn?.stop();
   app.conn = null;
+  app.keeper?.stop();
+  app.keeper = null;
+  renderRenewal();
   for (const timer of app.timers) clearInterval(timer);
   app.timers = [];
   try {
@@ -265,6 +298,102 @@ function signOut(message) {
 }
 
 el.signOut.addEventListener("click", () => signOut());
+
+// -- token renewal ----------------------------------------------------------------------------
+
+/** From now on, `token` is the session's: sockets, HTTP requests and a reload use it. */
+function useToken(token) {
+  app.token = token;
+  app.claims = decodeClaims(token) || app.claims;
+  if (app.api) app.api.token = token;
+  storeToken(token, app.keeper?.kind ?? "supplied");
+  return app.conn ? app.conn.renew(token) : Promise.resolve(null);
+}
+
+/** The gateway refused the token: a 4001 close, or (`http`) a 401 answer. */
+function tokenRefused(message, { http = false } = {}) {
+  const keeper = app.keeper;
+  if (keeper?.canRenew && http) {
+    // The socket asks for a new development token itself when the gateway refuses the
+    // current one there; a 401 over HTTP only hurries the renewal along.
+    keeper.renewSoon();
+    return;
+  }
+  if (keeper && !keeper.canRenew && keeper.expiredBy(message)) {
+    // Nothing else is wrong: a token the user pastes resumes the session where it was, so
+    // keep every thread, cursor and draft.
+    keeper.markExpired();
+    renderConnection(app.conn?.status);
+    return;
+  }
+  signOut(`The gateway refused your token: ${message}`);
+}
+
+function onRenewed(welcome) {
+  const before = roles().join(",");
+  const hadInbox = hasRole("reviewer", "admin");
+  app.me = welcome;
+  renderMe();
+  if (!hadInbox && hasRole("reviewer", "admin")) {
+    app.conn.request("inbox.subscribe").catch((err) => toast(`Inbox unavailable: ${err.message}`));
+  }
+  renderConnection(app.conn?.status);
+  // New roles change what the page offers (approval buttons, the inbox, the composer); with
+  // the same roles there is nothing to draw again.
+  if (roles().join(",") !== before) render({ full: true });
+}
+
+function renderRenewal() {
+  const keeper = app.keeper;
+  const state = keeper && !keeper.canRenew ? keeper.state : "fresh";
+  const shown = state === "due" || state === "expired";
+  el.renewal.dataset.state = state;
+  if (!shown) {
+    el.renewal.hidden = true;
+    return;
+  }
+  const left = keeper.times ? keeper.times.expiresAt - Date.now() : 0;
+  const closed = state === "expired";
+  setText(el.renewalTitle, closed || left <= 0 ? "Your access token has expired." : "Your access token expires soon.");
+  setText(
+    el.renewalDetail,
+    closed
+      ? "The gateway closed the connection. Paste a new token to reconnect: your conversations carry on where they were."
+      : left > 0
+        ? `It expires in ${countdown(left)}. Paste a new token for ${keeper.claims.sub} to stay connected.`
+        : "Paste a new token to stay connected.",
+  );
+  if (el.renewal.hidden) {
+    el.renewal.hidden = false;
+    el.renewalError.hidden = true;
+  }
+}
+
+function countdown(ms) {
+  const seconds = Math.max(0, Math.ceil(ms / 1000));
+  const minutes = Math.floor(seconds / 60);
+  return minutes ? `${minutes} min ${String(seconds % 60).padStart(2, "0")} s` : `${seconds} s`;
+}
+
+el.renewalForm.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const token = String(new FormData(el.renewalForm).get("token") || "").trim();
+  if (!token || !app.keeper) return;
+  el.renewalError.hidden = true;
+  const button = el.renewalForm.querySelector("button[type=submit]");
+  button.disabled = true;
+  try {
+    await app.keeper.replace(token);
+    el.renewalForm.reset();
+    toast("Using the new token.");
+  } catch (err) {
+    setText(el.renewalError, err.message);
+    el.renewalError.hidden = false;
+  } finally {
+    button.disabled = false;
+    renderRenewal();
+  }
+});
 
 // -- session UI state (sessionStorage) ---------------------------------------------------------
 
@@ -400,7 +529,7 @@ async function refreshThreads() {
     scheduleRender();
     fetchMissingTitles();
   } catch (err) {
-    if (err.status === 401) signOut(`Your session ended: ${err.message}`);
+    if (err.status === 401) tokenRefused(err.message, { http: true });
   }
 }
 
@@ -800,7 +929,16 @@ let lastConnStatus = null;
 function renderConnection(status) {
   if (!status || !app.conn) return;
   el.conn.dataset.state = status === "unauthorized" || status === "stopped" ? "offline" : status;
-  let label = { connecting: "Connecting…", online: "Online", unauthorized: "Signed out", stopped: "Offline" }[status];
+  // For tests and debugging: a renewal keeps the socket, a reconnect opens a new one.
+  el.conn.dataset.sockets = String(app.conn.stats.sockets);
+  el.conn.dataset.renewals = String(app.conn.stats.renewals);
+  const expired = status === "unauthorized" && app.keeper?.state === "expired";
+  let label = {
+    connecting: "Connecting…",
+    online: "Online",
+    unauthorized: expired ? "Token expired" : "Signed out",
+    stopped: "Offline",
+  }[status];
   if (status === "offline") {
     const seconds = app.conn.retryAt ? Math.max(0, Math.ceil((app.conn.retryAt - Date.now()) / 1000)) : 0;
     label = seconds > 0 ? `Offline · retrying in ${seconds} s` : "Offline · retrying…";
@@ -858,6 +996,17 @@ window.__gateway = {
   currentThreadId: () => app.current,
   stats: () => ({ ...stats, connection: { ...(app.conn?.stats || {}) } }),
   thread: (threadId) => app.states.get(threadId || app.current)?.toSnapshot() ?? null,
+  token: () =>
+    app.keeper
+      ? {
+          kind: app.keeper.kind,
+          state: app.keeper.state,
+          expiresAt: app.keeper.times?.expiresAt ?? null,
+          renewAt: app.keeper.times?.renewAt ?? null,
+          renewals: app.keeper.renewals,
+          failures: app.keeper.failures,
+        }
+      : null,
   flush: () => app.snapshots?.flush(),
 };
 

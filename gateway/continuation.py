@@ -1,0 +1,275 @@
+"""Continuing a run from its newest checkpoint: after its decisions, a suspension, or a crash.
+
+A continuation restores the checkpoint against the registered graph (or takes the restore
+made for the pause's decisions, gateway/restored.py), applies the recorded decisions and the
+staged input, and starts a new segment. Each run has at most one at a time: it is won by a
+compare-and-swap pinned to the checkpoint version (`waiting_for_review -> running` in the very
+transaction that logs `run.resumed`; `suspended -> resuming`, or the recovery's `recovering`,
+before the restore), and it runs under the thread's lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from functools import partial
+from typing import Any
+
+import orjson
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.binding import binding_problem, by_call_id
+from gateway.errors import conflict
+from gateway.execution import Segment, storage_retry
+from gateway.protocol import EventType
+from gateway.run_context import RunContext
+from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
+from persistence.checkpoints import CheckpointRecord
+from persistence.direct import Direct
+from persistence.errors import StaleWrite
+from persistence.inputs import Disposition, InputRepository, PendingInput
+from persistence.leases import Lease, LeaseLost, LeaseRepository
+from persistence.runs import RunRecord, RunRepository, RunStatus
+from persistence.sessions import SessionMarks
+
+log = logging.getLogger(__name__)
+
+# What a continuation after decisions applies: the pause's approvals and the run's staged input.
+PauseInputs = tuple[list[ApprovalRecord], list[PendingInput]]
+
+RESUMABLE_FROM = (RunStatus.WAITING_FOR_REVIEW,)
+# Where a continuation that already won its compare-and-swap (a resume, a recovery) starts.
+CONTINUING = (RunStatus.RESUMING, RunStatus.RECOVERING)
+
+
+class Continuer:
+    def __init__(self, ctx: RunContext) -> None:
+        self._ctx = ctx
+
+    async def continue_when_decided(self, run: RunRecord, known: PauseInputs | None = None) -> None:
+        """`known`: the pause's approvals and staged input as the decision's own transaction
+        read them (after its write, so the last of concurrent deciders sees every decision);
+        a retry reads them again."""
+
+        async def attempt() -> None:
+            nonlocal known
+            inputs, known = known, None
+            async with self._ctx.lock(run.thread_id):
+                await self.maybe_continue(run, inputs)
+
+        # Let the decision's ack (queued by the caller right after this task was made) go out
+        # first: otherwise the continuation's restore and decisions, which need not wait for
+        # anything when `known` is given, would run before the socket's writer sends it.
+        await asyncio.sleep(0)
+
+        try:
+            await storage_retry(attempt)
+        except Exception:
+            # The run stays waiting_for_review with every decision recorded; the next start
+            # (or the next decision) retries the continuation.
+            log.error("continuing run %s after its decisions failed", run.run_id, exc_info=True)
+
+    async def maybe_continue(self, run: RunRecord, known: PauseInputs | None = None) -> None:
+        """Start the continuation once every approval of the pause is decided (exactly once).
+
+        One transaction moves the run from `waiting_for_review` (at this checkpoint version)
+        straight to `running` with `run.resumed`: the compare-and-swap that picks the single
+        continuation and the continuation's start are the same write, so a failure anywhere
+        before it leaves the run waiting with its decisions, to be continued again.
+        """
+        ctx = self._ctx
+        version = run.checkpoint_version
+        if known is None:
+            known = await ctx.read(
+                partial(pause_inputs_direct, run), partial(self._pause_inputs, run)
+            )
+        approvals, staged = known
+        if any(a.status is ApprovalStatus.PENDING for a in approvals):
+            return
+        try:
+            await self.continue_run(
+                run,
+                approvals,
+                EventType.RUN_RESUMED,
+                expected=RESUMABLE_FROM,
+                pinned=version,
+                staged=staged,
+            )
+        except StaleWrite:
+            return  # someone else won the compare-and-swap (or the run moved on)
+
+    async def _pause_inputs(self, run: RunRecord) -> PauseInputs:
+        approvals = await self._ctx.approvals.for_checkpoint(run.run_id, run.checkpoint_version)
+        return approvals, await self._staged(run)
+
+    async def _staged(self, run: RunRecord) -> list[PendingInput]:
+        return await self._ctx.inputs.open(
+            thread_id=run.thread_id, disposition=Disposition.STAGED, run_id=run.run_id
+        )
+
+    async def resume_suspended(self, run: RunRecord) -> bool:
+        """Continue a suspended run from its checkpoint (caller holds the thread lock)."""
+        ctx = self._ctx
+        if ctx.closing:
+            return False
+        if not await ctx.runs.transition(
+            run.run_id,
+            RunStatus.RESUMING,
+            expected=(RunStatus.SUSPENDED,),
+            checkpoint_version=run.checkpoint_version,
+        ):
+            return False
+        try:
+            await self.continue_run(run, [], EventType.RUN_RESUMED)
+        except Exception:
+            await ctx.runs.transition(
+                run.run_id, RunStatus.SUSPENDED, expected=(RunStatus.RESUMING,)
+            )
+            raise
+        return True
+
+    async def continue_run(
+        self,
+        run: RunRecord,
+        approvals: list[ApprovalRecord],
+        announce: EventType,
+        checkpoint: CheckpointRecord | None = None,
+        lease: Lease | None = None,
+        *,
+        expected: tuple[RunStatus, ...] = CONTINUING,
+        pinned: int | None = None,
+        staged: list[PendingInput] | None = None,
+    ) -> None:
+        """Restore the newest checkpoint, apply decisions and staged input, stream on.
+
+        The run moves from one of `expected` (at checkpoint version `pinned`, when given) to
+        `running` in the transaction that logs `announce`. Takes the run's lease (a paused run
+        has none) unless the caller already holds it. `staged`: the run's staged input, when
+        the caller read it already.
+        """
+        ctx = self._ctx
+        checkpoint = (
+            checkpoint
+            or ctx.restored.checkpoint(run.run_id, run.checkpoint_version)
+            or await ctx.checkpoints.latest(run.run_id)
+        )
+        if checkpoint is None:
+            raise conflict("the run has no checkpoint")
+        graph = ctx.graph_for_checkpoint(run, checkpoint)
+        agent = ctx.agent(graph)
+        # Usually restored already, for the decisions' binding checks (gateway/restored.py).
+        state = await ctx.restored.take(checkpoint, graph)
+        by_call = by_call_id(state.get_interruptions())
+        known_calls: dict[str, str] = {}
+        # Approved, but not for the call as it stands in the checkpoint: never applied.
+        unbound: list[str] = []
+        for approval in approvals:
+            item = by_call.get(approval.call_id)
+            if item is None:
+                continue
+            known_calls[approval.call_id] = approval.tool_name
+            if approval.status is ApprovalStatus.APPROVED:
+                problem = binding_problem(approval, item)
+                if problem is not None:
+                    # Left undecided, the call pauses the run again with a fresh approval.
+                    log.warning("approval %s not applied: %s", approval.approval_id, problem)
+                    unbound.append(approval.approval_id)
+                    continue
+                state.approve(item)
+            elif approval.status in (ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED):
+                # The reason is exactly what the model is told; without one the SDK's default.
+                # An expiry is a reject by the system, with the expiry as its reason.
+                if approval.reason:
+                    state.reject(item, rejection_message=approval.reason)
+                else:
+                    state.reject(item)
+        if staged is None:
+            staged = await self._staged(run)
+        for pending in staged:
+            state.add_input(pending.input)
+        data: dict[str, Any] = {"checkpoint_version": checkpoint.version}
+        staged_ids = [p.input_id for p in staged]
+        superseded: list[str] = []
+        run_id, thread_id, mark = run.run_id, run.thread_id, checkpoint.session_mark
+        unbound_reason = "not bound to its call: the checkpoint's call differs"
+
+        async def mark_running(conn: AsyncConnection) -> tuple[Lease, RunRecord]:
+            held = lease or await LeaseRepository.acquire_in(
+                conn, run_id, ctx.instance_id, ctx.lease_ttl_s
+            )
+            if held is None:
+                raise LeaseLost(run_id)  # another live process executes this run
+            moved = await RunRepository.transition_in(
+                conn, run_id, RunStatus.RUNNING, expected=expected, checkpoint_version=pinned
+            )
+            if not moved:
+                raise StaleWrite(run_id)
+            await InputRepository.consume_in(conn, staged_ids)
+            await ApprovalRepository.supersede_in(conn, unbound, reason=unbound_reason)
+            # Whatever is still pending belongs to a pause this continuation leaves behind
+            # (a recovery from a newer checkpoint): nobody can decide it any more.
+            superseded.extend(await ApprovalRepository.supersede_pending_in(conn, run_id))
+            # History written after the checkpoint belongs to a lost attempt (crash recovery).
+            await SessionMarks.trim_in(conn, thread_id, mark)
+            current = await RunRepository.get_in(conn, run_id)
+            assert current is not None
+            return held, current
+
+        def mark_running_direct(db: Direct) -> tuple[Lease, RunRecord]:
+            held = lease or LeaseRepository.acquire_direct(
+                db, run_id, ctx.instance_id, ctx.lease_ttl_s
+            )
+            if held is None:
+                raise LeaseLost(run_id)
+            if not RunRepository.transition_direct(
+                db, run_id, RunStatus.RUNNING, expected=expected, checkpoint_version=pinned
+            ):
+                raise StaleWrite(run_id)
+            InputRepository.consume_direct(db, staged_ids)
+            ApprovalRepository.supersede_direct(db, unbound, reason=unbound_reason)
+            superseded.extend(ApprovalRepository.supersede_pending_direct(db, run_id))
+            SessionMarks.trim_direct(db, thread_id, mark)
+            current = RunRepository.get_direct(db, run_id)
+            assert current is not None
+            return held, current
+
+        (held, current), _ = await ctx.log.commit(
+            [ctx.log.new_event(run.thread_id, run.run_id, announce, data, lease)],
+            mark_running,
+            mark_running_direct,
+        )
+        if superseded:
+            ctx.bus.publish_inbox(run.tenant, removed=superseded)
+        logged: frozenset[str] = frozenset()
+        if announce is EventType.RUN_RECOVERED:
+            outputs = await ctx.events.for_run(run.run_id, (EventType.TOOL_OUTPUT,))
+            logged = frozenset(orjson.loads(e.data).get("call_id") for e in outputs)
+        ctx.launch(
+            Segment(
+                run=current,
+                graph=graph,
+                agent=agent,
+                start=state,
+                known_calls=known_calls,
+                logged_outputs=logged,
+                lease=held,
+            )
+        )
+
+
+async def pause_inputs_in(conn: AsyncConnection, run: RunRecord) -> PauseInputs:
+    """The approvals of the run's current pause and its staged input, in `conn`'s transaction."""
+    approvals = await ApprovalRepository.for_checkpoint_in(conn, run.run_id, run.checkpoint_version)
+    staged = await InputRepository.open_in(
+        conn, thread_id=run.thread_id, disposition=Disposition.STAGED, run_id=run.run_id
+    )
+    return approvals, staged
+
+
+def pause_inputs_direct(run: RunRecord, db: Direct) -> PauseInputs:
+    """`pause_inputs_in` on the direct path."""
+    approvals = ApprovalRepository.for_checkpoint_direct(db, run.run_id, run.checkpoint_version)
+    staged = InputRepository.open_direct(
+        db, thread_id=run.thread_id, disposition=Disposition.STAGED, run_id=run.run_id
+    )
+    return approvals, staged

@@ -1,0 +1,206 @@
+"""Taking over runs whose process is gone: start-up recovery and the lease scan.
+
+At start-up, and then every half lease TTL, each run left active that no live process holds
+(its lease is free, expired, or this instance's own from before a restart) is moved to
+`recovering`, its open messages are aborted, and it continues from its newest checkpoint, or
+restarts from its input without one. Pauses whose decisions were all recorded but whose
+continuation never started are continued too; at start-up, so are runs suspended by a graceful
+shutdown. docs/architecture.md "Shutdown and crash recovery" lists the steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import orjson
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.continuation import Continuer
+from gateway.execution import Segment
+from gateway.protocol import EventType
+from gateway.registry import GraphMismatchError
+from gateway.run_context import RunContext
+from persistence.db import utcnow
+from persistence.errors import StaleWrite
+from persistence.events import NewEvent
+from persistence.leases import Lease
+from persistence.runs import RunRecord, RunRepository, RunStatus
+
+log = logging.getLogger(__name__)
+
+
+class Recovery:
+    def __init__(self, ctx: RunContext, continuer: Continuer) -> None:
+        self._ctx = ctx
+        self._continuer = continuer
+
+    async def recover(self, *, startup: bool = True) -> int:
+        """Take over runs whose process is gone (lease free or expired).
+
+        At start-up also continue pauses whose decisions were all recorded before a crash,
+        and runs suspended by a graceful shutdown.
+        """
+        ctx = self._ctx
+        recovered = 0
+        for run in await ctx.runs.with_status(
+            (RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.RECOVERING)
+        ):
+            if run.run_id in ctx.executions:
+                continue
+            if (
+                not startup
+                and run.status is RunStatus.RESUMING
+                and (utcnow() - run.updated_at).total_seconds() < ctx.lease_ttl_s
+            ):
+                continue  # a continuation that some process is starting right now
+            try:
+                recovered += await self._recover_one(run)
+            except Exception:
+                log.error("recovery of run %s failed", run.run_id, exc_info=True)
+        waiting = (
+            await ctx.runs.with_status((RunStatus.WAITING_FOR_REVIEW,))
+            if startup
+            else await ctx.runs.decided_but_waiting()
+        )
+        for run in waiting:
+            try:
+                async with ctx.lock(run.thread_id):
+                    await self._continuer.maybe_continue(run)
+            except Exception:
+                log.error("resuming decided run %s failed", run.run_id, exc_info=True)
+        if not startup:
+            return recovered
+        for run in await ctx.runs.with_status((RunStatus.SUSPENDED,)):
+            checkpoint = await ctx.checkpoints.latest(run.run_id)
+            if checkpoint is None or checkpoint.reason != "shutdown":
+                continue  # suspended for lack of watchers: a watcher continues it
+            try:
+                async with ctx.lock(run.thread_id):
+                    if await self._continuer.resume_suspended(run):
+                        recovered += 1
+            except Exception:
+                log.error("continuing run %s after shutdown failed", run.run_id, exc_info=True)
+        return recovered
+
+    def start(self) -> None:
+        """Recover in the background, then keep taking over runs whose lease expired.
+
+        In the background so the gateway listens at once: with many interrupted runs, recovery
+        takes a while, and clients can connect (and catch up by cursor) meanwhile.
+        """
+
+        async def loop() -> None:
+            try:
+                recovered = await self.recover()
+            except Exception:
+                log.error("recovery at start-up failed", exc_info=True)
+            else:
+                if recovered:
+                    log.info("recovered %d run(s) left active by a previous process", recovered)
+            while not self._ctx.closing:
+                await asyncio.sleep(self._ctx.lease_ttl_s / 2)
+                try:
+                    taken = await self.recover(startup=False)
+                except Exception:
+                    log.warning("lease scan failed", exc_info=True)
+                    continue
+                if taken:
+                    log.info("took over %d run(s) whose lease had expired", taken)
+
+        self._ctx.spawn(loop(), name="recovery")
+
+    async def _recover_one(self, run: RunRecord) -> bool:
+        """Take over a run whose process is gone; False when a live process still holds it."""
+        ctx = self._ctx
+        async with ctx.lock(run.thread_id):
+            if run.run_id in ctx.executions:
+                return False  # recovered meanwhile (start-up and the lease scan overlap)
+            lease = await ctx.leases.acquire(run.run_id, ctx.instance_id, ctx.lease_ttl_s)
+            if lease is None:
+                return False
+
+            async def mark_recovering(conn: AsyncConnection) -> None:
+                if not await RunRepository.transition_in(
+                    conn,
+                    run.run_id,
+                    RunStatus.RECOVERING,
+                    expected=(RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.RECOVERING),
+                ):
+                    raise StaleWrite(run.run_id)
+
+            try:
+                await ctx.log.commit(await self._abort_open_messages(run, lease), mark_recovering)
+            except StaleWrite:
+                return False
+            checkpoint = await ctx.checkpoints.latest(run.run_id)
+            if checkpoint is not None:
+                approvals = await ctx.approvals.for_checkpoint(run.run_id, checkpoint.version)
+                await self._continuer.continue_run(
+                    run, approvals, EventType.RUN_RECOVERED, checkpoint, lease
+                )
+                return True
+            graph = ctx.graph(run.agent)
+            if not graph.accepts(run.graph_version):
+                raise GraphMismatchError(graph.name, run.graph_version, graph.version)
+            await ctx.sessions.trim(run.thread_id, run.session_mark)
+
+            async def mark_running(conn: AsyncConnection) -> None:
+                if not await RunRepository.transition_in(
+                    conn, run.run_id, RunStatus.RUNNING, expected=(RunStatus.RECOVERING,)
+                ):
+                    raise StaleWrite(run.run_id)
+
+            await ctx.log.commit(
+                [
+                    ctx.log.new_event(
+                        run.thread_id,
+                        run.run_id,
+                        EventType.RUN_RECOVERED,
+                        {"checkpoint_version": None},
+                        lease,
+                    )
+                ],
+                mark_running,
+            )
+            current = await ctx.runs.get(run.run_id) or run
+            context = graph.make_context() if graph.make_context else None
+            ctx.launch(
+                Segment(
+                    run=current,
+                    graph=graph,
+                    agent=ctx.agent(graph),
+                    start=run.input,
+                    context=context,
+                    lease=lease,
+                )
+            )
+            return True
+
+    async def _abort_open_messages(self, run: RunRecord, lease: Lease) -> list[NewEvent]:
+        """`message.aborted` for every message of the run that started and never ended."""
+        records = await self._ctx.events.for_run(
+            run.run_id,
+            (
+                EventType.MESSAGE_STARTED,
+                EventType.MESSAGE_COMPLETED,
+                EventType.MESSAGE_ABORTED,
+            ),
+        )
+        open_ids: dict[str, None] = {}
+        for record in records:
+            message_id = orjson.loads(record.data).get("message_id")
+            if record.type == EventType.MESSAGE_STARTED:
+                open_ids[message_id] = None
+            else:
+                open_ids.pop(message_id, None)
+        return [
+            self._ctx.log.new_event(
+                run.thread_id,
+                run.run_id,
+                EventType.MESSAGE_ABORTED,
+                {"message_id": message_id, "reason": "gateway_restart"},
+                lease,
+            )
+            for message_id in open_ids
+        ]

@@ -1,0 +1,212 @@
+"""What the parts that handle runs share within one process.
+
+The run lifecycle (gateway/runs.py), decisions (gateway/decisions.py), continuations
+(gateway/continuation.py), recovery (gateway/recovery.py) and the views (gateway/views.py) all
+work on the same runs. They hold one `RunContext`, created by `RunManager`, so that they take
+the same per-thread locks (which serialise this process's decisions about one thread: start,
+input, decide, cancel, finish, recover), see the same set of runs this process streams, and
+leave their background tasks where a graceful stop finds them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.auth import AccessDenied, Principal, ThreadRef
+from gateway.bus import EventBus
+from gateway.errors import GRAPH_MISMATCH, GatewayError, not_found
+from gateway.eventlog import EventLog
+from gateway.execution import Execution, Segment, SegmentRunner
+from gateway.protocol import ErrorCode
+from gateway.registry import AgentGraph, AgentRegistry, GraphMismatchError, UnknownAgentError
+from gateway.restored import RestoredStates
+from persistence.approvals import ApprovalRecord, ApprovalRepository
+from persistence.checkpoints import CheckpointRecord, CheckpointRepository
+from persistence.direct import Direct
+from persistence.events import EventRepository, direct_store
+from persistence.inputs import InputRepository
+from persistence.leases import LeaseRepository
+from persistence.runs import RunRecord, RunRepository
+from persistence.sessions import SessionMarks
+from persistence.threads import ThreadRecord, ThreadRepository
+
+T = TypeVar("T")
+
+
+def thread_ref(thread: ThreadRecord) -> ThreadRef:
+    return ThreadRef(tenant=thread.tenant, owner=thread.owner)
+
+
+def denied(exc: AccessDenied) -> GatewayError:
+    return GatewayError(exc.code, exc.message)
+
+
+class RunContext:
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        log: EventLog,
+        bus: EventBus,
+        registry: AgentRegistry,
+        segments: SegmentRunner,
+        instance_id: str,
+        lease_ttl_s: float,
+    ) -> None:
+        self.engine = engine
+        self.log = log
+        self.bus = bus
+        self.registry = registry
+        self.instance_id = instance_id
+        self.lease_ttl_s = lease_ttl_s
+        # The hot reads take the event log's direct SQLite path when there is one.
+        store = log.store
+        self.threads = ThreadRepository(engine, store)
+        self.runs = RunRepository(engine, store)
+        self.approvals = ApprovalRepository(engine, store)
+        self.checkpoints = CheckpointRepository(engine, store)
+        self.inputs = InputRepository(engine, store)
+        self.events = EventRepository(engine)
+        self.sessions = SessionMarks(engine, store)
+        self.leases = LeaseRepository(engine)
+        # Set by a graceful stop: nothing new starts or continues, and the loops end.
+        self.closing = False
+        self.executions: dict[str, Execution] = {}
+        self.background: set[asyncio.Task[Any]] = set()
+        self._segments = segments
+        self._agents: dict[tuple[str, str, int], Any] = {}
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        # Checkpoints restored once for a pause's decisions and its continuation.
+        self.restored = RestoredStates(self.agent, self.spawn)
+
+    def lock(self, thread_id: str) -> asyncio.Lock:
+        lock = self._locks.get(thread_id)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[thread_id] = lock
+        return lock
+
+    def spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=name)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+        return task
+
+    # -- graphs --------------------------------------------------------------------------
+
+    def agent(self, graph: AgentGraph) -> Any:
+        """One built agent per graph version, reused by every run and restore.
+
+        SDK agents hold no per-run state, and building one (tool schemas, nested agents) costs
+        more than restoring a checkpoint, so it is done once, not on every decision.
+        """
+        key = (graph.name, graph.version, id(graph))
+        agent = self._agents.get(key)
+        if agent is None:
+            agent = self._agents[key] = graph.build()
+        return agent
+
+    def graph(self, name: str | None) -> AgentGraph:
+        try:
+            return self.registry.get(name)
+        except UnknownAgentError as exc:
+            raise GatewayError(ErrorCode.BAD_REQUEST, str(exc)) from None
+
+    def graph_for_checkpoint(self, run: RunRecord, checkpoint: CheckpointRecord) -> AgentGraph:
+        graph = self.graph(run.agent)
+        try:
+            graph.check_version(checkpoint.graph_version)
+        except GraphMismatchError as exc:
+            raise GatewayError(GRAPH_MISMATCH, str(exc)) from None
+        return graph
+
+    # -- the caller's threads and runs ---------------------------------------------------
+
+    async def thread_for(self, principal: Principal, thread_id: str) -> ThreadRecord:
+        thread = await self.threads.get(thread_id)
+        if thread is None or thread.tenant != principal.tenant:
+            raise not_found("thread not found")
+        return thread
+
+    async def run_for(self, principal: Principal, run_id: str) -> tuple[RunRecord, ThreadRecord]:
+        run, thread = await self.read(
+            partial(_run_and_thread, run_id), partial(self._run_and_thread, run_id)
+        )
+        return _owned(principal, run, thread)
+
+    async def approval_for(
+        self, principal: Principal, approval_id: str
+    ) -> tuple[ApprovalRecord, RunRecord, ThreadRecord]:
+        """The caller's approval with its run and thread (else `not_found`), read together."""
+
+        def direct(
+            db: Direct,
+        ) -> tuple[ApprovalRecord | None, RunRecord | None, ThreadRecord | None]:
+            approval = ApprovalRepository.get_direct(db, approval_id)
+            if approval is None:
+                return None, None, None
+            return approval, *_run_and_thread(approval.run_id, db)
+
+        async def engine() -> tuple[ApprovalRecord | None, RunRecord | None, ThreadRecord | None]:
+            approval = await self.approvals.get(approval_id)
+            if approval is None:
+                return None, None, None
+            return approval, *await self._run_and_thread(approval.run_id)
+
+        approval, run, thread = await self.read(direct, engine)
+        if approval is None or approval.tenant != principal.tenant:
+            raise not_found("approval not found")
+        return approval, *_owned(principal, run, thread)
+
+    async def read(self, direct: Callable[[Direct], T], engine: Callable[[], Awaitable[T]]) -> T:
+        """Reads that belong together: in one hop on the direct SQLite path when it is in use
+        (`direct`), else through the repositories (`engine`)."""
+        store = direct_store(self.log.store)
+        return await store.query(direct) if store is not None else await engine()
+
+    async def _run_and_thread(self, run_id: str) -> tuple[RunRecord | None, ThreadRecord | None]:
+        run = await self.runs.get(run_id)
+        return run, await self.threads.get(run.thread_id) if run is not None else None
+
+    # -- the runs this process streams ---------------------------------------------------
+
+    def is_executing(self, run_id: str) -> bool:
+        return run_id in self.executions
+
+    def launch(self, segment: Segment) -> None:
+        run = segment.run
+        execution = Execution(
+            run_id=run.run_id, thread_id=run.thread_id, on_disconnect=run.on_disconnect
+        )
+        self.executions[run.run_id] = execution
+
+        async def body() -> None:
+            try:
+                await self._segments.drive(segment, execution)
+            finally:
+                if self.executions.get(run.run_id) is execution:
+                    del self.executions[run.run_id]
+
+        execution.task = self.spawn(body(), name=f"run-{run.run_id}")
+
+
+def _run_and_thread(run_id: str, db: Direct) -> tuple[RunRecord | None, ThreadRecord | None]:
+    run = RunRepository.get_direct(db, run_id)
+    return run, ThreadRepository.get_direct(db, run.thread_id) if run is not None else None
+
+
+def _owned(
+    principal: Principal, run: RunRecord | None, thread: ThreadRecord | None
+) -> tuple[RunRecord, ThreadRecord]:
+    """`run_for`'s answer: the run and its thread, `not_found` outside the caller's tenant."""
+    if run is None or run.tenant != principal.tenant:
+        raise not_found("run not found")
+    if thread is None or thread.tenant != principal.tenant:
+        raise not_found("thread not found")
+    return run, thread

@@ -1,0 +1,236 @@
+"""The run lifecycle's fast paths, end to end: a run start delivered without reading anything
+back, one restore per pause shared by its decisions and continuation, the continuation won and
+started in one transaction, the session mark of a pause read where it is stored, and the
+engine path (taken while statements are observed) behaving like the direct one."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents.run_state import RunState
+from sqlalchemy import event
+
+from gateway.execution import approval_view
+from gateway.registry import AgentRegistry
+from persistence.approvals import ApprovalRepository
+from persistence.db import create_engine
+from tests.support.agents import EffectLog
+from tests.support.approvals import http_decide, requester_and_reviewer
+from tests.support.client import Client, clients, final_text
+from tests.support.faults import faulty_gateway
+from tests.support.gated import gated_graph
+from tests.support.gateway import test_settings as settings_for
+from tests.support.sqlite_file import sql
+
+
+def registry(effects: EffectLog, calls: int = 1) -> AgentRegistry:
+    graph = gated_graph(effects, calls=calls)
+    return AgentRegistry([graph], default=graph.name)
+
+
+async def pause(client: Client, text: str, thread_id: str | None = None) -> dict[str, Any]:
+    """Start a run (on a new thread unless given) and wait until it pauses; its ack."""
+    fields = {"input": text} | ({"thread_id": thread_id} if thread_id else {})
+    ack = await client.request("run.start", **fields)
+    await client.wait_for(
+        lambda f: f.get("event") == "run.paused" and f.get("run_id") == ack["run_id"]
+    )
+    return ack
+
+
+def requested(client: Client, run_id: str) -> list[dict[str, Any]]:
+    return [
+        e["data"]
+        for e in client.events
+        if e["event"] == "approval.requested" and e["run_id"] == run_id
+    ]
+
+
+async def completed(client: Client, run_id: str) -> None:
+    await client.wait_for(lambda f: f.get("event") == "run.completed" and f.get("run_id") == run_id)
+
+
+def kinds(client: Client, thread_id: str) -> list[str]:
+    # Deltas merge by timing; every other event is the same on any path.
+    return [e["event"] for e in client.events_of(thread_id) if e["event"] != "message.delta"]
+
+
+class Restores:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        original = RunState.from_string
+
+        async def counting(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return await original(*args, **kwargs)
+
+        monkeypatch.setattr(RunState, "from_string", counting)
+
+
+async def test_a_run_start_answers_ack_subscribed_then_its_first_event(
+    gateway_factory: Any,
+) -> None:
+    async with gateway_factory(registry(EffectLog())) as gw, clients(gw) as connect:
+        alice = await connect("alice", "user")
+        ack = await alice.request("run.start", input="pay 1")
+        await alice.wait_event("run.started")
+        frames = [f for f in alice.frames if f.get("type") in ("ack", "subscribed", "event")]
+        assert [f["type"] for f in frames[:3]] == ["ack", "subscribed", "event"]
+        subscribed, started = frames[1], frames[2]
+        assert subscribed["thread_id"] == ack["thread_id"]
+        assert started["event"] == "run.started" and started["seq"] == 1
+        assert subscribed["head_seq"] == started["seq"]
+        # The epoch announced is the thread's own.
+        epoch = sql(gw_db(gw), "SELECT epoch FROM threads WHERE thread_id = ?", (ack["thread_id"],))
+        assert subscribed["epoch"] == epoch[0][0]
+
+
+def gw_db(gw: Any) -> Path:
+    return Path(gw.settings.database_url.split("///", 1)[1])
+
+
+async def test_a_pause_is_restored_once_for_all_its_decisions_and_its_continuation(
+    gateway_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    restores = Restores(monkeypatch)
+    effects = EffectLog()
+    async with requester_and_reviewer(gateway_factory, registry(effects, calls=2)) as (
+        _,
+        alice,
+        bob,
+    ):
+        ack = await pause(alice, "pay twice")
+        first, second = requested(alice, ack["run_id"])
+        await bob.request("approval.decide", approval_id=first["approval_id"], decision="approve")
+        await bob.request("approval.decide", approval_id=second["approval_id"], decision="reject")
+        await completed(alice, ack["run_id"])
+    assert restores.count == 1
+    assert effects.count("charge") == 1
+
+
+async def test_concurrent_last_decisions_continue_the_run_exactly_once(
+    gateway_factory: Any,
+) -> None:
+    effects = EffectLog()
+    async with requester_and_reviewer(gateway_factory, registry(effects, calls=2)) as (
+        gw,
+        alice,
+        bob,
+    ):
+        ack = await pause(alice, "pay twice")
+        first, second = requested(alice, ack["run_id"])
+        token = gw.token("carol", "reviewer")
+        ws, http = await asyncio.gather(
+            bob.request("approval.decide", approval_id=first["approval_id"], decision="approve"),
+            http_decide(gw, token, second["approval_id"]),
+        )
+        assert ws["approval"]["status"] == "approved" and http.status_code == 200
+        await completed(alice, ack["run_id"])
+        names = kinds(alice, ack["thread_id"])
+        assert names.count("run.resumed") == 1
+        assert names.count("approval.decided") == 2
+        assert effects.count("charge") == 2
+        seqs = [e["seq"] for e in alice.events_of(ack["thread_id"])]
+        assert seqs == list(range(1, len(seqs) + 1))
+
+
+async def test_the_decision_ack_shows_the_row_as_stored(
+    gateway_factory: Any, db_path: Path
+) -> None:
+    async with requester_and_reviewer(gateway_factory, registry(EffectLog())) as (_, alice, bob):
+        ack = await pause(alice, "pay 3")
+        (shown,) = requested(alice, ack["run_id"])
+        decided = await bob.request(
+            "approval.decide", approval_id=shown["approval_id"], decision="reject", reason="no"
+        )
+    engine = create_engine(f"sqlite+aiosqlite:///{db_path}")
+    try:
+        stored = await ApprovalRepository(engine).get(shown["approval_id"])
+    finally:
+        await engine.dispose()
+    assert stored is not None
+    assert decided["approval"] == approval_view(stored)
+    assert (stored.status.value, stored.reviewer, stored.reason) == ("rejected", "bob", "no")
+
+
+async def test_a_pause_stores_the_session_mark_it_was_taken_at(
+    gateway_factory: Any, db_path: Path
+) -> None:
+    async with requester_and_reviewer(gateway_factory, registry(EffectLog())) as (_, alice, bob):
+        first = await pause(alice, "pay 1")
+        (shown,) = requested(alice, first["run_id"])
+        await bob.request("approval.decide", approval_id=shown["approval_id"], decision="approve")
+        await completed(alice, first["run_id"])
+        history = sql(db_path, "SELECT COUNT(*) FROM agent_messages")[0][0]
+
+        second = await pause(alice, "pay 2", thread_id=first["thread_id"])
+        mark = sql(
+            db_path,
+            "SELECT session_mark FROM checkpoints WHERE run_id = ? AND reason = 'approval'",
+            (second["run_id"],),
+        )[0][0]
+        head = sql(
+            db_path,
+            "SELECT MAX(id) FROM agent_messages WHERE session_id = ?",
+            (first["thread_id"],),
+        )[0][0]
+        assert mark == head > 0
+        (shown,) = requested(alice, second["run_id"])
+        await bob.request("approval.decide", approval_id=shown["approval_id"], decision="approve")
+        await completed(alice, second["run_id"])
+        # The continuation trimmed nothing: the first run's history is all still there.
+        assert sql(db_path, "SELECT COUNT(*) FROM agent_messages")[0][0] > history
+
+
+async def test_the_engine_path_runs_the_same_lifecycle(
+    gateway_factory: Any, db_path: Path, tmp_path: Path
+) -> None:
+    """With a statement observer installed (as SQL tracing or the tests' storage faults do)
+    every write and read goes through SQLAlchemy; the run looks the same to its client."""
+
+    async def lifecycle(alice: Client, bob: Client) -> tuple[list[str], str]:
+        ack = await pause(alice, "pay 5")
+        (shown,) = requested(alice, ack["run_id"])
+        await bob.request("approval.decide", approval_id=shown["approval_id"], decision="approve")
+        await completed(alice, ack["run_id"])
+        again = await pause(alice, "pay 6", thread_id=ack["thread_id"])
+        (shown,) = requested(alice, again["run_id"])
+        await bob.request("approval.decide", approval_id=shown["approval_id"], decision="reject")
+        await completed(alice, again["run_id"])
+        return kinds(alice, ack["thread_id"]), final_text(alice.events, again["run_id"])
+
+    effects = EffectLog()
+    async with requester_and_reviewer(gateway_factory, registry(effects)) as (_, alice, bob):
+        direct = await lifecycle(alice, bob)
+
+    observed = tmp_path / "observed.db"
+    async with (
+        faulty_gateway(settings_for(observed), registry(effects)) as fg,
+        clients(fg.gateway) as connect,
+    ):
+        statements: list[str] = []
+
+        def observe(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            statements.append(statement)
+
+        engine = fg.services.engine.sync_engine
+        event.listen(engine, "before_cursor_execute", observe)
+        try:
+            alice, bob = await connect("alice", "user"), await connect("bob", "reviewer")
+            assert await lifecycle(alice, bob) == direct
+        finally:
+            event.remove(engine, "before_cursor_execute", observe)
+        assert fg.faults.hits == 0  # observed, never failed
+    for written in (
+        "INSERT INTO checkpoints",
+        "INSERT INTO approvals",
+        "INSERT INTO agent_messages",
+    ):
+        assert any(s.startswith(written) for s in statements), written
+    tables = "SELECT COUNT(*) FROM {} "
+    for table in ("runs", "checkpoints", "approvals", "events", "audit", "agent_messages"):
+        assert sql(observed, tables.format(table)) == sql(db_path, tables.format(table)), table
+    assert effects.count("charge") == 2
