@@ -3,19 +3,21 @@
 A continuation restores the checkpoint against the registered graph (or takes the restore
 made for the pause's decisions, gateway/restored.py), applies the recorded decisions and the
 staged input, and starts a new segment. Each run has at most one at a time: it is won by a
-compare-and-swap pinned to the checkpoint version (`waiting_for_review -> running` in the very
-transaction that logs `run.resumed`; `suspended -> resuming`, or the recovery's `recovering`,
-before the restore), and it runs under the thread's lock.
+compare-and-swap pinned to the checkpoint version (`waiting_for_review -> resuming`,
+`suspended -> resuming`, or the recovery's `recovering`), and it runs under the thread's lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import orjson
+from agents.items import ToolApprovalItem
+from agents.run_state import RunState
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.binding import binding_problem, by_call_id
@@ -38,7 +40,9 @@ log = logging.getLogger(__name__)
 PauseInputs = tuple[list[ApprovalRecord], list[PendingInput]]
 
 RESUMABLE_FROM = (RunStatus.WAITING_FOR_REVIEW,)
-# Where a continuation that already won its compare-and-swap (a resume, a recovery) starts.
+# Decisions a continuation applies to its call (superseded ones leave the call to ask again).
+APPLIED = (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED)
+# Where a continuation starts, having won its compare-and-swap (or taken over a lost run).
 CONTINUING = (RunStatus.RESUMING, RunStatus.RECOVERING)
 
 
@@ -70,15 +74,8 @@ class Continuer:
             log.error("continuing run %s after its decisions failed", run.run_id, exc_info=True)
 
     async def maybe_continue(self, run: RunRecord, known: PauseInputs | None = None) -> None:
-        """Start the continuation once every approval of the pause is decided (exactly once).
-
-        One transaction moves the run from `waiting_for_review` (at this checkpoint version)
-        straight to `running` with `run.resumed`: the compare-and-swap that picks the single
-        continuation and the continuation's start are the same write, so a failure anywhere
-        before it leaves the run waiting with its decisions, to be continued again.
-        """
+        """Start the continuation once every approval of the pause is decided (exactly once)."""
         ctx = self._ctx
-        version = run.checkpoint_version
         if known is None:
             known = await ctx.read(
                 partial(pause_inputs_direct, run), partial(self._pause_inputs, run)
@@ -86,17 +83,21 @@ class Continuer:
         approvals, staged = known
         if any(a.status is ApprovalStatus.PENDING for a in approvals):
             return
+        if not await ctx.runs.transition(
+            run.run_id,
+            RunStatus.RESUMING,
+            expected=RESUMABLE_FROM,
+            checkpoint_version=run.checkpoint_version,
+        ):
+            return  # someone else won the compare-and-swap
         try:
-            await self.continue_run(
-                run,
-                approvals,
-                EventType.RUN_RESUMED,
-                expected=RESUMABLE_FROM,
-                pinned=version,
-                staged=staged,
+            await self.continue_run(run, approvals, EventType.RUN_RESUMED, staged=staged)
+        except Exception:
+            # Put the run back so the decision is not lost; it can be retried or recovered.
+            await ctx.runs.transition(
+                run.run_id, RunStatus.WAITING_FOR_REVIEW, expected=(RunStatus.RESUMING,)
             )
-        except StaleWrite:
-            return  # someone else won the compare-and-swap (or the run moved on)
+            raise
 
     async def _pause_inputs(self, run: RunRecord) -> PauseInputs:
         approvals = await self._ctx.approvals.for_checkpoint(run.run_id, run.checkpoint_version)
@@ -136,16 +137,13 @@ class Continuer:
         checkpoint: CheckpointRecord | None = None,
         lease: Lease | None = None,
         *,
-        expected: tuple[RunStatus, ...] = CONTINUING,
-        pinned: int | None = None,
         staged: list[PendingInput] | None = None,
     ) -> None:
         """Restore the newest checkpoint, apply decisions and staged input, stream on.
 
-        The run moves from one of `expected` (at checkpoint version `pinned`, when given) to
-        `running` in the transaction that logs `announce`. Takes the run's lease (a paused run
-        has none) unless the caller already holds it. `staged`: the run's staged input, when
-        the caller read it already.
+        The run moves from `resuming` or `recovering` to `running` in the transaction that logs
+        `announce`. Takes the run's lease (a paused run has none) unless the caller already
+        holds it. `staged`: the run's staged input, when the caller read it already.
         """
         ctx = self._ctx
         checkpoint = (
@@ -163,6 +161,7 @@ class Continuer:
         known_calls: dict[str, str] = {}
         # Approved, but not for the call as it stands in the checkpoint: never applied.
         unbound: list[str] = []
+        decided: list[tuple[ApprovalRecord, ToolApprovalItem]] = []
         for approval in approvals:
             item = by_call.get(approval.call_id)
             if item is None:
@@ -175,18 +174,18 @@ class Continuer:
                     log.warning("approval %s not applied: %s", approval.approval_id, problem)
                     unbound.append(approval.approval_id)
                     continue
-                state.approve(item)
-            elif approval.status in (ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED):
-                # The reason is exactly what the model is told; without one the SDK's default.
-                # An expiry is a reject by the system, with the expiry as its reason.
-                if approval.reason:
-                    state.reject(item, rejection_message=approval.reason)
-                else:
-                    state.reject(item)
+            if approval.status in APPLIED:
+                decided.append((approval, item))
         if staged is None:
             staged = await self._staged(run)
-        for pending in staged:
-            state.add_input(pending.input)
+        prepare: Callable[[], None] | None = partial(_apply, state, decided, staged)
+        if staged:
+            # The SDK may refuse input (SDK_NOTES "Pending input"): refused here, before
+            # anything is stored, the run stays as it was.
+            _apply(state, decided, staged)
+            prepare = None
+        # Decisions alone are never refused: the segment applies them as it starts, so
+        # `run.resumed` is stored and sent without waiting for them (it would, ~1 ms each).
         data: dict[str, Any] = {"checkpoint_version": checkpoint.version}
         staged_ids = [p.input_id for p in staged]
         superseded: list[str] = []
@@ -200,7 +199,7 @@ class Continuer:
             if held is None:
                 raise LeaseLost(run_id)  # another live process executes this run
             moved = await RunRepository.transition_in(
-                conn, run_id, RunStatus.RUNNING, expected=expected, checkpoint_version=pinned
+                conn, run_id, RunStatus.RUNNING, expected=CONTINUING
             )
             if not moved:
                 raise StaleWrite(run_id)
@@ -222,7 +221,7 @@ class Continuer:
             if held is None:
                 raise LeaseLost(run_id)
             if not RunRepository.transition_direct(
-                db, run_id, RunStatus.RUNNING, expected=expected, checkpoint_version=pinned
+                db, run_id, RunStatus.RUNNING, expected=CONTINUING
             ):
                 raise StaleWrite(run_id)
             InputRepository.consume_direct(db, staged_ids)
@@ -253,6 +252,7 @@ class Continuer:
                 known_calls=known_calls,
                 logged_outputs=logged,
                 lease=held,
+                prepare=prepare,
             )
         )
 
@@ -273,3 +273,22 @@ def pause_inputs_direct(run: RunRecord, db: Direct) -> PauseInputs:
         db, thread_id=run.thread_id, disposition=Disposition.STAGED, run_id=run.run_id
     )
     return approvals, staged
+
+
+def _apply(
+    state: RunState[Any, Any],
+    decided: list[tuple[ApprovalRecord, ToolApprovalItem]],
+    staged: list[PendingInput],
+) -> None:
+    """The recorded decisions, then the staged input, onto a restored state."""
+    for approval, item in decided:
+        if approval.status is ApprovalStatus.APPROVED:
+            state.approve(item)
+        # The reason is exactly what the model is told; without one the SDK's default.
+        # An expiry is a reject by the system, with the expiry as its reason.
+        elif approval.reason:
+            state.reject(item, rejection_message=approval.reason)
+        else:
+            state.reject(item)
+    for pending in staged:
+        state.add_input(pending.input)

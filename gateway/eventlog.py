@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -52,7 +53,12 @@ MAX_MERGED_DELTA_CHARS = 8192
 
 
 def event_ts(moment: datetime | None = None) -> str:
-    moment = moment or datetime.now(UTC)
+    if moment is None:
+        # Every event gets one: from the epoch seconds, about 3x cheaper than formatting a
+        # `datetime` (a story run stamps ~240 events).
+        now = time.time()
+        second = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(now))
+        return f"{second}{int(now * 1000) % 1000:03d}Z"
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
@@ -179,7 +185,12 @@ class EventLog:
             message_id, text = data["message_id"], data["delta"]
             if isinstance(message_id, str) and isinstance(text, str):
                 delta = (message_id, text)
-        await self._queue.put(_Plain(event, future, delta))
+        entry = _Plain(event, future, delta)
+        try:
+            # No coroutine per streamed event while the queue has room, as it usually has.
+            self._queue.put_nowait(entry)
+        except asyncio.QueueFull:
+            await self._queue.put(entry)
         return future
 
     async def commit(

@@ -72,6 +72,9 @@ class Segment:
     logged_outputs: frozenset[str] = frozenset()
     # This process's lease on the run: every write for the segment is fenced with it.
     lease: Lease | None = None
+    # In-memory work on `start` left to the segment (a continuation's decisions): done first,
+    # and if it fails the run fails like any run that raises.
+    prepare: Callable[[], None] | None = None
 
 
 @dataclass
@@ -189,6 +192,8 @@ class SegmentRunner:
             )
         )
         try:
+            if segment.prepare is not None:
+                segment.prepare()
             result = Runner.run_streamed(
                 segment.agent,
                 segment.start,

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from sqlalchemy import select, update
@@ -186,6 +187,19 @@ class RunRepository:
         error: dict[str, Any] | None = None,
     ) -> bool:
         """Compare-and-swap the status; True when this caller won."""
+        if (store := direct_store(self._store)) is not None:
+            moved, _ = await store.commit(
+                (),
+                partial(
+                    self.transition_direct,
+                    run_id=run_id,
+                    to=to,
+                    expected=expected,
+                    checkpoint_version=checkpoint_version,
+                    error=error,
+                ),
+            )
+            return bool(moved)
         async with transaction(self._engine) as conn:
             return await self.transition_in(
                 conn,

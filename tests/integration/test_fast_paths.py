@@ -1,7 +1,8 @@
 """The run lifecycle's fast paths, end to end: a run start delivered without reading anything
-back, one restore per pause shared by its decisions and continuation, the continuation won and
-started in one transaction, the session mark of a pause read where it is stored, and the
-engine path (taken while statements are observed) behaving like the direct one."""
+back, one restore per pause shared by its decisions and continuation, a single continuation
+started from what the deciding transactions read, decisions applied as the continuation's
+segment starts, the session mark of a pause read where it is stored, and the engine path
+(taken while statements are observed) behaving like the direct one."""
 
 from __future__ import annotations
 
@@ -234,3 +235,38 @@ async def test_the_engine_path_runs_the_same_lifecycle(
     for table in ("runs", "checkpoints", "approvals", "events", "audit", "agent_messages"):
         assert sql(observed, tables.format(table)) == sql(db_path, tables.format(table)), table
     assert effects.count("charge") == 2
+
+
+async def test_decisions_the_sdk_refuses_after_the_resume_fail_the_run(
+    gateway_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decisions are applied as the continuation's segment starts, after `run.resumed` is
+    stored: should the SDK refuse one there, the run fails like any run that raises (it is
+    never left running without a segment)."""
+
+    def refuse(self: RunState[Any, Any], *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("cannot approve")
+
+    effects = EffectLog()
+    async with requester_and_reviewer(gateway_factory, registry(effects)) as (gw, alice, bob):
+        ack = await pause(alice, "pay 7")
+        (shown,) = requested(alice, ack["run_id"])
+        monkeypatch.setattr(RunState, "approve", refuse)
+        await bob.request("approval.decide", approval_id=shown["approval_id"], decision="approve")
+        failed = await alice.wait_for(
+            lambda f: f.get("event") == "run.failed" and f.get("run_id") == ack["run_id"]
+        )
+        assert "cannot approve" in failed["data"]["error"]["message"]
+        names = kinds(alice, ack["thread_id"])
+        assert names[names.index("approval.decided") :] == [
+            "approval.decided",
+            "run.resumed",
+            "run.failed",
+        ]
+        async with gw.http() as http:
+            view = await http.get(
+                f"/v1/runs/{ack['run_id']}",
+                headers={"Authorization": f"Bearer {gw.token('alice', 'user')}"},
+            )
+        assert view.json()["run"]["status"] == "failed"
+    assert effects.count("charge") == 0
