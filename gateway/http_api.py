@@ -259,7 +259,11 @@ async def thread_events(request: Request, services: Services) -> Response:
     after_seq = int_param(request, "after_seq", 0, low=0, high=2**62)
     limit = int_param(request, "limit", 500, low=1, high=MAX_EVENTS_PAGE)
     events = await services.log.read(thread.thread_id, after_seq=after_seq, limit=limit)
+    # Read after the events, so head_seq covers them all. Retention may have cut the log in
+    # between: what it removed is not part of the answer (its truncated_seq and epoch are).
     current = await services.runs.threads.get(thread.thread_id) or thread
+    if current.truncated_seq:
+        events = [event for event in events if event.seq > current.truncated_seq]
     return Response(
         _events_body(events, current.head_seq, current.epoch, current.truncated_seq),
         media_type="application/json",

@@ -22,7 +22,9 @@ async def events_body(gw, thread_id: str) -> dict:
 async def test_retention_truncates_ended_runs_and_resets_old_cursors(
     gateway_factory, db_path
 ) -> None:
-    async with gateway_factory(retention_s=0.5, retention_sweep_s=0.2) as gw:
+    # Long enough that the log is read whole after the run ends even on a loaded machine,
+    # before the sweep truncates it.
+    async with gateway_factory(retention_s=3.0, retention_sweep_s=0.2) as gw:
         alice = await Client.connect(gw.ws_url, gw.token("alice"))
         bob = await Client.connect(gw.ws_url, gw.token("bob", "reviewer"))
         ack = await alice.request("run.start", input="refund order 3 for 4")
@@ -39,7 +41,7 @@ async def test_retention_truncates_ended_runs_and_resets_old_cursors(
         head, epoch = before["head_seq"], before["epoch"]
         assert before["truncated_seq"] == 0 and len(before["events"]) == head
 
-        for _ in range(100):  # the sweep runs every 0.2 s once the run is 0.5 s old
+        for _ in range(200):  # the sweep runs every 0.2 s once the run is 3 s old
             after = await events_body(gw, thread_id)
             if after["truncated_seq"]:
                 break

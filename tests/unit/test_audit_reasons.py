@@ -26,7 +26,9 @@ def signed(claims: dict[str, Any], key: str = SECRET) -> str:
 
 
 NOW = int(time.time())
-GOOD = {"sub": "alice", "tenant": "acme", "exp": NOW + 600}
+# The tokens are built when the module is collected, which can be many minutes before this
+# test runs in a full suite: a valid one must stay valid far longer than that.
+GOOD = {"sub": "alice", "tenant": "acme", "exp": NOW + 7 * 24 * 3600}
 
 
 @pytest.mark.parametrize(
