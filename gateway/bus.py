@@ -22,6 +22,9 @@ class EventBus:
         self._threads: dict[str, set[EventListener]] = {}
         self._inboxes: dict[str, set[InboxListener]] = {}
         self._watch_listeners: list[WatchListener] = []
+        # The newest seq published here per watched thread: the log watch wakes subscribers
+        # only for growth beyond it (events another process wrote).
+        self._published: dict[str, int] = {}
 
     def on_watchers_changed(self, listener: WatchListener) -> None:
         self._watch_listeners.append(listener)
@@ -42,6 +45,7 @@ class EventBus:
             listeners.discard(listener)
             if not listeners:
                 del self._threads[thread_id]
+                self._published.pop(thread_id, None)
             self._watchers_changed(thread_id)
 
         return unsubscribe
@@ -52,8 +56,17 @@ class EventBus:
     def publish(self, thread_id: str, events: Sequence[LoggedEvent]) -> None:
         """Hand committed events to the thread's listeners; an empty batch is a bare wake-up
         ("the log may have grown": listeners read it from the table)."""
-        for listener in list(self._threads.get(thread_id, ())):
+        listeners = self._threads.get(thread_id)
+        if not listeners:
+            return
+        if events:
+            self._published[thread_id] = max(self._published.get(thread_id, 0), events[-1].seq)
+        for listener in list(listeners):
             listener(events)
+
+    def published_head(self, thread_id: str) -> int:
+        """The newest seq of `thread_id` published here while it had listeners (0: none)."""
+        return self._published.get(thread_id, 0)
 
     def watched_threads(self) -> list[str]:
         return list(self._threads)

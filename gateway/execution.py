@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.binding import arguments_digest, interruption_arguments, interruption_tool_name
 from gateway.eventlog import EventLog
+from gateway.lease_keeper import LeaseKeeper
 from gateway.ledger import LedgerScope, current_scope
 from gateway.protocol import TOOL_NEEDS_RECONCILIATION, EventType, utc_ts
 from gateway.registry import AgentGraph
@@ -160,7 +161,7 @@ class SegmentRunner:
         # Told of every checkpoint stored for an approval, once it is durable (its decisions
         # will need it restored: gateway/restored.py).
         self._on_paused = on_paused
-        self._lease_ttl_s = lease_ttl_s
+        self._leases = LeaseKeeper(log, lease_ttl_s)
         # GATEWAY_APPROVAL_TTL_S: stamped on each approval as `expires_at` (0: approvals wait).
         self._approval_ttl_s = approval_ttl_s
         # The SDK's SQLAlchemySession adds a connect listener to the engine the first time one
@@ -183,7 +184,6 @@ class SegmentRunner:
             skip_outputs=set(segment.logged_outputs),
             sensitive=segment.graph.sensitive_arguments,
         )
-        renewer: asyncio.Task[None] | None = None
         scope = current_scope.set(
             LedgerScope(
                 scope=run.run_id,
@@ -204,7 +204,7 @@ class SegmentRunner:
             )
             execution.result = result
             if segment.lease is not None:
-                renewer = asyncio.create_task(self._keep_lease(segment.lease, execution))
+                self._leases.hold(segment.lease, partial(_stop_on_lost_lease, run, result))
             turn_state: str | None = None
             async for sdk_event in result.stream_events():
                 if _is_tool_output(sdk_event):
@@ -253,24 +253,13 @@ class SegmentRunner:
                 log.error("run %s failed", run.run_id, exc_info=True)
                 await self._fail(segment, translator, exc, execution.result)
         finally:
-            if renewer is not None:
-                renewer.cancel()
+            if segment.lease is not None:
+                self._leases.drop(segment.lease)
             current_scope.reset(scope)
             execution.done.set()
 
-    async def _keep_lease(self, lease: Lease, execution: Execution) -> None:
-        """Renew the run's lease while streaming; on losing it, stop at once (no more writes)."""
-        while True:
-            await asyncio.sleep(self._lease_ttl_s / 3)
-            try:
-                held = await LeaseRepository(self._engine).renew(lease, self._lease_ttl_s)
-            except StorageUnavailable:
-                continue  # fencing still protects the log; try again at the next tick
-            if not held:
-                log.warning("lost the lease of run %s; stopping its stream", lease.run_id)
-                if execution.result is not None:
-                    execution.result.cancel("immediate")
-                return
+    async def close(self) -> None:
+        await self._leases.close()
 
     def _serialize(self, segment: Segment, result: RunResultStreaming) -> str:
         state = result.to_state()
@@ -626,3 +615,10 @@ def _failure_message(exc: Exception) -> str:
         return f"{type(exc).__name__}: storage error"
     text = str(exc).strip() or type(exc).__name__
     return f"{type(exc).__name__}: {text[:300]}"
+
+
+def _stop_on_lost_lease(run: RunRecord, result: RunResultStreaming) -> None:
+    """Another process took the run over: stop streaming at once (no more writes)."""
+    if not result.is_complete:
+        log.warning("lost the lease of run %s; stopping its stream", run.run_id)
+        result.cancel("immediate")

@@ -64,6 +64,8 @@ class LogWatch:
             for thread_id, head in rows:
                 previous = self._heads.get(thread_id)
                 self._heads[thread_id] = int(head)
-                if previous is not None and int(head) > previous:
+                # Growth this process published itself reached its subscribers already.
+                seen = max(previous or 0, self._bus.published_head(thread_id))
+                if previous is not None and int(head) > seen:
                     # A bare wake-up: subscriptions already caught up ignore it cheaply.
                     self._bus.publish(thread_id, [])

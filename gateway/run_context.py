@@ -79,7 +79,7 @@ class RunContext:
         self.closing = False
         self.executions: dict[str, Execution] = {}
         self.background: set[asyncio.Task[Any]] = set()
-        self._segments = segments
+        self.segments = segments
         self._agents: dict[tuple[str, str, int], Any] = {}
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         # Checkpoints restored once for a pause's decisions and its continuation.
@@ -188,7 +188,7 @@ class RunContext:
 
         async def body() -> None:
             try:
-                await self._segments.drive(segment, execution)
+                await self.segments.drive(segment, execution)
             finally:
                 if self.executions.get(run.run_id) is execution:
                     del self.executions[run.run_id]

@@ -583,3 +583,4 @@ class RunManager:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._ctx.segments.close()

@@ -12,6 +12,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
@@ -22,7 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from persistence.db import transaction
 from persistence.direct import Codecs, Direct
 from persistence.errors import StorageUnavailable
-from persistence.leases import Lease, LeaseLost, holds
+from persistence.leases import Lease, LeaseLost, held_of, holds
+from persistence.sqlite_lane import BUSY_TIMEOUT_S, Lane, busy_retry
 from persistence.tables import events, threads
 
 T = TypeVar("T")
@@ -61,6 +63,10 @@ class EventRecord(NamedTuple):
     type: str
     ts: str
     data: str
+
+
+# Threads whose heads one statement bumps (two bound values each).
+HEADS_PER_STATEMENT = 400
 
 
 class ThreadMissing(LookupError):
@@ -187,16 +193,17 @@ class SqliteEventStore:
         self._path = path
         self._dispatch = engine.sync_engine.dispatch
         self._codecs = Codecs(engine.dialect)
-        # One thread per connection, so each is only ever used by the thread that opened it.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="event-appender")
-        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="event-reader")
-        self._querier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-reader")
+        # A connection each, used on the event loop's thread whenever it can be
+        # (persistence/sqlite_lane.py): a replay never holds up the next commit (WAL lets
+        # both run at once), and a decision's reads never wait behind a replay page.
+        self._writes = Lane("event-appender", self._open_writer)
+        self._reads = Lane("event-reader", self._open)
+        self._queries = Lane("store-reader", self._open)
+        # Always on a thread of its own: it syncs the file.
         self._checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wal-checkpoint")
-        self._conn: sqlite3.Connection | None = None
-        self._read_conn: sqlite3.Connection | None = None
-        self._query_conn: Direct | None = None
         self._checkpoint_conn: sqlite3.Connection | None = None
-        # Written by the writer's thread only (`_checkpointing` is cleared by the checkpointer).
+        # Written by whichever thread runs the writes (`_checkpointing` is cleared by the
+        # checkpointer).
         self._checkpoint_due = 0.0
         self._checkpointing = False
 
@@ -225,8 +232,7 @@ class SqliteEventStore:
 
         Returns the stored records (in batch order) and the leases that were lost.
         """
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._append, list(batch), leases)
+        return await self._writes.run(partial(self._append, list(batch), leases))
 
     async def commit(
         self, batch: Sequence[NewEvent], work: Callable[[Direct], T] | None
@@ -237,33 +243,30 @@ class SqliteEventStore:
         An exception from `work` rolls everything back and reaches the caller unchanged;
         an integrity error surfaces as SQLAlchemy's `IntegrityError`, as on the engine.
         """
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._commit, list(batch), work)
+        return await self._writes.run(partial(self._commit, list(batch), work))
 
     async def read(self, thread_id: str, *, after_seq: int, limit: int) -> list[EventRecord]:
         """Events of a thread after `after_seq`, in order, at most `limit` (as
         `EventRepository.read`)."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._reader, self._read, thread_id, after_seq, limit)
+        return await self._reads.run(partial(self._read, thread_id, after_seq, limit))
 
     async def query(self, work: Callable[[Direct], T]) -> T:
         """Run a repository's direct read (autocommit: each statement sees the newest commit)."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._querier, self._query, work)
+        return await self._queries.run(partial(self._query, work))
 
     async def close(self) -> None:
+        await self._writes.close()
+        await self._reads.close()
+        await self._queries.close()
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._close)
-        await loop.run_in_executor(self._reader, self._close_reader)
-        await loop.run_in_executor(self._querier, self._close_querier)
         await loop.run_in_executor(self._checkpointer, self._close_checkpointer)
-        self._executor.shutdown(wait=True)
-        self._reader.shutdown(wait=True)
-        self._querier.shutdown(wait=True)
         self._checkpointer.shutdown(wait=True)
 
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self._path, timeout=30, isolation_level=None)
+        # Not bound to one thread: a lane uses it inline or on its thread, never both at once.
+        conn = sqlite3.connect(
+            self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
         # The same pragmas as the engine's connections (persistence/db.py).
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
@@ -271,12 +274,10 @@ class SqliteEventStore:
         conn.execute("PRAGMA foreign_keys=ON")
         return conn
 
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            conn = self._open()
-            conn.execute(f"PRAGMA wal_autocheckpoint={WRITER_AUTOCHECKPOINT_PAGES}")
-            self._conn = conn
-        return self._conn
+    def _open_writer(self) -> sqlite3.Connection:
+        conn = self._open()
+        conn.execute(f"PRAGMA wal_autocheckpoint={WRITER_AUTOCHECKPOINT_PAGES}")
+        return conn
 
     def _close_checkpointer(self) -> None:
         if self._checkpoint_conn is not None:
@@ -284,7 +285,7 @@ class SqliteEventStore:
             self._checkpoint_conn = None
 
     def _maybe_checkpoint(self) -> None:
-        """After a commit (writer's thread): start a background checkpoint when one is due."""
+        """After a commit: start a background checkpoint when one is due."""
         now = time.monotonic()
         if self._checkpointing or now < self._checkpoint_due:
             return
@@ -305,59 +306,45 @@ class SqliteEventStore:
         finally:
             self._checkpointing = False
 
-    def _close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def _close_reader(self) -> None:
-        if self._read_conn is not None:
-            self._read_conn.close()
-            self._read_conn = None
-
-    def _close_querier(self) -> None:
-        if self._query_conn is not None:
-            self._query_conn.conn.close()
-            self._query_conn = None
-
-    def _read(self, thread_id: str, after_seq: int, limit: int) -> list[EventRecord]:
+    def _read(self, thread_id: str, after_seq: int, limit: int, wait: bool) -> list[EventRecord]:
         try:
-            if self._read_conn is None:
-                self._read_conn = self._open()
-            rows = self._read_conn.execute(
-                "SELECT thread_id, seq, run_id, type, ts, data FROM events"
-                " WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                (thread_id, after_seq, limit),
-            ).fetchall()
+            conn = self._reads.connection()
+            rows = busy_retry(
+                lambda: conn.execute(
+                    "SELECT thread_id, seq, run_id, type, ts, data FROM events"
+                    " WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                    (thread_id, after_seq, limit),
+                ).fetchall(),
+                wait,
+            )
         except sqlite3.Error as exc:
-            self._close_reader()
+            self._reads.reset()
             raise StorageUnavailable(f"storage unavailable: {type(exc).__name__}") from exc
         return list(map(EventRecord._make, rows))
 
-    def _query(self, work: Callable[[Direct], T]) -> T:
+    def _query(self, work: Callable[[Direct], T], wait: bool) -> T:
         try:
-            if self._query_conn is None:
-                self._query_conn = Direct(self._open(), self._codecs)
-            return work(self._query_conn)
+            db = Direct(self._queries.connection(), self._codecs)
+            return busy_retry(lambda: work(db), wait)
         except sqlite3.Error as exc:
-            self._close_querier()
+            self._queries.reset()
             raise StorageUnavailable(f"storage unavailable: {type(exc).__name__}") from exc
 
     def _append(
-        self, batch: list[NewEvent], leases: set[Lease]
+        self, batch: list[NewEvent], leases: set[Lease], wait: bool
     ) -> tuple[list[EventRecord], set[Lease]]:
         def fenced(conn: sqlite3.Connection) -> tuple[list[EventRecord], set[Lease]]:
-            lost = {lease for lease in leases if not holds(conn, lease)}
+            lost = leases - held_of(conn, list(leases)) if leases else set()
             kept = [e for e in batch if e.lease not in lost] if lost else batch
             return _store(conn, kept), lost
 
         try:
-            return self._transaction(fenced)
+            return self._transaction(fenced, wait)
         except sqlite3.IntegrityError:
             raise  # a programming or race signal, not an outage (as `transaction`)
 
     def _commit(
-        self, batch: list[NewEvent], work: Callable[[Direct], T] | None
+        self, batch: list[NewEvent], work: Callable[[Direct], T] | None, wait: bool
     ) -> tuple[T | None, list[EventRecord]]:
         def atomic(conn: sqlite3.Connection) -> tuple[T | None, list[EventRecord]]:
             for lease in {e.lease for e in batch if e.lease is not None}:
@@ -367,18 +354,21 @@ class SqliteEventStore:
             return result, _store(conn, batch) if batch else []
 
         try:
-            return self._transaction(atomic)
+            return self._transaction(atomic, wait)
         except sqlite3.IntegrityError as exc:
             # What the engine raises for the same statement, so callers handle one type.
             raise IntegrityError(None, None, exc) from exc
 
-    def _transaction(self, body: Callable[[sqlite3.Connection], T]) -> T:
+    def _transaction(self, body: Callable[[sqlite3.Connection], T], wait: bool) -> T:
+        """`body` in one write transaction. Without `wait`, `LockBusy` if another connection
+        holds the write lock (nothing done); with it, wait for the lock up to the busy timeout.
+        """
         try:
-            conn = self._connection()
+            conn = self._writes.connection()
         except sqlite3.Error as exc:
             raise StorageUnavailable(f"storage unavailable: {type(exc).__name__}") from exc
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            busy_retry(lambda: conn.execute("BEGIN IMMEDIATE"), wait)
             try:
                 result = body(conn)
                 conn.execute("COMMIT")
@@ -391,7 +381,7 @@ class SqliteEventStore:
             raise
         except sqlite3.Error as exc:
             # A connection that failed mid-transaction may be unusable: open a fresh one.
-            self._close()
+            self._writes.reset()
             raise StorageUnavailable(f"storage unavailable: {type(exc).__name__}") from exc
         return result
 
@@ -401,15 +391,23 @@ def _store(conn: sqlite3.Connection, batch: list[NewEvent]) -> list[EventRecord]
     for item in batch:
         counts[item.thread_id] = counts.get(item.thread_id, 0) + 1
     next_seq: dict[str, int] = {}
-    for thread_id, count in counts.items():
-        # fetchall: the statement must run to completion before the transaction commits.
+    threads_ = list(counts.items())
+    for start in range(0, len(threads_), HEADS_PER_STATEMENT):
+        chunk = threads_[start : start + HEADS_PER_STATEMENT]
+        values = ", ".join("(?, ?)" for _ in chunk)
+        # One statement bumps every thread's head (fetchall: it must run to completion before
+        # the transaction commits).
         rows = conn.execute(
-            "UPDATE threads SET head_seq = head_seq + ? WHERE thread_id = ? RETURNING head_seq",
-            (count, thread_id),
+            f"WITH added(thread_id, n) AS (VALUES {values})"
+            " UPDATE threads SET head_seq = head_seq + added.n FROM added"
+            " WHERE threads.thread_id = added.thread_id"
+            " RETURNING threads.thread_id, threads.head_seq",
+            [value for pair in chunk for value in pair],
         ).fetchall()
-        if not rows:
-            raise ThreadMissing(thread_id)
-        next_seq[thread_id] = int(rows[0][0]) - count + 1
+        for thread_id, head in rows:
+            next_seq[thread_id] = int(head) - counts[thread_id] + 1
+    if len(next_seq) != len(counts):
+        raise ThreadMissing(next(t for t in counts if t not in next_seq))
     records: list[EventRecord] = []
     for item in batch:
         seq = next_seq[item.thread_id]

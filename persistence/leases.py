@@ -9,15 +9,19 @@ write fail once another process has taken the lease over, so a process that lost
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import or_, update
+from sqlalchemy import or_, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from persistence.db import transaction, utcnow
 from persistence.direct import Direct
 from persistence.tables import runs
+
+# Leases renewed per statement: well within every backend's limit on bound parameters.
+RENEW_CHUNK = 400
 
 
 class LeaseLost(RuntimeError):
@@ -103,6 +107,44 @@ class LeaseRepository:
         return result.rowcount == 1
 
     @staticmethod
+    async def renew_all_in(
+        conn: AsyncConnection, leases: Sequence[Lease], ttl_s: float
+    ) -> set[Lease]:
+        """Extend every lease of `leases` that still holds; returns those (the rest are lost)."""
+        expires = utcnow() + timedelta(seconds=ttl_s)
+        held: set[Lease] = set()
+        for chunk in _chunks(leases):
+            for owner, pairs in _by_owner(chunk).items():
+                rows = await conn.execute(
+                    update(runs)
+                    .where(
+                        runs.c.lease_owner == owner,
+                        tuple_(runs.c.run_id, runs.c.lease_token).in_(pairs),
+                    )
+                    .values(lease_expires_at=expires)
+                    .returning(runs.c.run_id, runs.c.lease_token)
+                )
+                held.update(Lease(run_id, owner, int(token)) for run_id, token in rows.all())
+        return held
+
+    @staticmethod
+    def renew_all_direct(db: Direct, leases: Sequence[Lease], ttl_s: float) -> set[Lease]:
+        """`renew_all_in` on the direct path: the same rows, one statement per owner and chunk."""
+        expires = db.value(runs.c.lease_expires_at, utcnow() + timedelta(seconds=ttl_s))
+        held: set[Lease] = set()
+        for chunk in _chunks(leases):
+            for owner, pairs in _by_owner(chunk).items():
+                values = ", ".join("(?, ?)" for _ in pairs)
+                rows = db.execute(
+                    "UPDATE runs SET lease_expires_at = ? WHERE lease_owner = ?"
+                    f" AND (run_id, lease_token) IN (VALUES {values})"
+                    " RETURNING run_id, lease_token",
+                    (expires, owner, *(value for pair in pairs for value in pair)),
+                ).fetchall()
+                held.update(Lease(run_id, owner, int(token)) for run_id, token in rows)
+        return held
+
+    @staticmethod
     async def fence_in(conn: AsyncConnection, lease: Lease) -> None:
         """Inside a write transaction: fail unless `lease` is still the run's current lease.
 
@@ -152,3 +194,35 @@ def holds(conn: sqlite3.Connection, lease: Lease) -> bool:
         (lease.owner, lease.run_id, lease.owner, lease.token),
     )
     return cursor.rowcount == 1
+
+
+def held_of(conn: sqlite3.Connection, leases: Sequence[Lease]) -> set[Lease]:
+    """Inside a direct-path write transaction: which of `leases` are still their run's current
+    lease. One read for all of them: `BEGIN IMMEDIATE` already holds SQLite's write lock, so
+    no other writer can change a lease before this transaction commits."""
+    held: set[Lease] = set()
+    for chunk in _chunks(leases):
+        marks = ", ".join("?" for _ in chunk)
+        current = {
+            run_id: (owner, token)
+            for run_id, owner, token in conn.execute(
+                f"SELECT run_id, lease_owner, lease_token FROM runs WHERE run_id IN ({marks})",
+                [lease.run_id for lease in chunk],
+            ).fetchall()
+        }
+        held.update(
+            lease for lease in chunk if current.get(lease.run_id) == (lease.owner, lease.token)
+        )
+    return held
+
+
+def _chunks(leases: Sequence[Lease]) -> Iterator[Sequence[Lease]]:
+    for start in range(0, len(leases), RENEW_CHUNK):
+        yield leases[start : start + RENEW_CHUNK]
+
+
+def _by_owner(leases: Sequence[Lease]) -> dict[str, list[tuple[str, int]]]:
+    pairs: dict[str, list[tuple[str, int]]] = {}
+    for lease in leases:
+        pairs.setdefault(lease.owner, []).append((lease.run_id, lease.token))
+    return pairs

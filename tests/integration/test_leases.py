@@ -4,6 +4,7 @@ a dead process's runs are taken over when its lease expires, and a stale lease c
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from datetime import timedelta
 from pathlib import Path
 
@@ -77,6 +78,41 @@ async def test_second_process_leaves_a_live_run_alone_then_takes_it_over_when_it
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     await alice.close()
     await watcher.close()
+
+
+async def test_a_process_whose_lease_was_taken_over_stops_streaming_within_a_renewal(
+    tmp_path: Path, processes
+) -> None:
+    env = {"GATEWAY_LEASE_TTL_S": "1.5", "GATEWAY_DEMO_DELAY_MS": "40"}
+    a = spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-a"})
+    processes.append(a)
+    alice = await Client.connect(ws(a), TOKEN.issue("alice", "acme", ["user"]))
+    ack = await alice.request("run.start", input="tell me a story about a stolen lease")
+    await alice.wait_event("message.delta")
+    # Another process takes the run over (as after A stalled past the lease's expiry).
+    conn = sqlite3.connect(tmp_path / "gateway.db")
+    try:
+        conn.execute(
+            "UPDATE runs SET lease_owner = 'gw-thief', lease_token = lease_token + 1,"
+            " lease_expires_at = '2999-01-01 00:00:00.000000' WHERE run_id = ?",
+            (ack["run_id"],),
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    # A finds out at its next renewal (every 0.5 s) and stops writing for the run.
+    for _ in range(100):
+        if "lost the lease of run" in a.log():
+            break
+        await asyncio.sleep(0.05)
+    assert f"lost the lease of run {ack['run_id']}" in a.log()
+    settled = len(await events_of(a, ack["thread_id"]))
+    await asyncio.sleep(1.5)
+    events = await events_of(a, ack["thread_id"])
+    assert len(events) == settled, "A went on writing for a run it no longer holds"
+    names = [e["event"] for e in events]
+    assert "run.completed" not in names and "run.failed" not in names
+    await alice.close()
 
 
 async def test_decisions_on_two_processes_start_one_continuation(tmp_path: Path, processes) -> None:

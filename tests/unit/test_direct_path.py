@@ -530,3 +530,25 @@ async def run_and_lose_a_lease(engine: AsyncEngine, log: EventLog, thread_id: st
         assert await LeaseRepository.acquire_in(conn, "r_1", "gw", 15) is not None
     with pytest.raises(LeaseLost):
         await log.commit([log.new_event(thread_id, "r_1", "x", {}, old)], None, lambda db: None)
+
+
+async def test_renewing_all_leases_agrees_on_both_paths(paths: Paths, engine: AsyncEngine) -> None:
+    await twin_runs(paths)
+    lease_e = await paths.engine_tx(lambda conn: LeaseRepository.acquire_in(conn, "r_e", "gw", 15))
+    lease_d = paths.direct_tx(lambda db: LeaseRepository.acquire_direct(db, "r_d", "gw", 15))
+    assert lease_e is not None and lease_d is not None
+    # A stale token (the lease was taken again since) and another owner's claim are not renewed.
+    stale = replace(lease_d, token=lease_d.token - 1)
+    foreign = replace(lease_e, owner="other")
+    before = paths.all("SELECT run_id, lease_expires_at FROM runs ORDER BY run_id")
+    asked = [lease_e, lease_d, stale, foreign]
+    via_engine = await paths.engine_tx(lambda conn: LeaseRepository.renew_all_in(conn, asked, 60))
+    after_engine = paths.all("SELECT run_id, lease_expires_at FROM runs ORDER BY run_id")
+    via_direct = paths.direct_tx(lambda db: LeaseRepository.renew_all_direct(db, asked, 120))
+    after_direct = paths.all("SELECT run_id, lease_expires_at FROM runs ORDER BY run_id")
+    assert via_engine == via_direct == {lease_e, lease_d}
+    # Each renewal moved both expiries forward, stored in the engine's datetime format.
+    for (_, old), (_, mid), (_, new) in zip(before, after_engine, after_direct, strict=True):
+        assert old < mid < new
+        assert len(old) == len(mid) == len(new)
+    assert await paths.engine_tx(lambda conn: LeaseRepository.renew_all_in(conn, [], 60)) == set()

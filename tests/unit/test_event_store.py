@@ -5,6 +5,8 @@ thread replayed page by page; and the SQLAlchemy path whenever statements are ob
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -120,3 +122,74 @@ async def test_the_direct_path_is_only_for_sqlite_files(tmp_path: Path) -> None:
     finally:
         await memory.dispose()
         await file.dispose()
+
+
+async def test_writes_run_inline_and_wait_on_their_thread_for_a_lock_held_elsewhere(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    thread = await ThreadRepository(engine).create(tenant="acme", owner="alice")
+    log = EventLog(engine, EventBus())
+    await log.start()
+    loop_thread = threading.get_ident()
+
+    def where(_db: Any) -> int:
+        return threading.get_ident()
+
+    try:
+        # The write lock is free: the transaction runs right on the event loop's thread.
+        assert (await log.commit(direct=where))[0] == loop_thread
+        # Another connection (a peer process, the engine) holds the write lock.
+        blocker = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            event_ = log.new_event(thread.thread_id, None, "x", {"n": 1})
+            pending = asyncio.ensure_future(log.commit([event_], direct=where))
+            ticks = 0
+            for _ in range(10):
+                await asyncio.sleep(0.02)
+                ticks += 1
+            assert ticks == 10 and not pending.done()  # the loop runs on while the write waits
+        finally:
+            blocker.execute("COMMIT")
+            blocker.close()
+        ran_on, logged = await asyncio.wait_for(pending, 10)
+        assert ran_on != loop_thread  # it waited on the writer thread
+        assert [e.seq for e in logged] == [1]
+        # The lock is free again: back on the loop's thread, and nothing was lost.
+        assert (await log.commit(direct=where))[0] == loop_thread
+        assert [e.seq for e in await log.read(thread.thread_id, after_seq=0)] == [1]
+    finally:
+        await log.close()
+
+
+async def test_one_batch_across_hundreds_of_threads_keeps_each_log_dense(
+    engine: AsyncEngine,
+) -> None:
+    repo = ThreadRepository(engine)
+    thread_ids = [(await repo.create(tenant="acme", owner="alice")).thread_id for _ in range(450)]
+    log = EventLog(engine, EventBus())
+    await log.start()
+    try:
+        # Queued without yielding, so the writer takes them as one batch (more threads than
+        # one statement bumps).
+        futures = []
+        for round_ in range(3):
+            for thread_id in thread_ids:
+                futures.append(await log.append(thread_id, None, "x", {"round": round_}))
+        stored = await asyncio.gather(*futures)
+        by_thread: dict[str, list[int]] = {}
+        for event_ in stored:
+            by_thread.setdefault(event_.thread_id, []).append(event_.seq)
+        assert by_thread == {thread_id: [1, 2, 3] for thread_id in thread_ids}
+        # A thread that does not exist fails its batch and stores nothing of it.
+        lost = await log.append("t_missing", None, "x", {})
+        kept = await log.append(thread_ids[0], None, "x", {})
+        with pytest.raises(LookupError):
+            await lost
+        with pytest.raises(LookupError):
+            await kept
+        assert [e.seq for e in await log.read(thread_ids[0], after_seq=0)] == [1, 2, 3]
+        again = await (await log.append(thread_ids[0], None, "x", {}))
+        assert again.seq == 4
+    finally:
+        await log.close()
