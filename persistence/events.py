@@ -165,13 +165,14 @@ def direct_store(store: SqliteEventStore | None) -> SqliteEventStore | None:
 
 
 class SqliteEventStore:
-    """The direct path to a SQLite file: its own `sqlite3` connections and threads.
+    """The direct path to a SQLite file: its own `sqlite3` connections, each a `Lane`.
 
     Through SQLAlchemy's async engine every statement of a transaction is several round trips
     to aiosqlite's worker thread, plus SQLAlchemy's own work per statement, and both cost far
     more than SQLite's: about 3 ms for a batch of ten events against 0.4 ms here, and 4-5 ms
     for a pause (checkpoint, approvals, lease, events) against well under 1 ms, where the
-    whole transaction runs in one hop.
+    whole transaction is one call. Each lane runs its work on the event loop's thread when it
+    can, else on its own thread (persistence/sqlite_lane.py says why and when).
 
     - `append` group-commits streamed events, with the SQL and guarantees of
       `EventRepository.append_in` and `LeaseRepository.fence_in`: `BEGIN IMMEDIATE` takes the
@@ -179,11 +180,11 @@ class SqliteEventStore:
       and an event is stored only while its run's lease is the current one.
     - `commit` is an atomic commit (the event log's `commit`): the leases are fenced, a
       repository's direct statements run (`work`), the events are stored, all in one
-      transaction on the same connection and thread as `append`, so the log's order holds.
-    - `read` reads replay pages (one hop per page, plain tuples instead of SQLAlchemy rows) on
-      a second connection and thread, so a long replay never holds up the next commit (WAL
-      lets both run at once); `query` runs the repositories' direct reads on a third, so a
-      decision's reads never wait behind a replay page.
+      transaction on the same connection as `append`, so the log's order holds.
+    - `read` reads replay pages (plain tuples instead of SQLAlchemy rows) on a second
+      connection, so a long replay never holds up the next commit (WAL lets both run at once);
+      `query` runs the repositories' direct reads on a third, so a decision's reads never wait
+      behind a replay page.
 
     `usable()` is False while anything observes the engine's statements (SQL tracing, the
     tests' storage faults): callers then use the engine, where those observers see them.
