@@ -36,6 +36,7 @@ from gateway.settings import Settings
 from gateway.specs.serve import routes as spec_routes
 from gateway.static import demo_app, demo_fallback
 from persistence.db import create_engine, migrate
+from persistence.threads import ThreadRepository
 
 log = logging.getLogger("gateway")
 
@@ -99,7 +100,9 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
         bus = EventBus()
         event_log = EventLog(engine, bus)
         await event_log.start()
-        log_watch = LogWatch(engine, bus, settings.log_watch_interval_s)
+        log_watch = LogWatch(
+            ThreadRepository(engine, event_log.store), bus, settings.log_watch_interval_s
+        )
         log_watch.start()
         retention = Retention(
             engine, retention_s=settings.retention_s, sweep_s=settings.retention_sweep_s

@@ -10,22 +10,19 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from gateway.bus import EventBus
-from persistence.db import transaction
 from persistence.errors import StorageUnavailable
-from persistence.tables import threads
+from persistence.threads import HEADS_PER_READ, ThreadRepository
 
 log = logging.getLogger(__name__)
 
-CHUNK = 500  # threads per query (keeps IN lists within every backend's limits)
-
 
 class LogWatch:
-    def __init__(self, engine: AsyncEngine, bus: EventBus, interval_s: float) -> None:
-        self._engine = engine
+    def __init__(self, threads: ThreadRepository, bus: EventBus, interval_s: float) -> None:
+        # Given the event log's direct path, the poll is one read on the loop's thread: through
+        # aiosqlite's thread, the GIL handed back and forth for every row held up the loop
+        # itself by tens of milliseconds per poll with many threads watched.
+        self._threads = threads
         self._bus = bus
         self._interval_s = interval_s
         self._heads: dict[str, int] = {}
@@ -51,17 +48,9 @@ class LogWatch:
     async def poll(self) -> None:
         watched = self._bus.watched_threads()
         self._heads = {t: h for t, h in self._heads.items() if t in set(watched)}
-        for start in range(0, len(watched), CHUNK):
-            chunk = watched[start : start + CHUNK]
-            async with transaction(self._engine) as conn:
-                rows = (
-                    await conn.execute(
-                        select(threads.c.thread_id, threads.c.head_seq).where(
-                            threads.c.thread_id.in_(chunk)
-                        )
-                    )
-                ).all()
-            for thread_id, head in rows:
+        for start in range(0, len(watched), HEADS_PER_READ):
+            heads = await self._threads.heads(watched[start : start + HEADS_PER_READ])
+            for thread_id, head in heads.items():
                 previous = self._heads.get(thread_id)
                 self._heads[thread_id] = int(head)
                 # Growth this process published itself reached its subscribers already.

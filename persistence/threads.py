@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -16,6 +17,9 @@ from persistence.direct import Direct
 from persistence.events import SqliteEventStore, direct_store
 from persistence.ids import new_id
 from persistence.tables import threads
+
+# Thread ids per `heads` call: within every backend's limit on bound parameters.
+HEADS_PER_READ = 500
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,26 @@ class ThreadRepository:
     def get_direct(db: Direct, thread_id: str) -> ThreadRecord | None:
         rows = db.select(threads, "thread_id = ?", (thread_id,))
         return ThreadRecord.from_row(rows[0]) if rows else None
+
+    async def heads(self, thread_ids: Sequence[str]) -> dict[str, int]:
+        """`head_seq` of each of `thread_ids` that exists (at most `HEADS_PER_READ` ids)."""
+        if (store := direct_store(self._store)) is not None:
+            return await store.query(lambda db: self.heads_direct(db, thread_ids))
+        async with transaction(self._engine) as conn:
+            rows = await conn.execute(
+                select(threads.c.thread_id, threads.c.head_seq).where(
+                    threads.c.thread_id.in_(thread_ids)
+                )
+            )
+            return {thread_id: int(head) for thread_id, head in rows.all()}
+
+    @staticmethod
+    def heads_direct(db: Direct, thread_ids: Sequence[str]) -> dict[str, int]:
+        marks = ", ".join("?" for _ in thread_ids)
+        rows = db.execute(
+            f"SELECT thread_id, head_seq FROM threads WHERE thread_id IN ({marks})", thread_ids
+        ).fetchall()
+        return {thread_id: int(head) for thread_id, head in rows}
 
     async def create(
         self, *, tenant: str, owner: str, metadata: dict[str, Any] | None = None
