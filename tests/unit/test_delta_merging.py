@@ -8,7 +8,9 @@ leases or event types, and an idle writer stores each delta on its own without w
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +18,17 @@ import orjson
 import pytest
 
 from gateway.bus import EventBus
-from gateway.eventlog import MAX_MERGED_DELTA_CHARS, EventLog, _Plain, merge_deltas
+from gateway.eventlog import (
+    MAX_MERGED_DELTA_CHARS,
+    EventClock,
+    EventLog,
+    _Plain,
+    event_ts,
+    merge_deltas,
+)
 from gateway.eventlog_types import LoggedEvent
 from persistence.db import create_engine, migrate
+from persistence.events import NewEvent
 from persistence.leases import Lease
 from persistence.threads import ThreadRepository
 
@@ -33,7 +43,7 @@ def plain(
     run_id: str = "r_1",
     lease: Lease | None = None,
 ) -> _Plain:
-    event = EventLog.new_event(thread_id, run_id, type_, data, lease)
+    event = NewEvent(thread_id, run_id, type_, event_ts(), orjson.dumps(data).decode(), lease)
     future: asyncio.Future[LoggedEvent] = asyncio.get_running_loop().create_future()
     delta = (data["message_id"], data["delta"]) if type_ == DELTA else None
     return _Plain(event, future, delta)
@@ -199,3 +209,16 @@ async def test_a_busy_writer_merges_queued_deltas_exactly(
     # Subscribers got exactly what was stored, and every caller a stored event.
     assert [e.frame for e in published] == [e.frame for e in events]
     assert {r.seq for r in results} == {e.seq for e in events}
+
+
+def test_the_event_clock_stamps_like_event_ts() -> None:
+    clock = EventClock()
+    for _ in range(3):
+        before = time.time()
+        stamped = clock.now()
+        after = time.time()
+        # Millisecond resolution, UTC, the protocol's `ts` format.
+        moment = datetime.strptime(stamped, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+        assert int(before * 1000) / 1000 <= moment.timestamp() <= after + 0.001
+        assert len(stamped) == len(event_ts()) == 24
+        time.sleep(0.6)  # across a second boundary at least once
