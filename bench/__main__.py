@@ -87,13 +87,19 @@ def core_lines(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
         }
     if "approval" in report:
         a = report["approval"]
-        p99 = a["tool_called_to_approval_requested"]["p99_ms"]
+        # The tool call is the server's moment (tool.called's `ts`), approval.requested the
+        # client's arrival; the client-only gap is reported beside it (`met_client_gap`).
+        p99 = a["tool_call_to_approval_requested_at_client"]["p99_ms"]
         lines["approval"] = {
             "figure": 3,
             **a,
             "config": config,
-            "target": f"tool.called -> approval.requested p99 <= {APPROVAL_P99_MS} ms",
+            "target": (
+                f"tool call (tool.called ts) -> approval.requested at the client p99 <= "
+                f"{APPROVAL_P99_MS} ms"
+            ),
             "met": p99 <= APPROVAL_P99_MS,
+            "met_client_gap": a["tool_called_to_approval_requested"]["p99_ms"] <= APPROVAL_P99_MS,
         }
     if "decision" in report:
         d = report["decision"]

@@ -199,7 +199,14 @@ async def approval_runs(s: Session, runs: int) -> dict[str, list[float]]:
         # resolution): what the server spends before the event exists, without delivery.
         "server_ts_tool_called_to_approval_requested": [],
         "server_ts_approval_decided_to_run_resumed": [],
+        # From the tool call (the `ts` of `tool.called`: the server's wall clock when the SDK
+        # handed the call over, truncated to the ms, so up to 1 ms high) to `approval.requested`
+        # at the client (its arrival, on the same machine's wall clock). The client-side gap
+        # above also moves with how fast `tool.called` itself was delivered.
+        "tool_call_to_approval_requested_at_client": [],
     }
+    # perf_counter stamps -> wall clock, to compare with the server's `ts`.
+    wall_offset = time.time() - time.perf_counter()
     for _ in range(runs):
         s.user.forget()
         sent, _, ack = await s.user.request("run.start", input=REFUND_INPUT)
@@ -213,6 +220,10 @@ async def approval_runs(s: Session, runs: int) -> dict[str, list[float]]:
         samples["approval_requested_to_run_paused"].append(paused_at - requested_at)
         samples["server_ts_tool_called_to_approval_requested"].append(
             ts_gap(events["tool.called"][1], requested)
+        )
+        called_ts = datetime.fromisoformat(events["tool.called"][1]["ts"]).timestamp()
+        samples["tool_call_to_approval_requested_at_client"].append(
+            requested_at + wall_offset - called_ts
         )
 
         mark = s.user.mark()
@@ -285,6 +296,9 @@ async def benchmark(parts: tuple[str, ...], runs: int, story_runs: int) -> dict[
                             ),
                             "server_ts_tool_called_to_approval_requested": latency_summary(
                                 samples["server_ts_tool_called_to_approval_requested"]
+                            ),
+                            "tool_call_to_approval_requested_at_client": latency_summary(
+                                samples["tool_call_to_approval_requested_at_client"]
                             ),
                         }
                     if "decision" in parts:
