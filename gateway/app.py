@@ -13,12 +13,11 @@ from pathlib import Path
 from agents import set_tracing_disabled
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
-from starlette.websockets import WebSocket
 
 from gateway.audit import AuditTrail
 from gateway.auth import TokenVerifier
 from gateway.bus import EventBus
-from gateway.connection import CLOSE_RESTART, Connection
+from gateway.connection import CLOSE_RESTART
 from gateway.demo import demo_graph
 from gateway.eventlog import EventLog
 from gateway.execution import SegmentRunner
@@ -27,7 +26,6 @@ from gateway.jwks import KeySource, RemoteKeys, StaticKeys
 from gateway.limits import Limits
 from gateway.log_watch import LogWatch
 from gateway.models import build_model_provider, default_model_name
-from gateway.origin import origin_allowed
 from gateway.registry import AgentRegistry, load_registry
 from gateway.retention import Retention
 from gateway.runs import RunManager
@@ -35,6 +33,7 @@ from gateway.services import Services
 from gateway.settings import Settings
 from gateway.specs.serve import routes as spec_routes
 from gateway.static import demo_app, demo_fallback
+from gateway.ws_endpoint import GatewaySocket
 from persistence.db import create_engine, migrate
 from persistence.threads import ThreadRepository
 
@@ -178,18 +177,10 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             await verifier.aclose()
             await engine.dispose()
 
-    async def websocket_endpoint(websocket: WebSocket) -> None:
-        services: Services = websocket.app.state.services
-        if not origin_allowed(websocket.headers, websocket.url, services.settings.allowed_origins):
-            # Closing before accept makes the server answer the upgrade with HTTP 403.
-            await websocket.close(code=1008)
-            return
-        await Connection(websocket, services).serve()
-
     app_routes = [
         *http_routes(),
         *spec_routes(),
-        WebSocketRoute("/v1/ws", websocket_endpoint),
+        WebSocketRoute("/v1/ws", GatewaySocket(), name="websocket"),
     ]
     app = Starlette(routes=app_routes, lifespan=lifespan)
     if STATIC_DIR.is_dir():

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from starlette.types import Send
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway import protocol
@@ -55,8 +56,11 @@ class Closed(Exception):
 
 
 class Connection:
-    def __init__(self, websocket: WebSocket, services: Services) -> None:
+    def __init__(self, websocket: WebSocket, services: Services, send: Send | None = None) -> None:
         self._ws = websocket
+        # The writer's frames go out through the raw ASGI `send` when given
+        # (gateway/ws_endpoint.py says why); the handshake and the close go through `websocket`.
+        self._send_message: Send = send if send is not None else websocket.send
         self._services = services
         self._settings = services.settings
         self._outbox: asyncio.Queue[str | None] = asyncio.Queue(self._settings.send_queue_size)
@@ -699,6 +703,8 @@ class Connection:
         await self._send_paced(protocol.encode(frame))
 
     async def _send_direct(self, frame: dict[str, Any]) -> None:
+        # Rare frames (handshake answers, a last error before closing): through Starlette,
+        # which turns a vanished peer into `WebSocketDisconnect`.
         await self._ws.send_text(protocol.encode(frame))
 
     async def _writer(self) -> None:
@@ -712,7 +718,7 @@ class Connection:
                     text = await self._outbox.get()
                 if text is None:
                     return
-                await self._ws.send_text(text)
+                await self._send_message({"type": "websocket.send", "text": text})
         except (WebSocketDisconnect, RuntimeError, OSError):
             self.close_soon(CLOSE_GOING_AWAY)
 

@@ -1,0 +1,28 @@
+"""The `/v1/ws` endpoint: checks the origin, then serves one `Connection`.
+
+An ASGI application rather than Starlette's `func(websocket)` form, so the connection can send
+its frames through the raw ASGI `send`: Starlette's `WebSocket.send` walks its state machine
+for every message, which was about a tenth of the server's time per frame in a replay
+(docs/benchmarks.md, third round). The handshake, receiving and closing still go through
+Starlette's `WebSocket`.
+"""
+
+from __future__ import annotations
+
+from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket
+
+from gateway.connection import Connection
+from gateway.origin import origin_allowed
+from gateway.services import Services
+
+
+class GatewaySocket:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        websocket = WebSocket(scope, receive=receive, send=send)
+        services: Services = websocket.app.state.services
+        if not origin_allowed(websocket.headers, websocket.url, services.settings.allowed_origins):
+            # Closing before accept makes the server answer the upgrade with HTTP 403.
+            await websocket.close(code=1008)
+            return
+        await Connection(websocket, services, send=send).serve()
