@@ -47,14 +47,15 @@ class LogWatch:
 
     async def poll(self) -> None:
         watched = self._bus.watched_threads()
-        self._heads = {t: h for t, h in self._heads.items() if t in set(watched)}
+        still_watched = set(watched)
+        self._heads = {t: h for t, h in self._heads.items() if t in still_watched}
         for start in range(0, len(watched), HEADS_PER_READ):
             heads = await self._threads.heads(watched[start : start + HEADS_PER_READ])
             for thread_id, head in heads.items():
                 previous = self._heads.get(thread_id)
-                self._heads[thread_id] = int(head)
+                self._heads[thread_id] = head
                 # Growth this process published itself reached its subscribers already.
                 seen = max(previous or 0, self._bus.published_head(thread_id))
-                if previous is not None and int(head) > seen:
+                if previous is not None and head > seen:
                     # A bare wake-up: subscriptions already caught up ignore it cheaply.
                     self._bus.publish(thread_id, [])

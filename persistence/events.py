@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from persistence.db import transaction
 from persistence.direct import Codecs, Direct
 from persistence.errors import StorageUnavailable
-from persistence.leases import Lease, LeaseLost, held_of, holds
+from persistence.leases import Lease, LeaseLost, held_of
 from persistence.sqlite_lane import BUSY_TIMEOUT_S, Lane, busy_retry
 from persistence.tables import events, threads
 
@@ -348,9 +348,10 @@ class SqliteEventStore:
         self, batch: list[NewEvent], work: Callable[[Direct], T] | None, wait: bool
     ) -> tuple[T | None, list[EventRecord]]:
         def atomic(conn: sqlite3.Connection) -> tuple[T | None, list[EventRecord]]:
-            for lease in {e.lease for e in batch if e.lease is not None}:
-                if not holds(conn, lease):
-                    raise LeaseLost(lease.run_id)
+            leases = {e.lease for e in batch if e.lease is not None}
+            lost = leases - held_of(conn, list(leases))
+            if lost:
+                raise LeaseLost(next(iter(lost)).run_id)
             result = work(Direct(conn, self._codecs)) if work is not None else None
             return result, _store(conn, batch) if batch else []
 

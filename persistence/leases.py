@@ -95,16 +95,7 @@ class LeaseRepository:
 
     async def renew(self, lease: Lease, ttl_s: float) -> bool:
         async with transaction(self._engine) as conn:
-            result = await conn.execute(
-                update(runs)
-                .where(
-                    runs.c.run_id == lease.run_id,
-                    runs.c.lease_owner == lease.owner,
-                    runs.c.lease_token == lease.token,
-                )
-                .values(lease_expires_at=utcnow() + timedelta(seconds=ttl_s))
-            )
-        return result.rowcount == 1
+            return lease in await self.renew_all_in(conn, [lease], ttl_s)
 
     @staticmethod
     async def renew_all_in(
@@ -186,14 +177,8 @@ class LeaseRepository:
 
 
 def holds(conn: sqlite3.Connection, lease: Lease) -> bool:
-    """Inside a direct-path write transaction: is `lease` still the run's current lease?
-
-    An UPDATE, like `fence_in`, so the check and the write that follows are one write."""
-    cursor = conn.execute(
-        "UPDATE runs SET lease_owner = ? WHERE run_id = ? AND lease_owner = ? AND lease_token = ?",
-        (lease.owner, lease.run_id, lease.owner, lease.token),
-    )
-    return cursor.rowcount == 1
+    """Inside a direct-path write transaction: is `lease` still the run's current lease?"""
+    return lease in held_of(conn, [lease])
 
 
 def held_of(conn: sqlite3.Connection, leases: Sequence[Lease]) -> set[Lease]:
