@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -9,7 +9,7 @@ import pytest
 
 from gateway.registry import AgentRegistry
 from tests.support.client import Client
-from tests.support.gateway import Gateway, running_gateway, test_settings
+from tests.support.gateway import Gateway, GatewayProcess, running_gateway, test_settings
 
 
 @pytest.fixture
@@ -49,3 +49,12 @@ def connect(gateway: Gateway) -> Callable[..., Any]:
         return client
 
     return open_client
+
+
+@pytest.fixture
+def processes() -> Iterator[list[GatewayProcess]]:
+    """Gateway subprocesses a test spawned (append them): killed when the test ends."""
+    started: list[GatewayProcess] = []
+    yield started
+    for process in started:
+        process.kill()

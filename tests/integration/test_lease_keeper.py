@@ -11,55 +11,30 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.bus import EventBus
 from gateway.eventlog import EventLog
 from gateway.lease_keeper import LeaseKeeper
-from persistence.db import create_engine, migrate, transaction, utcnow
+from persistence.db import transaction, utcnow
 from persistence.leases import Lease, LeaseRepository
 from persistence.tables import runs
 from persistence.threads import ThreadRepository
+from tests.support.storage import insert_running_run, migrated_engine, running_event_log
 
 
 @pytest.fixture
 async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'keeper.db'}")
-    await migrate(engine)
-    try:
+    async with migrated_engine(tmp_path / "keeper.db") as engine:
         yield engine
-    finally:
-        await engine.dispose()
 
 
 @pytest.fixture
 async def event_log(engine: AsyncEngine) -> AsyncIterator[EventLog]:
-    log = EventLog(engine, EventBus())
-    await log.start()
-    try:
+    async with running_event_log(engine) as log:
         yield log
-    finally:
-        await log.close()
 
 
 async def a_leased_run(engine: AsyncEngine, run_id: str, owner: str = "gw-a") -> Lease:
     thread = await ThreadRepository(engine).create(tenant="acme", owner="alice")
-    async with transaction(engine) as conn:
-        await conn.execute(
-            runs.insert().values(
-                run_id=run_id,
-                thread_id=thread.thread_id,
-                tenant="acme",
-                owner="alice",
-                status="running",
-                agent="assistant",
-                graph_version="1",
-                on_disconnect="continue",
-                input="hi",
-                checkpoint_version=0,
-                session_mark=0,
-                created_at=utcnow(),
-                updated_at=utcnow(),
-            )
-        )
+    await insert_running_run(engine, run_id, thread.thread_id)
     lease = await LeaseRepository(engine).acquire(run_id, owner, ttl_s=30)
     assert lease is not None
     return lease

@@ -4,7 +4,6 @@ a dead process's runs are taken over when its lease expires, and a stale lease c
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,20 +12,16 @@ import pytest
 from sqlalchemy import update
 
 from gateway.auth import TokenVerifier
-from gateway.bus import EventBus
-from gateway.eventlog import EventLog
-from persistence.db import create_engine, migrate, transaction, utcnow
+from persistence.db import transaction, utcnow
 from persistence.leases import LeaseLost, LeaseRepository
 from persistence.tables import runs
 from persistence.threads import ThreadRepository
 from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, spawn_gateway
+from tests.support.sqlite_file import sql
+from tests.support.storage import insert_running_run, migrated_engine, running_event_log
 
 TOKEN = TokenVerifier(TEST_SECRET)
-
-
-def ws(process) -> str:
-    return f"ws://127.0.0.1:{process.port}/v1/ws"
 
 
 async def events_of(process, thread_id: str) -> list[dict]:
@@ -39,21 +34,13 @@ async def events_of(process, thread_id: str) -> list[dict]:
     return response.json()["events"]
 
 
-@pytest.fixture
-def processes():
-    started = []
-    yield started
-    for process in started:
-        process.kill()
-
-
 async def test_second_process_leaves_a_live_run_alone_then_takes_it_over_when_its_owner_dies(
     tmp_path: Path, processes
 ) -> None:
     env = {"GATEWAY_LEASE_TTL_S": "2", "GATEWAY_DEMO_DELAY_MS": "80"}
     a = spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-a"})
     processes.append(a)
-    alice = await Client.connect(ws(a), TOKEN.issue("alice", "acme", ["user"]))
+    alice = await Client.connect(a.ws_url, TOKEN.issue("alice", "acme", ["user"]))
     ack = await alice.request("run.start", input="tell me a story about two gateways")
     await alice.wait_event("message.delta")
 
@@ -68,7 +55,7 @@ async def test_second_process_leaves_a_live_run_alone_then_takes_it_over_when_it
     assert "run.completed" not in names, "the story must still be streaming when A dies"
 
     a.kill()
-    watcher = await Client.connect(ws(b), TOKEN.issue("alice", "acme", ["user"]))
+    watcher = await Client.connect(b.ws_url, TOKEN.issue("alice", "acme", ["user"]))
     await watcher.request("thread.subscribe", thread_id=ack["thread_id"], after_seq=0)
     await watcher.wait_event("run.completed", timeout=60)
     events = watcher.events_of(ack["thread_id"])
@@ -86,20 +73,16 @@ async def test_a_process_whose_lease_was_taken_over_stops_streaming_within_a_ren
     env = {"GATEWAY_LEASE_TTL_S": "1.5", "GATEWAY_DEMO_DELAY_MS": "40"}
     a = spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-a"})
     processes.append(a)
-    alice = await Client.connect(ws(a), TOKEN.issue("alice", "acme", ["user"]))
+    alice = await Client.connect(a.ws_url, TOKEN.issue("alice", "acme", ["user"]))
     ack = await alice.request("run.start", input="tell me a story about a stolen lease")
     await alice.wait_event("message.delta")
     # Another process takes the run over (as after A stalled past the lease's expiry).
-    conn = sqlite3.connect(tmp_path / "gateway.db")
-    try:
-        conn.execute(
-            "UPDATE runs SET lease_owner = 'gw-thief', lease_token = lease_token + 1,"
-            " lease_expires_at = '2999-01-01 00:00:00.000000' WHERE run_id = ?",
-            (ack["run_id"],),
-        )
-        conn.commit()
-    finally:
-        conn.close()
+    sql(
+        tmp_path / "gateway.db",
+        "UPDATE runs SET lease_owner = 'gw-thief', lease_token = lease_token + 1,"
+        " lease_expires_at = '2999-01-01 00:00:00.000000' WHERE run_id = ?",
+        (ack["run_id"],),
+    )
     # A finds out at its next renewal (every 0.5 s) and stops writing for the run.
     for _ in range(100):
         if "lost the lease of run" in a.log():
@@ -120,13 +103,13 @@ async def test_decisions_on_two_processes_start_one_continuation(tmp_path: Path,
     a = spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-a"})
     b = spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-b"})
     processes.extend([a, b])
-    alice = await Client.connect(ws(a), TOKEN.issue("alice", "acme", ["user"]))
+    alice = await Client.connect(a.ws_url, TOKEN.issue("alice", "acme", ["user"]))
     ack = await alice.request("run.start", input="refund order 8 for 9 and email x@example.com")
     await alice.wait_event("run.paused")
     requested = [e for e in alice.events if e["event"] == "approval.requested"]
     assert len(requested) == 2
-    bob_a = await Client.connect(ws(a), TOKEN.issue("bob", "acme", ["reviewer"]))
-    bob_b = await Client.connect(ws(b), TOKEN.issue("carol", "acme", ["reviewer"]))
+    bob_a = await Client.connect(a.ws_url, TOKEN.issue("bob", "acme", ["reviewer"]))
+    bob_b = await Client.connect(b.ws_url, TOKEN.issue("carol", "acme", ["reviewer"]))
     await asyncio.gather(
         bob_a.request(
             "approval.decide", approval_id=requested[0]["data"]["approval_id"], decision="approve"
@@ -160,30 +143,12 @@ async def test_decisions_on_two_processes_start_one_continuation(tmp_path: Path,
 
 
 async def test_a_stale_lease_cannot_append_or_checkpoint(tmp_path: Path) -> None:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'fence.db'}")
-    await migrate(engine)
-    log = EventLog(engine, EventBus())
-    await log.start()
-    try:
+    async with (
+        migrated_engine(tmp_path / "fence.db") as engine,
+        running_event_log(engine) as log,
+    ):
         thread = await ThreadRepository(engine).create(tenant="acme", owner="alice")
-        async with transaction(engine) as conn:
-            await conn.execute(
-                runs.insert().values(
-                    run_id="r_fence",
-                    thread_id=thread.thread_id,
-                    tenant="acme",
-                    owner="alice",
-                    status="running",
-                    agent="assistant",
-                    graph_version="1",
-                    on_disconnect="continue",
-                    input="hi",
-                    checkpoint_version=0,
-                    session_mark=0,
-                    created_at=utcnow(),
-                    updated_at=utcnow(),
-                )
-            )
+        await insert_running_run(engine, "r_fence", thread.thread_id)
         leases = LeaseRepository(engine)
         old = await leases.acquire("r_fence", "gw-a", ttl_s=30)
         assert old is not None
@@ -208,6 +173,3 @@ async def test_a_stale_lease_cannot_append_or_checkpoint(tmp_path: Path) -> None
         with pytest.raises(LeaseLost):
             await log.commit([log.new_event(thread.thread_id, "r_fence", "x", {}, old)])
         assert [e.seq for e in await log.read(thread.thread_id, after_seq=0)] == [1]
-    finally:
-        await log.close()
-        await engine.dispose()

@@ -5,25 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from gateway.auth import TokenVerifier
 from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, spawn_gateway
 
 TOKEN = TokenVerifier(TEST_SECRET)
-
-
-def ws(process) -> str:
-    return f"ws://127.0.0.1:{process.port}/v1/ws"
-
-
-@pytest.fixture
-def processes():
-    started = []
-    yield started
-    for process in started:
-        process.kill()
 
 
 async def test_a_watcher_on_one_process_follows_runs_written_by_another(
@@ -34,9 +20,9 @@ async def test_a_watcher_on_one_process_follows_runs_written_by_another(
     b = spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-b"})
     processes.extend([a, b])
     token = TOKEN.issue("alice", "acme", ["user"])
-    writer_a = await Client.connect(ws(a), token)
-    writer_b = await Client.connect(ws(b), token)
-    watcher = await Client.connect(ws(b), token)
+    writer_a = await Client.connect(a.ws_url, token)
+    writer_b = await Client.connect(b.ws_url, token)
+    watcher = await Client.connect(b.ws_url, token)
     try:
         first = await writer_a.request("run.start", input="tell me a story")
         thread_id = first["thread_id"]

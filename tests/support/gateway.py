@@ -135,6 +135,10 @@ class GatewayProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/ws"
+
 
 def spawn_gateway(
     workdir: Path, *, env: dict[str, str] | None = None, args: list[str] | None = None

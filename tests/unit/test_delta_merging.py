@@ -27,10 +27,10 @@ from gateway.eventlog import (
     merge_deltas,
 )
 from gateway.eventlog_types import LoggedEvent
-from persistence.db import create_engine, migrate
 from persistence.events import NewEvent
 from persistence.leases import Lease
 from persistence.threads import ThreadRepository
+from tests.support.storage import migrated_engine, running_event_log
 
 DELTA = "message.delta"
 
@@ -151,17 +151,11 @@ async def test_a_merged_delta_stops_growing_at_the_cap() -> None:
 
 @pytest.fixture
 async def log_and_thread(tmp_path: Path) -> AsyncIterator[tuple[EventLog, str, EventBus]]:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'log.db'}")
-    await migrate(engine)
-    thread = await ThreadRepository(engine).create(tenant="acme", owner="alice")
     bus = EventBus()
-    log = EventLog(engine, bus)
-    await log.start()
-    try:
-        yield log, thread.thread_id, bus
-    finally:
-        await log.close()
-        await engine.dispose()
+    async with migrated_engine(tmp_path / "log.db") as engine:
+        thread = await ThreadRepository(engine).create(tenant="acme", owner="alice")
+        async with running_event_log(engine, bus) as log:
+            yield log, thread.thread_id, bus
 
 
 async def test_an_idle_writer_stores_each_delta_at_once(

@@ -17,12 +17,10 @@ from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway.bus import EventBus
 from gateway.eventlog import EventLog
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.audit import AuditEntry, AuditRepository
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
-from persistence.db import create_engine, migrate
 from persistence.direct import Codecs, Direct
 from persistence.errors import StaleWrite
 from persistence.inputs import Disposition, InputRepository
@@ -30,6 +28,7 @@ from persistence.leases import LeaseLost, LeaseRepository
 from persistence.runs import RunRecord, RunRepository, RunStatus
 from persistence.sessions import SessionMarks
 from persistence.threads import ThreadRecord, ThreadRepository
+from tests.support.storage import migrated_engine, running_event_log
 
 T = TypeVar("T")
 IDS = frozenset({"thread_id", "run_id", "approval_id"})
@@ -43,12 +42,8 @@ def db_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def engine(db_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(f"sqlite+aiosqlite:///{db_path}")
-    await migrate(engine)
-    try:
+    async with migrated_engine(db_path) as engine:
         yield engine
-    finally:
-        await engine.dispose()
 
 
 class Paths:
@@ -445,12 +440,8 @@ async def test_leases_and_inputs_agree(paths: Paths, engine: AsyncEngine) -> Non
 
 @pytest.fixture
 async def log(engine: AsyncEngine) -> AsyncIterator[EventLog]:
-    log = EventLog(engine, EventBus())
-    await log.start()
-    try:
+    async with running_event_log(engine) as log:
         yield log
-    finally:
-        await log.close()
 
 
 async def test_an_atomic_commit_takes_the_direct_path_unless_statements_are_observed(

@@ -19,9 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.bus import EventBus
 from gateway.eventlog import EventLog
 from gateway.eventlog_types import LoggedEvent, encode_page
-from persistence.db import create_engine, migrate
+from persistence.db import create_engine
 from persistence.events import EventRecord, SqliteEventStore
 from persistence.threads import ThreadRepository
+from tests.support.storage import migrated_engine
 
 EVENTS = 10_000
 
@@ -39,12 +40,8 @@ def sample(i: int) -> tuple[str | None, str, dict[str, Any]]:
 
 @pytest.fixture
 async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'store.db'}")
-    await migrate(engine)
-    try:
+    async with migrated_engine(tmp_path / "store.db") as engine:
         yield engine
-    finally:
-        await engine.dispose()
 
 
 async def fill(log: EventLog, thread_id: str, start: int, count: int) -> list[LoggedEvent]:

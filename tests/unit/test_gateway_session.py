@@ -15,9 +15,9 @@ from agents.items import TResponseInputItem
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from persistence.db import create_engine, migrate
 from persistence.events import SqliteEventStore
 from persistence.sessions import GatewaySession, SessionMarks
+from tests.support.storage import migrated_engine
 
 
 @pytest.fixture
@@ -27,12 +27,8 @@ def db_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def engine(db_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(f"sqlite+aiosqlite:///{db_path}")
-    await migrate(engine)
-    try:
+    async with migrated_engine(db_path) as engine:
         yield engine
-    finally:
-        await engine.dispose()
 
 
 @pytest.fixture
