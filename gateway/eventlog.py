@@ -2,10 +2,11 @@
 
 Streamed events are queued and group-committed (everything queued goes in one transaction);
 only after the commit are they published to subscribers, so no client ever sees an event that
-could be lost. While a commit is in flight the next batch queues up; consecutive text deltas of
-one message in it are stored as one `message.delta` (PROTOCOL §6 allows several model deltas in
-one), so a busy gateway stores, encodes and sends fewer, larger events, and an idle one (batches
-of one) sends every delta as soon as it is stored.
+could be lost. While the writer is busy the next batch queues up; a text delta that arrives
+while the previous queued event of its thread is a delta of the same message still waiting for
+the writer joins it (PROTOCOL §6 allows several model deltas in one `message.delta`), so a busy
+gateway stores, encodes and sends fewer, larger events, each extra delta costs a list append,
+and an idle one (nothing waiting) sends every delta as soon as it is stored.
 
 State changes that must be atomic with their event (a decision and its `approval.decided`, a
 checkpoint and its `approval.requested` + `run.paused`, a status and its `run.completed`) go
@@ -85,64 +86,46 @@ class EventClock:
 
 @dataclass
 class _Plain:
+    """One queued event. A `message.delta` stays open for more text of its message until the
+    writer takes it: later deltas are added to `parts` instead of being queued (one stored
+    event, one future, for them all)."""
+
     event: NewEvent
     future: asyncio.Future[LoggedEvent]
-    # For a `message.delta`: (message_id, text), so the writer can merge it with its neighbours.
-    delta: tuple[str, str] | None = None
-
-
-@dataclass
-class _Group:
-    """One event to store, standing for one or more queued `_Plain` entries (merged deltas)."""
-
-    event: NewEvent
-    futures: list[asyncio.Future[LoggedEvent]]
-    delta: tuple[str, str] | None
-    parts: list[str] | None = None  # texts of merged deltas, in order; None while unmerged
+    message_id: str | None = None  # set for a text delta
+    parts: list[str] | None = None  # its texts, in order
     size: int = 0
 
-    def absorb(self, entry: _Plain) -> bool:
-        """Take `entry` into this event if both are text deltas of the same message."""
-        if self.delta is None or entry.delta is None or entry.delta[0] != self.delta[0]:
-            return False
-        first, new = self.event, entry.event
-        if (new.thread_id, new.run_id, new.lease) != (first.thread_id, first.run_id, first.lease):
-            return False
-        text = entry.delta[1]
-        if self.parts is None:
-            self.parts, self.size = [self.delta[1]], len(self.delta[1])
-        if self.size + len(text) > MAX_MERGED_DELTA_CHARS:
+    def extend(self, run_id: str | None, lease: Lease | None, message_id: str, text: str) -> bool:
+        """Take one more delta of the same message, run and lease, up to the size cap."""
+        if (
+            self.parts is None
+            or message_id != self.message_id
+            or run_id != self.event.run_id
+            or lease != self.event.lease
+            or self.size + len(text) > MAX_MERGED_DELTA_CHARS
+        ):
             return False
         self.parts.append(text)
         self.size += len(text)
-        self.futures.append(entry.future)
         return True
 
     def stored_event(self) -> NewEvent:
-        if self.parts is None or self.delta is None:
+        if self.parts is None or len(self.parts) == 1:
             return self.event
         # The first delta's `ts`: the merged event is as old as the oldest text it carries.
-        data = orjson.dumps({"message_id": self.delta[0], "delta": "".join(self.parts)})
+        data = orjson.dumps({"message_id": self.message_id, "delta": "".join(self.parts)})
         return self.event._replace(data=data.decode())
 
 
-def merge_deltas(entries: Sequence[_Plain]) -> list[_Group]:
-    """Queued events in storage order, each thread's consecutive deltas of a message merged.
-
-    Only entries already queued together are merged, and only with the previous event *of the
-    same thread*: another thread's events in between do not matter (every thread has its own
-    seq), so each thread's log keeps exactly the order its events were produced in.
-    """
-    groups: list[_Group] = []
-    last: dict[str, _Group] = {}
-    for entry in entries:
-        previous = last.get(entry.event.thread_id)
-        if previous is not None and previous.absorb(entry):
-            continue
-        group = _Group(entry.event, [entry.future], entry.delta)
-        groups.append(group)
-        last[entry.event.thread_id] = group
-    return groups
+def _delta_text(type_: str, data: Any) -> tuple[str, str] | None:
+    """(message id, text) of a plain text delta; anything that carries more stays whole."""
+    if type_ != MESSAGE_DELTA or not isinstance(data, dict) or data.keys() != _DELTA_KEYS:
+        return None
+    message_id, text = data["message_id"], data["delta"]
+    if isinstance(message_id, str) and isinstance(text, str):
+        return message_id, text
+    return None
 
 
 @dataclass
@@ -161,6 +144,9 @@ class EventLog:
         self._task: asyncio.Task[None] | None = None
         self._store = SqliteEventStore.for_engine(engine)
         self._clock = EventClock()
+        # thread id -> its newest queued entry while that is a text delta the writer has not
+        # taken yet (`append` adds the thread's next deltas to it)
+        self._open_deltas: dict[str, _Plain] = {}
 
     @property
     def store(self) -> SqliteEventStore | None:
@@ -204,19 +190,30 @@ class EventLog:
         With a `lease`, the event is stored only while that lease is the run's current one;
         otherwise its future fails with `LeaseLost`.
         """
+        delta = _delta_text(type_, data)
+        # Only the thread's newest queued entry may take more text: anything queued after it
+        # for the thread (or any atomic commit) closes it, so the log keeps the order in
+        # which events were produced.
+        open_entry = self._open_deltas.pop(thread_id, None)
+        if (
+            open_entry is not None
+            and delta is not None
+            and open_entry.extend(run_id, lease, *delta)
+        ):
+            self._open_deltas[thread_id] = open_entry
+            return open_entry.future
         future: asyncio.Future[LoggedEvent] = asyncio.get_running_loop().create_future()
         event = self.new_event(thread_id, run_id, type_, data, lease)
-        delta = None
-        if type_ == MESSAGE_DELTA and isinstance(data, dict) and data.keys() == _DELTA_KEYS:
-            message_id, text = data["message_id"], data["delta"]
-            if isinstance(message_id, str) and isinstance(text, str):
-                delta = (message_id, text)
-        entry = _Plain(event, future, delta)
+        entry = _Plain(event, future)
+        if delta is not None:
+            entry.message_id, entry.parts, entry.size = delta[0], [delta[1]], len(delta[1])
         try:
             # No coroutine per streamed event while the queue has room, as it usually has.
             self._queue.put_nowait(entry)
         except asyncio.QueueFull:
             await self._queue.put(entry)
+        if delta is not None:
+            self._open_deltas[thread_id] = entry
         return future
 
     async def commit(
@@ -238,6 +235,8 @@ class EventLog:
         future: asyncio.Future[tuple[Any, list[LoggedEvent]]] = (
             asyncio.get_running_loop().create_future()
         )
+        # Nothing produced after this commit may be stored before it.
+        self._open_deltas.clear()
         await self._queue.put(_Atomic(list(events), action, direct, future))
         return await future
 
@@ -261,6 +260,10 @@ class EventLog:
             plain: list[_Plain] = []
             for entry in items:
                 if isinstance(entry, _Plain):
+                    # Taken: from here on its text is final.
+                    thread_id = entry.event.thread_id
+                    if self._open_deltas.get(thread_id) is entry:
+                        del self._open_deltas[thread_id]
                     plain.append(entry)
                     continue
                 if plain:
@@ -273,8 +276,7 @@ class EventLog:
                 return
 
     async def _commit_plain(self, entries: list[_Plain]) -> None:
-        groups = merge_deltas(entries)
-        events = [group.stored_event() for group in groups]
+        events = [entry.stored_event() for entry in entries]
         for attempt, delay in enumerate((0.0, *RETRY_DELAYS_S)):
             if delay:
                 await asyncio.sleep(delay)
@@ -285,24 +287,24 @@ class EventLog:
                 continue
             except Exception as exc:  # a bug or a vanished thread: fail these callers only
                 log.error("event log write failed", exc_info=True)
-                for group in groups:
-                    _fail(group, exc)
+                for entry in entries:
+                    _fail(entry.future, exc)
                 return
             if lost:
-                for group in groups:
-                    if group.event.lease in lost:
-                        _fail(group, LeaseLost(group.event.run_id or ""))
-                groups = [g for g in groups if g.event.lease not in lost]
+                for entry in entries:
+                    if entry.event.lease in lost:
+                        _fail(entry.future, LeaseLost(entry.event.run_id or ""))
+                kept = [i for i, entry in enumerate(entries) if entry.event.lease not in lost]
+                entries, events = [entries[i] for i in kept], [events[i] for i in kept]
             logged = [LoggedEvent.from_record(record) for record in records]
-            for group, event in zip(groups, logged, strict=True):
-                for future in group.futures:
-                    if not future.done():
-                        future.set_result(event)
+            for entry, event in zip(entries, logged, strict=True):
+                if not entry.future.done():
+                    entry.future.set_result(event)
             self._publish(logged)
             return
         error = StorageUnavailable("event log could not be stored")
-        for group in groups:
-            _fail(group, error)
+        for entry in entries:
+            _fail(entry.future, error)
 
     def _direct(self) -> SqliteEventStore | None:
         return direct_store(self._store)
@@ -374,7 +376,6 @@ class EventLog:
         return encode_page(records)
 
 
-def _fail(group: _Group, error: BaseException) -> None:
-    for future in group.futures:
-        if not future.done():
-            future.set_exception(error)
+def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)

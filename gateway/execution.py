@@ -167,14 +167,15 @@ class SegmentRunner:
         # The SDK's SQLAlchemySession adds a connect listener to the engine the first time one
         # is built. Doing that while other tasks open connections breaks SQLAlchemy's listener
         # iteration ("deque mutated during iteration"), so build one now, before serving.
-        SQLAlchemySession("gateway-start-up", engine=engine)
+        # It is also the template every run's session is copied from (`session`).
+        self._sessions = GatewaySession("gateway-start-up", engine=engine, store=log.store)
         pin_sqlite_busy_timeout(engine)
 
     def run_config(self) -> RunConfig:
         return RunConfig(model_provider=self._provider, tracing_disabled=not self._tracing)
 
     def session(self, thread_id: str) -> SQLAlchemySession:
-        return GatewaySession(thread_id, engine=self._engine, store=self._log.store)
+        return self._sessions.for_session(thread_id)
 
     async def drive(self, segment: Segment, execution: Execution) -> None:
         run = segment.run

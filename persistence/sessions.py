@@ -14,6 +14,7 @@ call to its `approval.requested`).
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Awaitable
 from functools import partial
@@ -105,6 +106,19 @@ class GatewaySession(SQLAlchemySession):
     ) -> None:
         super().__init__(session_id, engine=engine)
         self._store = store
+
+    def for_session(self, session_id: str) -> GatewaySession:
+        """This session's twin for another session id, sharing everything else.
+
+        The SDK's constructor builds SQLAlchemy `Table` objects for its two tables each time
+        (~0.6 ms, a tenth of the gateway's own cost of a short run); they describe the same
+        tables for every session, so each run copies one session built at start-up. Nothing
+        that is copied changes after construction: table definitions, the engine, the session
+        factory, settings, and the per-engine lock the SDK shares between sessions anyway.
+        """
+        twin = copy.copy(self)
+        twin.session_id = session_id
+        return twin
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         store = direct_store(self._store)

@@ -1,8 +1,9 @@
 """Merging queued text deltas in the event log writer (gateway/eventlog.py).
 
-Pure checks of `merge_deltas` on queued entries, then the real writer on a real SQLite file:
-merged text stays exact and in order, nothing merges across messages, threads' other events,
-leases or event types, and an idle writer stores each delta on its own without waiting.
+Pure checks of a queued delta taking more text, then the real writer on a real SQLite file:
+merged text stays exact and in order, nothing merges across messages, the thread's other
+events, atomic commits, runs or leases, other threads in between do not stop a merge, and an
+idle writer stores each delta on its own without waiting.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from gateway.eventlog import (
     EventLog,
     _Plain,
     event_ts,
-    merge_deltas,
 )
 from gateway.eventlog_types import LoggedEvent
 from persistence.events import NewEvent
@@ -35,118 +35,142 @@ from tests.support.storage import migrated_engine, running_event_log
 DELTA = "message.delta"
 
 
-def plain(
-    thread_id: str,
-    type_: str,
-    data: dict[str, Any],
-    *,
-    run_id: str = "r_1",
-    lease: Lease | None = None,
-) -> _Plain:
-    event = NewEvent(thread_id, run_id, type_, event_ts(), orjson.dumps(data).decode(), lease)
+def delta_entry(text: str, *, run_id: str = "r_1", lease: Lease | None = None) -> _Plain:
+    event = NewEvent("t_1", run_id, DELTA, event_ts(), "{}", lease)
     future: asyncio.Future[LoggedEvent] = asyncio.get_running_loop().create_future()
-    delta = (data["message_id"], data["delta"]) if type_ == DELTA else None
-    return _Plain(event, future, delta)
+    return _Plain(event, future, message_id="m_1", parts=[text], size=len(text))
 
 
-def delta(thread_id: str, message_id: str, text: str, **kwargs: Any) -> _Plain:
-    return plain(thread_id, DELTA, {"message_id": message_id, "delta": text}, **kwargs)
-
-
-def stored(groups: list[Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    events = [group.stored_event() for group in groups]
-    return [(e.thread_id, e.type, orjson.loads(e.data)) for e in events]
-
-
-# -- merge_deltas --------------------------------------------------------------------------------
-
-
-async def test_consecutive_deltas_of_a_message_become_one_with_the_exact_text() -> None:
-    words = ["Once ", "upon ", "a ", "time", ", ", "\u00e9t\u00e9 ", '"quoted" ', "\\n"]
-    entries = [delta("t_1", "m_1", word) for word in words]
-    groups = merge_deltas(entries)
-    assert stored(groups) == [("t_1", DELTA, {"message_id": "m_1", "delta": "".join(words)})]
-    # Every queued caller is answered with the one stored event.
-    assert groups[0].futures == [e.future for e in entries]
+async def test_a_delta_takes_only_text_of_its_own_message_run_and_lease() -> None:
+    old, new = Lease("r_1", "gw-a", 1), Lease("r_1", "gw-a", 2)
+    entry = delta_entry("a", lease=old)
+    assert entry.extend("r_1", old, "m_1", "b")
+    assert not entry.extend("r_1", new, "m_1", "c")  # a newer lease: another attempt's text
+    assert not entry.extend("r_9", old, "m_1", "c")
+    assert not entry.extend("r_1", old, "m_2", "c")
+    assert entry.parts == ["a", "b"]
     # The merged event is as old as its first delta.
-    assert groups[0].stored_event().ts == entries[0].event.ts
+    assert entry.stored_event().ts == entry.event.ts
+    assert orjson.loads(entry.stored_event().data) == {"message_id": "m_1", "delta": "ab"}
 
 
 async def test_a_single_delta_is_stored_untouched() -> None:
-    entry = delta("t_1", "m_1", "hello")
-    [group] = merge_deltas([entry])
-    assert group.stored_event() is entry.event
+    entry = delta_entry("hello")
+    assert entry.stored_event() is entry.event
 
 
-async def test_deltas_of_different_messages_are_not_merged() -> None:
-    entries = [
-        delta("t_1", "m_1", "a"),
-        delta("t_1", "m_1", "b"),
-        delta("t_1", "m_2", "c"),
-        delta("t_1", "m_1", "d"),
-    ]
-    assert [d["delta"] for _, _, d in stored(merge_deltas(entries))] == ["ab", "c", "d"]
+async def test_a_merged_delta_stops_growing_at_the_cap() -> None:
+    chunk = "x" * (MAX_MERGED_DELTA_CHARS // 2)
+    entry = delta_entry(chunk)
+    assert entry.extend("r_1", None, "m_1", chunk)
+    assert not entry.extend("r_1", None, "m_1", "x")
+    assert len(orjson.loads(entry.stored_event().data)["delta"]) == MAX_MERGED_DELTA_CHARS
 
 
-async def test_nothing_merges_across_another_event_of_the_same_thread() -> None:
-    entries = [
-        delta("t_1", "m_1", "a"),
-        plain("t_1", "tool.called", {"call_id": "c1", "tool_name": "x", "arguments": {}}),
-        delta("t_1", "m_1", "b"),
-        plain("t_1", "message.completed", {"message_id": "m_1", "text": "ab"}),
-        delta("t_1", "m_1", "late"),
-    ]
-    assert [(t, d.get("delta")) for _, t, d in stored(merge_deltas(entries))] == [
-        (DELTA, "a"),
+# -- the writer on a real SQLite file -----------------------------------------------------------
+
+
+@pytest.fixture
+async def log_and_threads(tmp_path: Path) -> AsyncIterator[tuple[EventLog, str, str]]:
+    async with migrated_engine(tmp_path / "log.db") as engine:
+        first = await ThreadRepository(engine).create(tenant="acme", owner="alice")
+        second = await ThreadRepository(engine).create(tenant="acme", owner="alice")
+        async with running_event_log(engine, EventBus()) as log:
+            yield log, first.thread_id, second.thread_id
+
+
+async def store_queued(
+    log: EventLog, appends: list[tuple[str, str, dict[str, Any]]], run_id: str = "r_1"
+) -> None:
+    """Append everything without yielding to the loop in between (the writer finds it all
+    queued at once, as under load), then wait until it is stored."""
+    futures = [await log.append(thread, run_id, type_, data) for thread, type_, data in appends]
+    await asyncio.wait_for(asyncio.gather(*futures), 10)
+
+
+async def stored_in(log: EventLog, thread_id: str) -> list[tuple[str, str | None]]:
+    events = await log.read(thread_id, after_seq=0)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    frames = [orjson.loads(e.frame) for e in events]
+    return [(f["event"], f["data"].get("delta")) for f in frames]
+
+
+def d(thread: str, message: str, text: str) -> tuple[str, str, dict[str, Any]]:
+    return thread, DELTA, {"message_id": message, "delta": text}
+
+
+async def test_queued_deltas_of_a_message_become_one_event_with_the_exact_text(
+    log_and_threads: tuple[EventLog, str, str],
+) -> None:
+    log, t1, _ = log_and_threads
+    words = ["Once ", "upon ", "a ", "time", ", ", "\u00e9t\u00e9 ", '"quoted" ', "\\n"]
+    await store_queued(log, [d(t1, "m_1", word) for word in words])
+    assert await stored_in(log, t1) == [(DELTA, "".join(words))]
+
+
+async def test_deltas_merge_only_within_a_message_and_never_across_the_threads_other_events(
+    log_and_threads: tuple[EventLog, str, str],
+) -> None:
+    log, t1, _ = log_and_threads
+    tool = {"call_id": "c1", "tool_name": "x", "arguments": {}}
+    await store_queued(
+        log,
+        [
+            d(t1, "m_1", "a"),
+            d(t1, "m_1", "b"),
+            d(t1, "m_2", "c"),
+            d(t1, "m_1", "d"),
+            (t1, "tool.called", tool),
+            d(t1, "m_1", "e"),
+            (t1, "message.completed", {"message_id": "m_1", "text": "abde"}),
+            d(t1, "m_1", "late"),
+        ],
+    )
+    assert await stored_in(log, t1) == [
+        (DELTA, "ab"),
+        (DELTA, "c"),
+        (DELTA, "d"),
         ("tool.called", None),
-        (DELTA, "b"),
+        (DELTA, "e"),
         ("message.completed", None),
         (DELTA, "late"),
     ]
 
 
-async def test_other_threads_in_between_do_not_stop_a_merge_and_each_thread_keeps_its_order() -> (
-    None
-):
-    entries = [
-        delta("t_1", "m_1", "a1 "),
-        delta("t_2", "m_2", "b1 ", run_id="r_2"),
-        delta("t_1", "m_1", "a2 "),
-        plain("t_2", "message.completed", {"message_id": "m_2", "text": "b1 "}, run_id="r_2"),
-        delta("t_1", "m_1", "a3"),
-        delta("t_2", "m_3", "c1", run_id="r_2"),
-    ]
-    rows = stored(merge_deltas(entries))
-    assert [(thread, d.get("delta")) for thread, _, d in rows if thread == "t_1"] == [
-        ("t_1", "a1 a2 a3")
-    ]
-    assert [(t, d.get("delta")) for thread, t, d in rows if thread == "t_2"] == [
-        (DELTA, "b1 "),
-        ("message.completed", None),
-        (DELTA, "c1"),
-    ]
+async def test_other_threads_in_between_do_not_stop_a_merge_and_each_thread_keeps_its_order(
+    log_and_threads: tuple[EventLog, str, str],
+) -> None:
+    log, t1, t2 = log_and_threads
+    await store_queued(
+        log,
+        [
+            d(t1, "m_1", "a1 "),
+            d(t2, "m_2", "b1 "),
+            d(t1, "m_1", "a2 "),
+            (t2, "message.completed", {"message_id": "m_2", "text": "b1 "}),
+            d(t1, "m_1", "a3"),
+            d(t2, "m_3", "c1"),
+        ],
+    )
+    assert await stored_in(log, t1) == [(DELTA, "a1 a2 a3")]
+    assert await stored_in(log, t2) == [(DELTA, "b1 "), ("message.completed", None), (DELTA, "c1")]
 
 
-async def test_deltas_under_different_runs_or_leases_are_not_merged() -> None:
-    old, new = Lease("r_1", "gw-a", 1), Lease("r_1", "gw-a", 2)
-    entries = [
-        delta("t_1", "m_1", "a", lease=old),
-        delta("t_1", "m_1", "b", lease=new),
-        delta("t_1", "m_1", "c", lease=new, run_id="r_9"),
-    ]
-    assert [d["delta"] for _, _, d in stored(merge_deltas(entries))] == ["a", "b", "c"]
-
-
-async def test_a_merged_delta_stops_growing_at_the_cap() -> None:
-    chunk = "x" * (MAX_MERGED_DELTA_CHARS // 3)
-    entries = [delta("t_1", "m_1", chunk) for _ in range(7)]
-    texts = [d["delta"] for _, _, d in stored(merge_deltas(entries))]
-    assert "".join(texts) == chunk * 7
-    assert len(texts) > 1
-    assert all(len(text) <= MAX_MERGED_DELTA_CHARS for text in texts)
-
-
-# -- the writer on a real SQLite file -----------------------------------------------------------
+async def test_no_delta_joins_one_queued_before_an_atomic_commit(
+    log_and_threads: tuple[EventLog, str, str],
+) -> None:
+    """Text produced after a commit (a checkpoint, say) is never stored before it."""
+    log, t1, t2 = log_and_threads
+    first = await log.append(t1, "r_1", DELTA, {"message_id": "m_1", "delta": "before "})
+    other = await log.append(t2, "r_2", DELTA, {"message_id": "m_2", "delta": "x"})
+    commit = asyncio.ensure_future(log.commit([log.new_event(t1, "r_1", "run.resumed", {})]))
+    await asyncio.sleep(0)  # the commit is queued behind the deltas
+    after = await log.append(t1, "r_1", DELTA, {"message_id": "m_1", "delta": "after"})
+    late = await log.append(t2, "r_2", DELTA, {"message_id": "m_2", "delta": "y"})
+    await asyncio.wait_for(asyncio.gather(first, other, commit, after, late), 10)
+    assert await stored_in(log, t1) == [(DELTA, "before "), ("run.resumed", None), (DELTA, "after")]
+    assert await stored_in(log, t2) == [(DELTA, "x"), (DELTA, "y")]
+    assert (await first).seq == 1 and (await after).seq == 3
 
 
 @pytest.fixture

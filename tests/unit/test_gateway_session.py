@@ -105,3 +105,31 @@ async def test_observed_statements_keep_the_sdk_code(
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", observe)
     assert any("agent_messages" in s for s in statements)
+
+
+async def test_twins_of_one_session_keep_to_their_own_ids_on_both_paths(
+    engine: AsyncEngine, store: SqliteEventStore, db_path: Path
+) -> None:
+    """`for_session` copies share table definitions only: each twin reads and writes its own
+    session, on the direct path and through the SDK's own code alike (SQL traced)."""
+    template = GatewaySession("template", engine=engine, store=store)
+    first, second = template.for_session("t_a"), template.for_session("t_b")
+    assert (template.session_id, first.session_id, second.session_id) == ("template", "t_a", "t_b")
+    assert first._messages is template._messages  # shared, not rebuilt
+    await first.add_items([item(1)])
+    await second.add_items([item(2)])
+
+    def observe(*_args: Any) -> None:
+        pass
+
+    event.listen(engine.sync_engine, "before_cursor_execute", observe)  # the SDK's code path
+    try:
+        await first.add_items([item(3)])
+        assert await second.get_items() == [item(2)]
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", observe)
+    assert await first.get_items() == [item(1), item(3)]
+    assert await template.get_items() == []
+    assert [sid for sid, _ in stored(db_path)] == ["t_a", "t_b", "t_a"]
+    sdk = SQLAlchemySession("t_a", engine=engine)
+    assert await sdk.get_items() == [item(1), item(3)]
