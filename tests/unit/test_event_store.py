@@ -20,7 +20,7 @@ from gateway.bus import EventBus
 from gateway.eventlog import EventLog
 from gateway.eventlog_types import LoggedEvent, encode_page
 from persistence.db import create_engine
-from persistence.events import EventRecord, SqliteEventStore
+from persistence.events import FEW_THREADS, HEADS_PER_STATEMENT, EventRecord, SqliteEventStore
 from persistence.threads import ThreadRepository
 from tests.support.storage import migrated_engine
 
@@ -159,11 +159,15 @@ async def test_writes_run_inline_and_wait_on_their_thread_for_a_lock_held_elsewh
         await log.close()
 
 
-async def test_one_batch_across_hundreds_of_threads_keeps_each_log_dense(
-    engine: AsyncEngine,
+@pytest.mark.parametrize(
+    "width", [1, FEW_THREADS, FEW_THREADS + 1, HEADS_PER_STATEMENT + 50], ids=lambda n: f"{n}"
+)
+async def test_one_batch_across_many_threads_keeps_each_log_dense(
+    engine: AsyncEngine, width: int
 ) -> None:
+    """Both ways of bumping heads (a statement per thread, one for many) and the chunking."""
     repo = ThreadRepository(engine)
-    thread_ids = [(await repo.create(tenant="acme", owner="alice")).thread_id for _ in range(450)]
+    thread_ids = [(await repo.create(tenant="acme", owner="alice")).thread_id for _ in range(width)]
     log = EventLog(engine, EventBus())
     await log.start()
     try:
