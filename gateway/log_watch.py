@@ -12,6 +12,7 @@ import logging
 
 from gateway.bus import EventBus
 from persistence.errors import StorageUnavailable
+from persistence.slices import slices
 from persistence.threads import HEADS_PER_READ, ThreadRepository
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,8 @@ class LogWatch:
         watched = self._bus.watched_threads()
         still_watched = set(watched)
         self._heads = {t: h for t, h in self._heads.items() if t in still_watched}
-        for start in range(0, len(watched), HEADS_PER_READ):
-            heads = await self._threads.heads(watched[start : start + HEADS_PER_READ])
+        for chunk in slices(watched, HEADS_PER_READ):
+            heads = await self._threads.heads(chunk)
             for thread_id, head in heads.items():
                 previous = self._heads.get(thread_id)
                 self._heads[thread_id] = head

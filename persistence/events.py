@@ -24,6 +24,7 @@ from persistence.db import transaction
 from persistence.direct import Codecs, Direct
 from persistence.errors import StorageUnavailable
 from persistence.leases import Lease, LeaseLost, held_of
+from persistence.slices import slices
 from persistence.sqlite_lane import BUSY_TIMEOUT_S, Lane, busy_retry
 from persistence.tables import events, threads
 
@@ -427,8 +428,7 @@ def _bump_heads(conn: sqlite3.Connection, counts: dict[str, int]) -> dict[str, i
                 heads[thread_id] = int(rows[0][0])
         return heads
     heads = {}
-    for start in range(0, len(threads_), HEADS_PER_STATEMENT):
-        chunk = threads_[start : start + HEADS_PER_STATEMENT]
+    for chunk in slices(threads_, HEADS_PER_STATEMENT):
         values = ", ".join("(?, ?)" for _ in chunk)
         rows = conn.execute(
             f"WITH added(thread_id, n) AS (VALUES {values})"

@@ -9,7 +9,7 @@ write fail once another process has taken the lease over, so a process that lost
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from persistence.db import transaction, utcnow
 from persistence.direct import Direct
+from persistence.slices import slices
 from persistence.tables import runs
 
 # Leases renewed per statement: well within every backend's limit on bound parameters.
@@ -104,7 +105,7 @@ class LeaseRepository:
         """Extend every lease of `leases` that still holds; returns those (the rest are lost)."""
         expires = utcnow() + timedelta(seconds=ttl_s)
         held: set[Lease] = set()
-        for chunk in _chunks(leases):
+        for chunk in slices(leases, RENEW_CHUNK):
             for owner, pairs in _by_owner(chunk).items():
                 rows = await conn.execute(
                     update(runs)
@@ -123,7 +124,7 @@ class LeaseRepository:
         """`renew_all_in` on the direct path: the same rows, one statement per owner and chunk."""
         expires = db.value(runs.c.lease_expires_at, utcnow() + timedelta(seconds=ttl_s))
         held: set[Lease] = set()
-        for chunk in _chunks(leases):
+        for chunk in slices(leases, RENEW_CHUNK):
             for owner, pairs in _by_owner(chunk).items():
                 values = ", ".join("(?, ?)" for _ in pairs)
                 rows = db.execute(
@@ -186,7 +187,7 @@ def held_of(conn: sqlite3.Connection, leases: Sequence[Lease]) -> set[Lease]:
     lease. One read for all of them: `BEGIN IMMEDIATE` already holds SQLite's write lock, so
     no other writer can change a lease before this transaction commits."""
     held: set[Lease] = set()
-    for chunk in _chunks(leases):
+    for chunk in slices(leases, RENEW_CHUNK):
         marks = ", ".join("?" for _ in chunk)
         current = {
             run_id: (owner, token)
@@ -199,11 +200,6 @@ def held_of(conn: sqlite3.Connection, leases: Sequence[Lease]) -> set[Lease]:
             lease for lease in chunk if current.get(lease.run_id) == (lease.owner, lease.token)
         )
     return held
-
-
-def _chunks(leases: Sequence[Lease]) -> Iterator[Sequence[Lease]]:
-    for start in range(0, len(leases), RENEW_CHUNK):
-        yield leases[start : start + RENEW_CHUNK]
 
 
 def _by_owner(leases: Sequence[Lease]) -> dict[str, list[tuple[str, int]]]:
