@@ -52,8 +52,6 @@ MAX_BATCH = 1024
 # the log of a live run and dropping them would leave a hole in what clients see.
 RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 4.0, 8.0)
 MESSAGE_DELTA = "message.delta"
-# Only deltas of exactly this shape are merged; one that carries anything more stays whole.
-_DELTA_KEYS = frozenset({"message_id", "delta"})
 # A merged delta stops growing here, so a writer that fell far behind (a storage outage being
 # retried) still sends frames of a reasonable size.
 MAX_MERGED_DELTA_CHARS = 8192
@@ -98,11 +96,14 @@ class _Plain:
 
     def extend(self, run_id: str | None, lease: Lease | None, message_id: str, text: str) -> bool:
         """Take one more delta of the same message, run and lease, up to the size cap."""
+        event = self.event
         if (
             self.parts is None
             or message_id != self.message_id
-            or run_id != self.event.run_id
-            or lease != self.event.lease
+            or run_id != event.run_id
+            # A run passes the same Lease object with every event: identity settles it
+            # without the dataclass's field-by-field comparison.
+            or (lease is not event.lease and lease != event.lease)
             or self.size + len(text) > MAX_MERGED_DELTA_CHARS
         ):
             return False
@@ -120,9 +121,11 @@ class _Plain:
 
 def _delta_text(type_: str, data: Any) -> tuple[str, str] | None:
     """(message id, text) of a plain text delta; anything that carries more stays whole."""
-    if type_ != MESSAGE_DELTA or not isinstance(data, dict) or data.keys() != _DELTA_KEYS:
+    if type_ != MESSAGE_DELTA or not isinstance(data, dict) or len(data) != 2:
         return None
-    message_id, text = data["message_id"], data["delta"]
+    # Two entries, both of these keys: exactly `message_id` and `delta`, checked without
+    # building a key view per streamed delta.
+    message_id, text = data.get("message_id"), data.get("delta")
     if isinstance(message_id, str) and isinstance(text, str):
         return message_id, text
     return None

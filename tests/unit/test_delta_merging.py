@@ -240,3 +240,28 @@ def test_the_event_clock_stamps_like_event_ts() -> None:
         assert int(before * 1000) / 1000 <= moment.timestamp() <= after + 0.001
         assert len(stamped) == len(event_ts()) == 24
         time.sleep(0.6)  # across a second boundary at least once
+
+
+async def test_a_delta_that_carries_more_than_its_text_stays_whole(
+    log_and_threads: tuple[EventLog, str, str],
+) -> None:
+    log, t1, _ = log_and_threads
+    await store_queued(
+        log,
+        [
+            d(t1, "m_1", "a"),
+            (t1, DELTA, {"message_id": "m_1", "delta": "b", "logprob": -0.1}),
+            d(t1, "m_1", "c"),
+            (t1, DELTA, {"message_id": "m_1"}),
+            d(t1, "m_1", "d"),
+        ],
+    )
+    events = await log.read(t1, after_seq=0)
+    datas = [orjson.loads(e.frame)["data"] for e in events]
+    assert datas == [
+        {"message_id": "m_1", "delta": "a"},
+        {"message_id": "m_1", "delta": "b", "logprob": -0.1},
+        {"message_id": "m_1", "delta": "c"},
+        {"message_id": "m_1"},
+        {"message_id": "m_1", "delta": "d"},
+    ]
