@@ -70,6 +70,7 @@ async def watch(ws: ClientConnection, index: int) -> dict[str, Any]:
 def analyse(result: dict[str, Any]) -> dict[str, Any]:
     lags: list[float] = []
     delta_lags: list[float] = []
+    by_event: dict[str, list[float]] = {}
     seqs: list[int] = []
     parts: dict[str, list[str]] = {}
     completed_text: dict[str, str] = {}
@@ -82,6 +83,7 @@ def analyse(result: dict[str, Any]) -> dict[str, Any]:
             continue
         sent = ts_epoch(frame["ts"])
         lags.append(arrived - sent)
+        by_event.setdefault(frame["event"], []).append(arrived - sent)
         seqs.append(frame["seq"])
         data = frame["data"]
         if frame["event"] == "message.delta":
@@ -100,6 +102,7 @@ def analyse(result: dict[str, Any]) -> dict[str, Any]:
     return {
         "lags": lags,
         "delta_lags": delta_lags,
+        "by_event": by_event,
         "dense": seqs == list(range(seqs[0], seqs[0] + len(seqs))) if seqs else False,
         "intact": intact,
         "completed": completed,
@@ -138,6 +141,11 @@ async def measure(runs: int, delta_ms: int) -> dict[str, Any]:
         r["completed"] and r["dense"] and r["intact"] and r["closed"] is None for r in runs_seen
     )
     delta_summary = latency_summary(delta_lags)
+    all_summary = latency_summary(lags)
+    by_event: dict[str, list[float]] = {}
+    for r in runs_seen:
+        for event, event_lags in r["by_event"].items():
+            by_event.setdefault(event, []).extend(event_lags)
     return {
         "figure": 7,
         "concurrent_runs": runs,
@@ -155,7 +163,13 @@ async def measure(runs: int, delta_ms: int) -> dict[str, Any]:
         if cpu_before is not None and cpu_after is not None
         else None,
         "delivery_lag_message_delta": delta_summary,
-        "delivery_lag_all_events": latency_summary(lags),
+        "delivery_lag_all_events": all_summary,
+        # Which events make the tail: every run starts and ends within the same second, so
+        # each run's last events (behind its completion checkpoint) arrive in one burst.
+        "delivery_lag_p99_ms_by_event": {
+            event: latency_summary(event_lags)["p99_ms"]
+            for event, event_lags in sorted(by_event.items())
+        },
         "frames_total": sum(r["frames"] for r in runs_seen),
         "message_delta_frames": len(delta_lags),
         "model_deltas": model_deltas,
@@ -172,6 +186,8 @@ async def measure(runs: int, delta_ms: int) -> dict[str, Any]:
         "nothing_dropped": nothing_dropped,
         "target": f"p99 delivery lag <= {TARGET_P99_MS} ms, nothing dropped",
         "met": delta_summary["p99_ms"] <= TARGET_P99_MS and nothing_dropped,
+        # The stricter reading: every event of every run, not only the streamed deltas.
+        "met_all_events": all_summary["p99_ms"] <= TARGET_P99_MS and nothing_dropped,
     }
 
 

@@ -36,6 +36,7 @@ from bench.common import (
     Frame,
     GatewayProcess,
     ProtocolError,
+    emit,
     gateway_process,
     latency_summary,
     machine_info,
@@ -408,16 +409,13 @@ def main(argv: list[str] | None = None) -> int:
         "--story-runs", type=int, default=20, help="story runs for throughput (default 20)"
     )
     parser.add_argument("--only", choices=PARTS, help="run one part only")
-    parser.add_argument("--out", type=Path, help="also write the JSON line to this file")
+    parser.add_argument("--out", type=Path, help="also append the JSON line to this file")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.story_runs < 1:
         parser.error("--runs and --story-runs must be >= 1")
     parts = (args.only,) if args.only else PARTS
     report = asyncio.run(benchmark(parts, args.runs, args.story_runs))
-    line = orjson.dumps(report).decode()
-    print(line, flush=True)
-    if args.out:
-        args.out.write_text(line + "\n")
+    emit(report, args.out)
     return 0
 
 

@@ -56,6 +56,7 @@ import orjson
 import websockets
 from websockets.asyncio.client import ClientConnection
 
+from bench.common import emit
 from bench.core import ROOT, SECRET, TENANT, latency_summary, machine_info
 from gateway.auth import TokenVerifier
 
@@ -883,15 +884,12 @@ def main(argv: list[str] | None = None) -> int:
         default=200,
         help="GATEWAY_DEMO_DELAY_MS before the crash, so no run ends first (default 200)",
     )
-    parser.add_argument("--out", type=Path, help="also write the JSON line to this file")
+    parser.add_argument("--out", type=Path, help="also append the JSON line to this file")
     args = parser.parse_args(argv)
     if min(args.runs, args.connections, args.reps, args.conversation_runs) < 1:
         parser.error("--runs, --connections, --reps and --conversation-runs must be >= 1")
     report = asyncio.run(benchmark(args))
-    line = orjson.dumps(report).decode()
-    print(line, flush=True)
-    if args.out:
-        args.out.write_text(line + "\n")
+    emit(report, args.out)
     return 0
 
 

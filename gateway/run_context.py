@@ -188,6 +188,12 @@ class RunContext:
 
         async def body() -> None:
             try:
+                # One turn of the loop first: whoever launched the run (a `run.start`, a
+                # decision) has queued its answer and the run's first event by now, and they
+                # reach the socket before the SDK's start-up, a few ms of CPU without a pause.
+                # Under a burst of starts, each client then hears of its run at once instead
+                # of after every other run's start-up.
+                await asyncio.sleep(0)
                 await self.segments.drive(segment, execution)
             finally:
                 if self.executions.get(run.run_id) is execution:
