@@ -241,7 +241,7 @@ class Continuer:
             ctx.bus.publish_inbox(run.tenant, removed=superseded)
         logged: frozenset[str] = frozenset()
         if announce is EventType.RUN_RECOVERED:
-            outputs = await ctx.events.for_run(run.run_id, (EventType.TOOL_OUTPUT,))
+            outputs = await ctx.events.for_run(run.thread_id, run.run_id, (EventType.TOOL_OUTPUT,))
             logged = frozenset(orjson.loads(e.data).get("call_id") for e in outputs)
         ctx.launch(
             Segment(

@@ -180,6 +180,7 @@ class Recovery:
     async def _abort_open_messages(self, run: RunRecord, lease: Lease) -> list[NewEvent]:
         """`message.aborted` for every message of the run that started and never ended."""
         records = await self._ctx.events.for_run(
+            run.thread_id,
             run.run_id,
             (
                 EventType.MESSAGE_STARTED,

@@ -146,7 +146,9 @@ class EventRepository:
             rows = (await conn.execute(query)).all()
         return [EventRecord(*row) for row in rows]
 
-    async def for_run(self, run_id: str, types: Sequence[str]) -> list[EventRecord]:
+    async def for_run(self, thread_id: str, run_id: str, types: Sequence[str]) -> list[EventRecord]:
+        """The run's events of `types`, through the primary key: a run's events are all in
+        its thread (the log has no index by run)."""
         query = (
             select(
                 events.c.thread_id,
@@ -156,7 +158,11 @@ class EventRepository:
                 events.c.ts,
                 events.c.data,
             )
-            .where(events.c.run_id == run_id, events.c.type.in_(list(types)))
+            .where(
+                events.c.thread_id == thread_id,
+                events.c.run_id == run_id,
+                events.c.type.in_(list(types)),
+            )
             .order_by(events.c.seq)
         )
         async with transaction(self._engine) as conn:

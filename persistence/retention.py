@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from persistence.db import transaction
+from persistence.db import transaction, utcnow
 from persistence.runs import TERMINAL
 from persistence.tables import checkpoints, events, pending_inputs, runs, threads
 
@@ -39,12 +39,10 @@ class RetentionRepository:
             expired = (
                 await conn.execute(
                     select(runs.c.run_id, runs.c.thread_id)
-                    .where(runs.c.status.in_(terminal), runs.c.updated_at < cutoff)
                     .where(
-                        select(checkpoints.c.run_id)
-                        .where(checkpoints.c.run_id == runs.c.run_id)
-                        .exists()
-                        | select(events.c.seq).where(events.c.run_id == runs.c.run_id).exists()
+                        runs.c.status.in_(terminal),
+                        runs.c.updated_at < cutoff,
+                        runs.c.swept_at.is_(None),
                     )
                     .limit(limit)
                 )
@@ -84,4 +82,9 @@ class RetentionRepository:
                     .values(truncated_seq=cut, epoch=secrets.token_hex(4))
                 )
                 touched += 1
+            # Every event of these runs is at or below its thread's cut and their checkpoints
+            # are gone: nothing is left to sweep of them.
+            await conn.execute(
+                update(runs).where(runs.c.run_id.in_(run_ids)).values(swept_at=utcnow())
+            )
         return SweepResult(len(run_ids), touched, removed_events, removed_checkpoints)

@@ -68,6 +68,9 @@ runs = Table(
     # The user who started the run (or sent the input that started it): the "requester" that
     # the four-eyes rule keeps from deciding the run's approvals. Null for runs from before 0004.
     Column("requested_by", String(128), nullable=True),
+    # When retention removed the ended run's checkpoints and events (null: not yet), so each
+    # sweep looks only at runs it has not swept before.
+    Column("swept_at", DateTime(timezone=True), nullable=True),
     Index("ix_runs_thread", "thread_id"),
     Index("ix_runs_status", "status"),
     Index(
@@ -130,7 +133,8 @@ events = Table(
     Column("ts", String(32), nullable=False),
     # The event's data as compact JSON text, stored exactly as it is sent.
     Column("data", Text, nullable=False),
-    Index("ix_events_run", "run_id"),
+    # No index by run: each event would dirty a page of it at commit. A run's events are
+    # read through the primary key, by its thread (runs are sequential on a thread).
 )
 
 pending_inputs = Table(
