@@ -108,8 +108,12 @@ def bare_sdk_agent() -> Any:
     return build_demo_agent()
 
 
-async def bare_sdk_run(agent: Any) -> tuple[int, float]:
-    """The same demo agent consumed in-process by the SDK, no gateway, no storage."""
+async def sdk_run(agent: Any, session: Any = None) -> tuple[int, float]:
+    """The same demo story consumed in-process by the SDK: no gateway, nothing sent. Bare
+    without `session`; with one, also what any gateway keeping this design's durability pays
+    before it stores or sends a single event: the thread's session (the gateway's own fast
+    one, history read and turn appended in SQLite) and the completion checkpoint's
+    serialisation. Returns the stream events counted and the seconds taken."""
     from agents import RunConfig, Runner
 
     from gateway.demo import OfflineModelProvider
@@ -118,11 +122,14 @@ async def bare_sdk_run(agent: Any) -> tuple[int, float]:
     result = Runner.run_streamed(
         agent,
         STORY_INPUT,
+        session=session,
         run_config=RunConfig(model_provider=OfflineModelProvider(0), tracing_disabled=True),
     )
     count = 0
     async for _ in result.stream_events():
         count += 1
+    if session is not None:
+        orjson.dumps(result.to_state().to_json())
     return count, time.perf_counter() - begin
 
 
@@ -146,27 +153,6 @@ async def durable_sdk(folder: Path) -> AsyncIterator[Any]:
         await engine.dispose()
 
 
-async def durable_sdk_run(agent: Any, session: Any) -> float:
-    """What any gateway keeping this design's durability pays before it stores or sends a
-    single event: the SDK run with the thread's session (the gateway's own fast one, history
-    read and turn appended in SQLite) and the completion checkpoint's serialisation."""
-    from agents import RunConfig, Runner
-
-    from gateway.demo import OfflineModelProvider
-
-    begin = time.perf_counter()
-    result = Runner.run_streamed(
-        agent,
-        STORY_INPUT,
-        session=session,
-        run_config=RunConfig(model_provider=OfflineModelProvider(0), tracing_disabled=True),
-    )
-    async for _ in result.stream_events():
-        pass
-    orjson.dumps(result.to_state().to_json())
-    return time.perf_counter() - begin
-
-
 async def throughput(client: BenchClient, runs: int) -> dict[str, Any]:
     """Gateway story runs and bare-SDK story runs, interleaved one for one.
 
@@ -180,12 +166,13 @@ async def throughput(client: BenchClient, runs: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="gateway-bench-floor-") as folder:
         async with durable_sdk(Path(folder)) as sessions:
             for index in range(WARMUP_RUNS):
-                await bare_sdk_run(agent)
-                await durable_sdk_run(agent, sessions.for_session(f"warm-up-{index}"))
+                await sdk_run(agent)
+                await sdk_run(agent, sessions.for_session(f"warm-up-{index}"))
             for index in range(runs):
                 results.append(await one_plain_run(client, STORY_INPUT))
-                bare.append(await bare_sdk_run(agent))
-                floor.append(await durable_sdk_run(agent, sessions.for_session(f"t-{index}")))
+                bare.append(await sdk_run(agent))
+                _, seconds = await sdk_run(agent, sessions.for_session(f"t-{index}"))
+                floor.append(seconds)
 
     rates = [r["events"] / (r["completed_at"] - r["started_at"]) for r in results]
     run_seconds = [r["completed_at"] - r["start_sent"] for r in results]

@@ -25,7 +25,6 @@ from agents import (
     Runner,
 )
 from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError
-from agents.extensions.memory import SQLAlchemySession
 from agents.models.interface import ModelProvider
 from agents.run_state import CURRENT_SCHEMA_VERSION, RunState
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -176,7 +175,7 @@ class SegmentRunner:
     def run_config(self) -> RunConfig:
         return RunConfig(model_provider=self._provider, tracing_disabled=not self._tracing)
 
-    def session(self, thread_id: str) -> SQLAlchemySession:
+    def session(self, thread_id: str) -> GatewaySession:
         return self._sessions.for_session(thread_id)
 
     async def drive(self, segment: Segment, execution: Execution) -> None:
