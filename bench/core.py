@@ -138,19 +138,15 @@ async def durable_sdk(folder: Path) -> AsyncIterator[Any]:
     """A `GatewaySession` template on its own SQLite file (the SDK creates the two tables)."""
     from agents.extensions.memory import SQLAlchemySession
 
-    from persistence.db import create_engine
-    from persistence.events import SqliteEventStore
     from persistence.sessions import GatewaySession
+    from persistence.store import open_store
 
-    engine = create_engine(f"sqlite+aiosqlite:///{folder / 'floor.db'}")
-    await SQLAlchemySession("set-up", engine=engine, create_tables=True).get_items()
-    store = SqliteEventStore.for_engine(engine)
+    store = open_store(f"sqlite:///{folder / 'floor.db'}")
     try:
-        yield GatewaySession("template", engine=engine, store=store)
+        await SQLAlchemySession("set-up", engine=store.engine, create_tables=True).get_items()
+        yield GatewaySession("template", store=store)
     finally:
-        if store is not None:
-            await store.close()
-        await engine.dispose()
+        await store.close()
 
 
 async def throughput(client: BenchClient, runs: int) -> dict[str, Any]:

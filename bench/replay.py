@@ -3,7 +3,7 @@
     .venv/bin/python -m bench replay [--events 10000] [--reps 5]
 
 Before the gateway starts, the benchmark writes a thread of `--events` events straight into a
-fresh SQLite file through the gateway's own repositories (`EventRepository.append_batch`):
+fresh SQLite file through the gateway's own Store (`Store.write` of `events.append_in`):
 demo story runs one after another (`run.started`, `message.started`, one `message.delta` per
 word, `message.completed`, `run.completed`), cut at exactly `--events`. Then, per repetition, a
 fresh connection sends `thread.subscribe` with `after_seq: 0`; the time runs from that send to
@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,19 +44,17 @@ TARGET_EVENTS_PER_S = 50_000
 
 async def build_thread(db_path: Path, count: int) -> tuple[str, list[tuple[str, str]]]:
     """A thread with `count` events; returns its id and every (type, data JSON) in order."""
-    from persistence.db import create_engine, migrate, transaction
-    from persistence.events import EventRepository, NewEvent
+    from persistence.events import NewEvent, append_in
     from persistence.ids import new_id
+    from persistence.schema import migrate
+    from persistence.store import open_store
     from persistence.threads import ThreadRepository
 
     story = await story_events()
-    engine = create_engine(f"sqlite+aiosqlite:///{db_path}")
+    store = open_store(f"sqlite:///{db_path}")
     try:
-        await migrate(engine)
-        async with transaction(engine) as conn:
-            thread = await ThreadRepository.insert(
-                conn, tenant=TENANT, owner="alice", metadata=None
-            )
+        await migrate(store)
+        thread = await ThreadRepository(store).create(tenant=TENANT, owner="alice")
         stored: list[tuple[str, str]] = []
         batch: list[NewEvent] = []
         ts = "2026-01-01T00:00:00.000Z"
@@ -70,12 +69,12 @@ async def build_thread(db_path: Path, count: int) -> tuple[str, list[tuple[str, 
                 stored.append((type_, text))
                 batch.append(NewEvent(thread.thread_id, run_id, type_, ts, text))
                 if len(batch) == 1000:
-                    await EventRepository(engine).append_batch(batch)
+                    await store.write(partial(append_in, batch=batch))
                     batch = []
         if batch:
-            await EventRepository(engine).append_batch(batch)
+            await store.write(partial(append_in, batch=batch))
     finally:
-        await engine.dispose()
+        await store.close()
     return thread.thread_id, stored
 
 

@@ -160,15 +160,15 @@ def serve(settings: Settings) -> None:
 
 
 def migrate(settings: Settings) -> None:
-    from persistence.db import create_engine
-    from persistence.db import migrate as run_migrations
+    from persistence.schema import migrate as run_migrations
+    from persistence.store import open_store
 
     async def main() -> None:
-        engine = create_engine(settings.database_url)
+        store = open_store(settings.database_url)
         try:
-            await run_migrations(engine)
+            await run_migrations(store)
         finally:
-            await engine.dispose()
+            await store.close()
 
     asyncio.run(main())
     print(f"schema is up to date ({settings.database_url.split('://')[0]})")

@@ -34,7 +34,8 @@ from gateway.settings import Settings
 from gateway.specs.serve import routes as spec_routes
 from gateway.static import demo_app, demo_fallback
 from gateway.ws_endpoint import GatewaySocket
-from persistence.db import create_engine, migrate
+from persistence.schema import migrate
+from persistence.store import open_store
 from persistence.threads import ThreadRepository
 
 log = logging.getLogger("gateway")
@@ -91,20 +92,18 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
         # Traces would leave the machine (the SDK exports to OpenAI by default): off unless
         # asked for. Runs also pass `tracing_disabled` in their RunConfig.
         set_tracing_disabled(not settings.tracing)
-        engine = create_engine(settings.database_url)
-        await migrate(engine)
+        store = open_store(settings.database_url)
+        await migrate(store)
         # Before anything can authenticate a request: refusals are recorded from the start.
-        audit = AuditTrail(engine)
+        audit = AuditTrail(store)
         audit.start()
         bus = EventBus()
-        event_log = EventLog(engine, bus)
+        event_log = EventLog(store, bus)
         await event_log.start()
-        log_watch = LogWatch(
-            ThreadRepository(engine, event_log.store), bus, settings.log_watch_interval_s
-        )
+        log_watch = LogWatch(ThreadRepository(store), bus, settings.log_watch_interval_s)
         log_watch.start()
         retention = Retention(
-            engine, retention_s=settings.retention_s, sweep_s=settings.retention_sweep_s
+            store, retention_s=settings.retention_s, sweep_s=settings.retention_sweep_s
         )
         retention.start()
         model_name = default_model_name(
@@ -123,13 +122,13 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
         verifier = build_verifier(settings, custom_roles=graphs.reviewer_role_names())
         instance_id = settings.resolved_instance_id()
         runs = RunManager(
-            engine=engine,
+            store=store,
             log=event_log,
             bus=bus,
             registry=graphs,
             segments_factory=partial(
                 SegmentRunner,
-                engine=engine,
+                store=store,
                 log=event_log,
                 provider=provider,
                 tracing=settings.tracing,
@@ -146,7 +145,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
         )
         services = Services(
             settings=settings,
-            engine=engine,
+            store=store,
             bus=bus,
             log=event_log,
             registry=graphs,
@@ -175,7 +174,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             await event_log.close()
             await provider.aclose()
             await verifier.aclose()
-            await engine.dispose()
+            await store.close()
 
     app_routes = [
         *http_routes(),

@@ -22,11 +22,10 @@ import logging
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from gateway.auth import Principal
 from persistence.audit import AuditEntry, AuditQuery, AuditRecord, AuditRepository
 from persistence.errors import StorageUnavailable
+from persistence.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -176,8 +175,8 @@ def system_entry(
 class AuditTrail:
     """Created in the app lifespan; `start` before serving, `close` after the last request."""
 
-    def __init__(self, engine: AsyncEngine, *, max_queued: int = DEFAULT_MAX_QUEUED) -> None:
-        self.repository = AuditRepository(engine)
+    def __init__(self, store: Store, *, max_queued: int = DEFAULT_MAX_QUEUED) -> None:
+        self.repository = AuditRepository(store)
         self._queue: asyncio.Queue[AuditEntry] = asyncio.Queue(max_queued)
         self._task: asyncio.Task[None] | None = None
         self._dropped = 0  # since the last report

@@ -139,7 +139,7 @@ class Connection:
         try:
             raw = await asyncio.wait_for(self._receive_text(), self._settings.hello_timeout_s)
         except TimeoutError:
-            await self._send_direct(
+            await self._send_now(
                 protocol.error_frame(None, ErrorCode.UNAUTHORIZED, "no hello within the timeout")
             )
             self._close_code = CLOSE_UNAUTHORIZED
@@ -147,11 +147,11 @@ class Connection:
         try:
             frame = protocol.parse_client_frame(raw, max_input_chars=self._settings.max_input_chars)
         except ProtocolError as exc:
-            await self._send_direct(exc.to_frame())
+            await self._send_now(exc.to_frame())
             self._close_code = CLOSE_UNAUTHORIZED
             return False
         if not isinstance(frame, protocol.Hello):
-            await self._send_direct(
+            await self._send_now(
                 protocol.error_frame(
                     frame.id, ErrorCode.UNAUTHORIZED, "the first frame must be hello"
                 )
@@ -159,7 +159,7 @@ class Connection:
             self._close_code = CLOSE_UNAUTHORIZED
             return False
         if frame.protocol != protocol.PROTOCOL_VERSION:
-            await self._send_direct(
+            await self._send_now(
                 protocol.error_frame(
                     frame.id,
                     ErrorCode.UNSUPPORTED_PROTOCOL,
@@ -176,16 +176,14 @@ class Connection:
                 self._services.audit.token_rejected(
                     source=self._source(), transport=Transport.WS, message=exc.message
                 )
-            await self._send_direct(
-                protocol.error_frame(frame.id, ErrorCode(exc.code), exc.message)
-            )
+            await self._send_now(protocol.error_frame(frame.id, ErrorCode(exc.code), exc.message))
             unavailable = isinstance(exc, AuthUnavailable)
             self._close_code = CLOSE_TRY_AGAIN if unavailable else CLOSE_UNAUTHORIZED
             return False
         slot = self._limits.connections.acquire((principal.tenant, principal.user))
         if slot is None:
             limit = self._limits.settings.connections_per_user
-            await self._send_direct(
+            await self._send_now(
                 protocol.error_frame(
                     frame.id,
                     ErrorCode.RATE_LIMITED,
@@ -196,7 +194,7 @@ class Connection:
             return False
         self._slot = slot
         self._principal = principal = dataclasses.replace(principal, source=self._source())
-        await self._send_direct(self._welcome(principal))
+        await self._send_now(self._welcome(principal))
         return True
 
     def _welcome(self, principal: Principal) -> dict[str, Any]:
@@ -336,7 +334,7 @@ class Connection:
         # The writer must have stopped before writing directly: two senders could interleave.
         await asyncio.gather(*others, return_exceptions=True)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._send_direct(frame), CLOSE_TIMEOUT_S)
+            await asyncio.wait_for(self._send_now(frame), CLOSE_TIMEOUT_S)
         self.close_soon(code)
 
     async def _receive_text(self) -> str:
@@ -702,7 +700,7 @@ class Connection:
     async def _send_or_queue(self, frame: dict[str, Any]) -> None:
         await self._send_paced(protocol.encode(frame))
 
-    async def _send_direct(self, frame: dict[str, Any]) -> None:
+    async def _send_now(self, frame: dict[str, Any]) -> None:
         # Rare frames (handshake answers, a last error before closing): through Starlette,
         # which turns a vanished peer into `WebSocketDisconnect`.
         await self._ws.send_text(protocol.encode(frame))

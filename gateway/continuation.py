@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from agents.items import ToolApprovalItem
 from agents.run_state import RunState
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.engine import Connection
 
 from gateway.binding import binding_problem, by_call_id
 from gateway.errors import conflict
@@ -27,7 +27,6 @@ from gateway.protocol import EventType
 from gateway.run_context import RunContext
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.checkpoints import CheckpointRecord
-from persistence.direct import Direct
 from persistence.errors import StaleWrite
 from persistence.inputs import Disposition, InputRepository, PendingInput
 from persistence.leases import Lease, LeaseLost, LeaseRepository
@@ -77,9 +76,7 @@ class Continuer:
         """Start the continuation once every approval of the pause is decided (exactly once)."""
         ctx = self._ctx
         if known is None:
-            known = await ctx.read(
-                partial(pause_inputs_direct, run), partial(self._pause_inputs, run)
-            )
+            known = await ctx.store.read(partial(pause_inputs_in, run=run))
         approvals, staged = known
         if any(a.status is ApprovalStatus.PENDING for a in approvals):
             return
@@ -98,10 +95,6 @@ class Continuer:
                 run.run_id, RunStatus.WAITING_FOR_REVIEW, expected=(RunStatus.RESUMING,)
             )
             raise
-
-    async def _pause_inputs(self, run: RunRecord) -> PauseInputs:
-        approvals = await self._ctx.approvals.for_checkpoint(run.run_id, run.checkpoint_version)
-        return approvals, await self._staged(run)
 
     async def _staged(self, run: RunRecord) -> list[PendingInput]:
         return await self._ctx.inputs.open(
@@ -192,50 +185,31 @@ class Continuer:
         run_id, thread_id, mark = run.run_id, run.thread_id, checkpoint.session_mark
         unbound_reason = "not bound to its call: the checkpoint's call differs"
 
-        async def mark_running(conn: AsyncConnection) -> tuple[Lease, RunRecord]:
-            held = lease or await LeaseRepository.acquire_in(
+        def mark_running(conn: Connection) -> tuple[Lease, RunRecord]:
+            held = lease or LeaseRepository.acquire_in(
                 conn, run_id, ctx.instance_id, ctx.lease_ttl_s
             )
             if held is None:
                 raise LeaseLost(run_id)  # another live process executes this run
-            moved = await RunRepository.transition_in(
+            moved = RunRepository.transition_in(
                 conn, run_id, RunStatus.RUNNING, expected=CONTINUING
             )
             if not moved:
                 raise StaleWrite(run_id)
-            await InputRepository.consume_in(conn, staged_ids)
-            await ApprovalRepository.supersede_in(conn, unbound, reason=unbound_reason)
+            InputRepository.consume_in(conn, staged_ids)
+            ApprovalRepository.supersede_in(conn, unbound, reason=unbound_reason)
             # Whatever is still pending belongs to a pause this continuation leaves behind
             # (a recovery from a newer checkpoint): nobody can decide it any more.
-            superseded.extend(await ApprovalRepository.supersede_pending_in(conn, run_id))
+            superseded.extend(ApprovalRepository.supersede_pending_in(conn, run_id))
             # History written after the checkpoint belongs to a lost attempt (crash recovery).
-            await SessionMarks.trim_in(conn, thread_id, mark)
-            current = await RunRepository.get_in(conn, run_id)
-            assert current is not None
-            return held, current
-
-        def mark_running_direct(db: Direct) -> tuple[Lease, RunRecord]:
-            held = lease or LeaseRepository.acquire_direct(
-                db, run_id, ctx.instance_id, ctx.lease_ttl_s
-            )
-            if held is None:
-                raise LeaseLost(run_id)
-            if not RunRepository.transition_direct(
-                db, run_id, RunStatus.RUNNING, expected=CONTINUING
-            ):
-                raise StaleWrite(run_id)
-            InputRepository.consume_direct(db, staged_ids)
-            ApprovalRepository.supersede_direct(db, unbound, reason=unbound_reason)
-            superseded.extend(ApprovalRepository.supersede_pending_direct(db, run_id))
-            SessionMarks.trim_direct(db, thread_id, mark)
-            current = RunRepository.get_direct(db, run_id)
+            SessionMarks.trim_in(conn, thread_id, mark)
+            current = RunRepository.get_in(conn, run_id)
             assert current is not None
             return held, current
 
         (held, current), _ = await ctx.log.commit(
             [ctx.log.new_event(run.thread_id, run.run_id, announce, data, lease)],
             mark_running,
-            mark_running_direct,
         )
         if superseded:
             ctx.bus.publish_inbox(run.tenant, removed=superseded)
@@ -257,20 +231,11 @@ class Continuer:
         )
 
 
-async def pause_inputs_in(conn: AsyncConnection, run: RunRecord) -> PauseInputs:
+def pause_inputs_in(conn: Connection, run: RunRecord) -> PauseInputs:
     """The approvals of the run's current pause and its staged input, in `conn`'s transaction."""
-    approvals = await ApprovalRepository.for_checkpoint_in(conn, run.run_id, run.checkpoint_version)
-    staged = await InputRepository.open_in(
+    approvals = ApprovalRepository.for_checkpoint_in(conn, run.run_id, run.checkpoint_version)
+    staged = InputRepository.open_in(
         conn, thread_id=run.thread_id, disposition=Disposition.STAGED, run_id=run.run_id
-    )
-    return approvals, staged
-
-
-def pause_inputs_direct(run: RunRecord, db: Direct) -> PauseInputs:
-    """`pause_inputs_in` on the direct path."""
-    approvals = ApprovalRepository.for_checkpoint_direct(db, run.run_id, run.checkpoint_version)
-    staged = InputRepository.open_direct(
-        db, thread_id=run.thread_id, disposition=Disposition.STAGED, run_id=run.run_id
     )
     return approvals, staged
 

@@ -15,12 +15,12 @@ import asyncio
 import logging
 from dataclasses import replace
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.engine import Connection
 
 from gateway.audit import AuditAction, decision_entry, system_entry
 from gateway.auth import AccessDenied, Principal, check_can_decide
 from gateway.binding import binding_problem, by_call_id
-from gateway.continuation import Continuer, PauseInputs, pause_inputs_direct, pause_inputs_in
+from gateway.continuation import Continuer, PauseInputs, pause_inputs_in
 from gateway.errors import conflict, not_found
 from gateway.protocol import EventType, utc_ts
 from gateway.registry import AgentGraph
@@ -29,8 +29,7 @@ from gateway.run_context import RunContext, denied, thread_ref
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.audit import AuditRepository
 from persistence.checkpoints import CheckpointRecord
-from persistence.db import utcnow
-from persistence.direct import Direct
+from persistence.clock import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.runs import RunRecord, RunRepository, RunStatus
 
@@ -110,12 +109,11 @@ class Decisions:
         async with ctx.lock(thread.thread_id):
             # Read again under the lock: a decision or an expiry may have landed meanwhile.
             run_id = run.run_id
-            fresh_run, fresh = await ctx.read(
-                lambda db: (
-                    RunRepository.get_direct(db, run_id),
-                    ApprovalRepository.get_direct(db, approval_id),
-                ),
-                lambda: asyncio.gather(ctx.runs.get(run_id), ctx.approvals.get(approval_id)),
+            fresh_run, fresh = await ctx.store.read(
+                lambda conn: (
+                    RunRepository.get_in(conn, run_id),
+                    ApprovalRepository.get_in(conn, approval_id),
+                )
             )
             run = fresh_run or run
             approval = await self._check_decidable(run, fresh)
@@ -136,8 +134,8 @@ class Decisions:
 
             # Each also reads what a continuation needs, after its own write: of concurrent
             # deciders, the last to commit sees every decision and continues the run.
-            async def record(conn: AsyncConnection) -> PauseInputs:
-                if not await ApprovalRepository.decide_in(
+            def record(conn: Connection) -> PauseInputs:
+                if not ApprovalRepository.decide_in(
                     conn,
                     approval_id,
                     status=status,
@@ -148,22 +146,8 @@ class Decisions:
                 ):
                     raise StaleWrite(approval_id)
                 # Same transaction: the trail holds exactly the decisions that took effect.
-                await AuditRepository.insert_in(conn, entry)
-                return await pause_inputs_in(conn, run)
-
-            def record_direct(db: Direct) -> PauseInputs:
-                if not ApprovalRepository.decide_direct(
-                    db,
-                    approval_id,
-                    status=status,
-                    reviewer=principal.user,
-                    reason=reason,
-                    checkpoint_version=version,
-                    decided_at=now,
-                ):
-                    raise StaleWrite(approval_id)
-                AuditRepository.insert_direct(db, entry)
-                return pause_inputs_direct(run, db)
+                AuditRepository.insert_in(conn, entry)
+                return pause_inputs_in(conn, run)
 
             event = ctx.log.new_event(
                 run.thread_id,
@@ -178,7 +162,7 @@ class Decisions:
                 },
             )
             try:
-                known, _ = await ctx.log.commit([event], record, record_direct)
+                known, _ = await ctx.log.commit([event], record)
             except StaleWrite:
                 raise conflict("approval was already decided") from None
             ctx.bus.publish_inbox(run.tenant, removed=[approval_id])
@@ -265,8 +249,8 @@ class Decisions:
     async def _supersede(self, run: RunRecord, approval_ids: list[str], reason: str) -> None:
         removed: list[str] = []
 
-        async def mark(conn: AsyncConnection) -> None:
-            removed.extend(await ApprovalRepository.supersede_in(conn, approval_ids, reason=reason))
+        def mark(conn: Connection) -> None:
+            removed.extend(ApprovalRepository.supersede_in(conn, approval_ids, reason=reason))
 
         await self._ctx.log.commit((), mark)
         if removed:
@@ -282,8 +266,8 @@ class Decisions:
         now = utcnow()
         reason = expiry_reason(approval)
 
-        async def record(conn: AsyncConnection) -> None:
-            if not await ApprovalRepository.expire_in(
+        def record(conn: Connection) -> None:
+            if not ApprovalRepository.expire_in(
                 conn,
                 approval.approval_id,
                 reason=reason,
@@ -292,7 +276,7 @@ class Decisions:
             ):
                 raise StaleWrite(approval.approval_id)
             # Same transaction as the expiry, like a reviewer's decision.
-            await AuditRepository.insert_in(
+            AuditRepository.insert_in(
                 conn,
                 system_entry(
                     AuditAction.APPROVAL_EXPIRED,

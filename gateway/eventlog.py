@@ -19,33 +19,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.bus import EventBus
 from gateway.eventlog_types import LoggedEvent, encode_page
-from persistence.db import transaction
-from persistence.direct import Direct
 from persistence.errors import StorageUnavailable
-from persistence.events import (
-    EventRecord,
-    EventRepository,
-    NewEvent,
-    SqliteEventStore,
-    direct_store,
-)
-from persistence.leases import Lease, LeaseLost, LeaseRepository
+from persistence.events import NewEvent, leases_of
+from persistence.leases import Lease, LeaseLost
+from persistence.store import Store, Work
 
 log = logging.getLogger(__name__)
-
-Action = Callable[[AsyncConnection], Awaitable[Any]]
-# The same state change as an `Action`, as the repositories' direct statements (SQLite file).
-DirectAction = Callable[[Direct], Any]
 
 MAX_BATCH = 1024
 # A failing plain batch is retried this long before its callers are told; streamed events are
@@ -134,27 +122,20 @@ def _delta_text(type_: str, data: Any) -> tuple[str, str] | None:
 @dataclass
 class _Atomic:
     events: list[NewEvent]
-    action: Action | None
-    direct: DirectAction | None
+    action: Work[Any] | None
     future: asyncio.Future[tuple[Any, list[LoggedEvent]]]
 
 
 class EventLog:
-    def __init__(self, engine: AsyncEngine, bus: EventBus, *, max_queued: int = 10_000) -> None:
-        self._engine = engine
+    def __init__(self, store: Store, bus: EventBus, *, max_queued: int = 10_000) -> None:
+        self._store = store
         self._bus = bus
         self._queue: asyncio.Queue[_Plain | _Atomic | None] = asyncio.Queue(max_queued)
         self._task: asyncio.Task[None] | None = None
-        self._store = SqliteEventStore.for_engine(engine)
         self._clock = EventClock()
         # thread id -> its newest queued entry while that is a text delta the writer has not
         # taken yet (`append` adds the thread's next deltas to it)
         self._open_deltas: dict[str, _Plain] = {}
-
-    @property
-    def store(self) -> SqliteEventStore | None:
-        """The direct SQLite path, shared with the repositories' reads (None: engine only)."""
-        return self._store
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._writer(), name="event-log-writer")
@@ -165,8 +146,6 @@ class EventLog:
         await self._queue.put(None)
         await self._task
         self._task = None
-        if self._store is not None:
-            await self._store.close()
 
     def new_event(
         self,
@@ -220,16 +199,9 @@ class EventLog:
         return future
 
     async def commit(
-        self,
-        events: Sequence[NewEvent] = (),
-        action: Action | None = None,
-        direct: DirectAction | None = None,
+        self, events: Sequence[NewEvent] = (), action: Work[Any] | None = None
     ) -> tuple[Any, list[LoggedEvent]]:
         """Run `action` and store `events` in one transaction, after everything queued before.
-
-        `direct`, when given, is the same change written for the direct SQLite path; it runs
-        instead of `action` whenever that path is in use (the whole transaction is one call on
-        the writer lane), so both must write the same rows and return the same result.
 
         Returns the action's result and the stored events. If the action raises, nothing is
         stored and the exception propagates to the caller; storage failures surface as
@@ -240,7 +212,7 @@ class EventLog:
         )
         # Nothing produced after this commit may be stored before it.
         self._open_deltas.clear()
-        await self._queue.put(_Atomic(list(events), action, direct, future))
+        await self._queue.put(_Atomic(list(events), action, future))
         return await future
 
     async def flush(self) -> None:
@@ -284,7 +256,7 @@ class EventLog:
             if delay:
                 await asyncio.sleep(delay)
             try:
-                records, lost = await self._store_fenced(events)
+                records, lost = await self._store.append(events, leases_of(events))
             except StorageUnavailable as exc:
                 log.warning("event log write failed (attempt %d): %s", attempt + 1, exc)
                 continue
@@ -309,36 +281,9 @@ class EventLog:
         for entry in entries:
             _fail(entry.future, error)
 
-    def _direct(self) -> SqliteEventStore | None:
-        return direct_store(self._store)
-
-    async def _store_fenced(self, events: list[NewEvent]) -> tuple[list[EventRecord], set[Lease]]:
-        """One transaction: check each lease once, store the events whose lease still holds.
-
-        Returns the stored records, in order, and the leases found lost (their events are not
-        stored)."""
-        leases = {e.lease for e in events if e.lease is not None}
-        direct = self._direct()
-        if direct is not None:
-            return await direct.append(events, leases)
-        async with transaction(self._engine) as conn:
-            lost: set[Lease] = set()
-            for lease in leases:
-                try:
-                    await LeaseRepository.fence_in(conn, lease)
-                except LeaseLost:
-                    lost.add(lease)
-            kept = [e for e in events if e.lease not in lost] if lost else events
-            records = await EventRepository.append_in(conn, kept) if kept else []
-        return records, lost
-
     async def _commit_atomic(self, entry: _Atomic) -> None:
-        direct = self._direct() if entry.action is None or entry.direct is not None else None
         try:
-            if direct is not None:
-                result, records = await direct.commit(entry.events, entry.direct)
-            else:
-                result, records = await self._commit_engine(entry)
+            result, records = await self._store.commit(entry.events, entry.action)
         except BaseException as exc:
             if not entry.future.done():
                 entry.future.set_exception(exc)
@@ -349,14 +294,6 @@ class EventLog:
         if not entry.future.done():
             entry.future.set_result((result, logged))
         self._publish(logged)
-
-    async def _commit_engine(self, entry: _Atomic) -> tuple[Any, list[EventRecord]]:
-        async with transaction(self._engine) as conn:
-            for lease in {e.lease for e in entry.events if e.lease is not None}:
-                await LeaseRepository.fence_in(conn, lease)
-            result = await entry.action(conn) if entry.action is not None else None
-            records = await EventRepository.append_in(conn, entry.events) if entry.events else []
-        return result, records
 
     def _publish(self, logged: list[LoggedEvent]) -> None:
         by_thread: dict[str, list[LoggedEvent]] = {}
@@ -369,14 +306,9 @@ class EventLog:
                 log.error("subscriber callback failed", exc_info=True)
 
     async def read(self, thread_id: str, *, after_seq: int, limit: int = 500) -> list[LoggedEvent]:
-        direct = self._direct()
-        if direct is not None:
-            records = await direct.read(thread_id, after_seq=after_seq, limit=limit)
-        else:
-            records = await EventRepository(self._engine).read(
-                thread_id, after_seq=after_seq, limit=limit
-            )
-        return encode_page(records)
+        return encode_page(
+            await self._store.read_events(thread_id, after_seq=after_seq, limit=limit)
+        )
 
 
 def _fail(future: asyncio.Future[Any], error: BaseException) -> None:

@@ -27,8 +27,8 @@ from agents import (
 from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError
 from agents.models.interface import ModelProvider
 from agents.run_state import CURRENT_SCHEMA_VERSION, RunState
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.binding import arguments_digest, interruption_arguments, interruption_tool_name
 from gateway.eventlog import EventLog
@@ -42,8 +42,7 @@ from gateway.translate import StreamTranslator, output_text
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.audit import AuditEntry, AuditRepository
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
-from persistence.db import pin_sqlite_busy_timeout, utcnow
-from persistence.direct import Direct
+from persistence.clock import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.events import NewEvent
 from persistence.ids import new_id
@@ -51,6 +50,7 @@ from persistence.leases import Lease, LeaseLost, LeaseRepository
 from persistence.ledger import OperationRepository
 from persistence.runs import ACTIVE, RunRecord, RunRepository, RunStatus
 from persistence.sessions import GatewaySession, SessionMarks
+from persistence.store import Store
 
 if TYPE_CHECKING:
     from agents.result import RunResultStreaming
@@ -138,7 +138,7 @@ class SegmentRunner:
     def __init__(
         self,
         *,
-        engine: AsyncEngine,
+        store: Store,
         log: EventLog,
         provider: ModelProvider,
         tracing: bool,
@@ -149,9 +149,9 @@ class SegmentRunner:
         lease_ttl_s: float = 15.0,
         approval_ttl_s: float = 0.0,
     ) -> None:
-        self._engine = engine
+        self._store = store
         self._log = log
-        self._marks = SessionMarks(engine, log.store)
+        self._marks = SessionMarks(store)
         self._provider = provider
         self._tracing = tracing
         self._on_inbox_added = on_inbox_added
@@ -169,8 +169,7 @@ class SegmentRunner:
         # is built. Doing that while other tasks open connections breaks SQLAlchemy's listener
         # iteration ("deque mutated during iteration"), so build one now, before serving.
         # It is also the template every run's session is copied from (`session`).
-        self._sessions = GatewaySession("gateway-start-up", engine=engine, store=log.store)
-        pin_sqlite_busy_timeout(engine)
+        self._sessions = GatewaySession("gateway-start-up", store=store)
 
     def run_config(self) -> RunConfig:
         return RunConfig(model_provider=self._provider, tracing_disabled=not self._tracing)
@@ -189,7 +188,7 @@ class SegmentRunner:
         scope = current_scope.set(
             LedgerScope(
                 scope=run.run_id,
-                repository=OperationRepository(self._engine),
+                repository=OperationRepository(self._store),
                 on_reconcile=partial(self._needs_reconciliation, segment),
             )
         )
@@ -287,24 +286,17 @@ class SegmentRunner:
         )
         lease = segment.lease
 
-        async def store(conn: AsyncConnection) -> None:
+        def store(conn: Connection) -> None:
             if lease is not None:
-                await LeaseRepository.fence_in(conn, lease)
-            await CheckpointRepository.save_in(
+                LeaseRepository.fence_in(conn, lease)
+            CheckpointRepository.save_in(
                 conn,
                 checkpoint,
                 status=RunStatus.RUNNING,
                 expected=(RunStatus.RUNNING,),
             )
 
-        def store_direct(db: Direct) -> None:
-            if lease is not None:
-                LeaseRepository.fence_direct(db, lease)
-            CheckpointRepository.save_direct(
-                db, checkpoint, status=RunStatus.RUNNING, expected=(RunStatus.RUNNING,)
-            )
-
-        await self._log.commit((), store, store_direct)
+        await self._log.commit((), store)
         segment.run = replace(run, checkpoint_version=checkpoint.version)
 
     async def _needs_reconciliation(
@@ -452,28 +444,18 @@ class SegmentRunner:
         expected = (RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.RECOVERING)
         thread_id, lease = segment.run.thread_id, segment.lease
 
-        async def store(conn: AsyncConnection) -> CheckpointRecord:
-            stored = await CheckpointRepository.save_in(
+        def store(conn: Connection) -> CheckpointRecord:
+            stored = CheckpointRepository.save_in(
                 conn, checkpoint, status=status, expected=expected, session_of=thread_id
             )
             if records:
-                await ApprovalRepository.insert_in(conn, records)
+                ApprovalRepository.insert_in(conn, records)
             if lease is not None:
                 # A paused run holds no lease: whichever process wins the continuation does.
-                await LeaseRepository.release_in(conn, lease)
+                LeaseRepository.release_in(conn, lease)
             return stored
 
-        def store_direct(db: Direct) -> CheckpointRecord:
-            stored = CheckpointRepository.save_direct(
-                db, checkpoint, status=status, expected=expected, session_of=thread_id
-            )
-            if records:
-                ApprovalRepository.insert_direct(db, records)
-            if lease is not None:
-                LeaseRepository.release_direct(db, lease)
-            return stored
-
-        stored, _ = await self._log.commit(events, store, store_direct)
+        stored, _ = await self._log.commit(events, store)
         return stored
 
     async def _complete(
@@ -546,36 +528,22 @@ class SegmentRunner:
     ) -> None:
         run, lease = segment.run, segment.lease
 
-        async def transition(conn: AsyncConnection) -> None:
-            moved = await RunRepository.transition_in(
+        def transition(conn: Connection) -> None:
+            moved = RunRepository.transition_in(
                 conn, run.run_id, status, expected=ACTIVE, error=error
             )
             if not moved:
                 raise StaleWrite(run.run_id)
             if checkpoint is not None:
-                await CheckpointRepository.add_final_in(conn, checkpoint, session_of=run.thread_id)
+                CheckpointRepository.add_final_in(conn, checkpoint, session_of=run.thread_id)
             if lease is not None:
-                await LeaseRepository.release_in(conn, lease)
+                LeaseRepository.release_in(conn, lease)
             if status is RunStatus.CANCELLED:
-                await ApprovalRepository.supersede_pending_in(conn, run.run_id)
+                ApprovalRepository.supersede_pending_in(conn, run.run_id)
             if audit is not None:
-                await AuditRepository.insert_in(conn, audit)
+                AuditRepository.insert_in(conn, audit)
 
-        def transition_direct(db: Direct) -> None:
-            if not RunRepository.transition_direct(
-                db, run.run_id, status, expected=ACTIVE, error=error
-            ):
-                raise StaleWrite(run.run_id)
-            if checkpoint is not None:
-                CheckpointRepository.add_final_direct(db, checkpoint, session_of=run.thread_id)
-            if lease is not None:
-                LeaseRepository.release_direct(db, lease)
-            if status is RunStatus.CANCELLED:
-                ApprovalRepository.supersede_pending_direct(db, run.run_id)
-            if audit is not None:
-                AuditRepository.insert_direct(db, audit)
-
-        await self._log.commit(events, transition, transition_direct)
+        await self._log.commit(events, transition)
         await self._on_finished(run, status)
 
 

@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import text
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -175,8 +174,7 @@ async def healthz(request: Request) -> Response:
 async def readyz(request: Request) -> Response:
     services: Services = request.app.state.services
     try:
-        async with services.engine.connect() as conn:
-            await conn.execute(text("SELECT 1"))
+        await services.store.ping()
     except Exception as exc:
         return JSONBody({"status": "unavailable", "storage": type(exc).__name__}, status_code=503)
     return JSONBody({"status": "ready", "storage": "ok"})

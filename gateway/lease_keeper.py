@@ -57,8 +57,7 @@ class LeaseKeeper:
             return
         ttl_s = self._ttl_s
         held, _ = await self._log.commit(
-            action=lambda conn: LeaseRepository.renew_all_in(conn, leases, ttl_s),
-            direct=lambda db: LeaseRepository.renew_all_direct(db, leases, ttl_s),
+            action=lambda conn: LeaseRepository.renew_all_in(conn, leases, ttl_s)
         )
         for lease in leases:
             if lease in held:

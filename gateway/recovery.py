@@ -14,14 +14,14 @@ import asyncio
 import logging
 
 import orjson
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.engine import Connection
 
 from gateway.continuation import Continuer
 from gateway.execution import Segment
 from gateway.protocol import EventType
 from gateway.registry import GraphMismatchError
 from gateway.run_context import RunContext
-from persistence.db import utcnow
+from persistence.clock import utcnow
 from persistence.errors import StaleWrite
 from persistence.events import NewEvent
 from persistence.leases import Lease
@@ -120,8 +120,8 @@ class Recovery:
             if lease is None:
                 return False
 
-            async def mark_recovering(conn: AsyncConnection) -> None:
-                if not await RunRepository.transition_in(
+            def mark_recovering(conn: Connection) -> None:
+                if not RunRepository.transition_in(
                     conn,
                     run.run_id,
                     RunStatus.RECOVERING,
@@ -145,8 +145,8 @@ class Recovery:
                 raise GraphMismatchError(graph.name, run.graph_version, graph.version)
             await ctx.sessions.trim(run.thread_id, run.session_mark)
 
-            async def mark_running(conn: AsyncConnection) -> None:
-                if not await RunRepository.transition_in(
+            def mark_running(conn: Connection) -> None:
+                if not RunRepository.transition_in(
                     conn, run.run_id, RunStatus.RUNNING, expected=(RunStatus.RECOVERING,)
                 ):
                     raise StaleWrite(run.run_id)

@@ -6,18 +6,17 @@ import asyncio
 import logging
 from datetime import timedelta
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from persistence.db import utcnow
+from persistence.clock import utcnow
 from persistence.errors import StorageUnavailable
 from persistence.retention import RetentionRepository, SweepResult
+from persistence.store import Store
 
 log = logging.getLogger(__name__)
 
 
 class Retention:
-    def __init__(self, engine: AsyncEngine, *, retention_s: float, sweep_s: float) -> None:
-        self._repository = RetentionRepository(engine)
+    def __init__(self, store: Store, *, retention_s: float, sweep_s: float) -> None:
+        self._repository = RetentionRepository(store)
         self._retention_s = retention_s
         self._sweep_s = sweep_s
         self._task: asyncio.Task[None] | None = None

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.engine import Connection
 
 from gateway.auth import AccessDenied, Principal, ThreadRef
 from gateway.bus import EventBus
@@ -28,15 +27,13 @@ from gateway.registry import AgentGraph, AgentRegistry, GraphMismatchError, Unkn
 from gateway.restored import RestoredStates
 from persistence.approvals import ApprovalRecord, ApprovalRepository
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
-from persistence.direct import Direct
-from persistence.events import EventRepository, direct_store
+from persistence.events import EventRepository
 from persistence.inputs import InputRepository
 from persistence.leases import LeaseRepository
 from persistence.runs import RunRecord, RunRepository
 from persistence.sessions import SessionMarks
+from persistence.store import Store
 from persistence.threads import ThreadRecord, ThreadRepository
-
-T = TypeVar("T")
 
 
 def thread_ref(thread: ThreadRecord) -> ThreadRef:
@@ -51,7 +48,7 @@ class RunContext:
     def __init__(
         self,
         *,
-        engine: AsyncEngine,
+        store: Store,
         log: EventLog,
         bus: EventBus,
         registry: AgentRegistry,
@@ -59,22 +56,20 @@ class RunContext:
         instance_id: str,
         lease_ttl_s: float,
     ) -> None:
-        self.engine = engine
+        self.store = store
         self.log = log
         self.bus = bus
         self.registry = registry
         self.instance_id = instance_id
         self.lease_ttl_s = lease_ttl_s
-        # The hot reads take the event log's direct SQLite path when there is one.
-        store = log.store
-        self.threads = ThreadRepository(engine, store)
-        self.runs = RunRepository(engine, store)
-        self.approvals = ApprovalRepository(engine, store)
-        self.checkpoints = CheckpointRepository(engine, store)
-        self.inputs = InputRepository(engine, store)
-        self.events = EventRepository(engine)
-        self.sessions = SessionMarks(engine, store)
-        self.leases = LeaseRepository(engine)
+        self.threads = ThreadRepository(store)
+        self.runs = RunRepository(store)
+        self.approvals = ApprovalRepository(store)
+        self.checkpoints = CheckpointRepository(store)
+        self.inputs = InputRepository(store)
+        self.events = EventRepository(store)
+        self.sessions = SessionMarks(store)
+        self.leases = LeaseRepository(store)
         # Set by a graceful stop: nothing new starts or continues, and the loops end.
         self.closing = False
         self.executions: dict[str, Execution] = {}
@@ -135,9 +130,7 @@ class RunContext:
         return thread
 
     async def run_for(self, principal: Principal, run_id: str) -> tuple[RunRecord, ThreadRecord]:
-        run, thread = await self.read(
-            partial(_run_and_thread, run_id), partial(self._run_and_thread, run_id)
-        )
+        run, thread = await self.store.read(partial(_run_and_thread, run_id))
         return _owned(principal, run, thread)
 
     async def approval_for(
@@ -145,34 +138,18 @@ class RunContext:
     ) -> tuple[ApprovalRecord, RunRecord, ThreadRecord]:
         """The caller's approval with its run and thread (else `not_found`), read together."""
 
-        def direct(
-            db: Direct,
+        def read(
+            conn: Connection,
         ) -> tuple[ApprovalRecord | None, RunRecord | None, ThreadRecord | None]:
-            approval = ApprovalRepository.get_direct(db, approval_id)
+            approval = ApprovalRepository.get_in(conn, approval_id)
             if approval is None:
                 return None, None, None
-            return approval, *_run_and_thread(approval.run_id, db)
+            return approval, *_run_and_thread(approval.run_id, conn)
 
-        async def engine() -> tuple[ApprovalRecord | None, RunRecord | None, ThreadRecord | None]:
-            approval = await self.approvals.get(approval_id)
-            if approval is None:
-                return None, None, None
-            return approval, *await self._run_and_thread(approval.run_id)
-
-        approval, run, thread = await self.read(direct, engine)
+        approval, run, thread = await self.store.read(read)
         if approval is None or approval.tenant != principal.tenant:
             raise not_found("approval not found")
         return approval, *_owned(principal, run, thread)
-
-    async def read(self, direct: Callable[[Direct], T], engine: Callable[[], Awaitable[T]]) -> T:
-        """Reads that belong together: in one hop on the direct SQLite path when it is in use
-        (`direct`), else through the repositories (`engine`)."""
-        store = direct_store(self.log.store)
-        return await store.query(direct) if store is not None else await engine()
-
-    async def _run_and_thread(self, run_id: str) -> tuple[RunRecord | None, ThreadRecord | None]:
-        run = await self.runs.get(run_id)
-        return run, await self.threads.get(run.thread_id) if run is not None else None
 
     # -- the runs this process streams ---------------------------------------------------
 
@@ -202,9 +179,9 @@ class RunContext:
         execution.task = self.spawn(body(), name=f"run-{run.run_id}")
 
 
-def _run_and_thread(run_id: str, db: Direct) -> tuple[RunRecord | None, ThreadRecord | None]:
-    run = RunRepository.get_direct(db, run_id)
-    return run, ThreadRepository.get_direct(db, run.thread_id) if run is not None else None
+def _run_and_thread(run_id: str, conn: Connection) -> tuple[RunRecord | None, ThreadRecord | None]:
+    run = RunRepository.get_in(conn, run_id)
+    return run, ThreadRepository.get_in(conn, run.thread_id) if run is not None else None
 
 
 def _owned(

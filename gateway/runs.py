@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from agents.run_state import RunState
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.audit import Outcome, cancellation_entry
 from gateway.auth import (
@@ -48,14 +48,14 @@ from gateway.views import Views
 from persistence.approvals import ApprovalRepository
 from persistence.audit import AuditEntry, AuditRepository
 from persistence.checkpoints import CheckpointRecord
-from persistence.db import utcnow
-from persistence.direct import Direct
+from persistence.clock import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.ids import new_id
 from persistence.inputs import Disposition, InputRepository
 from persistence.leases import Lease, LeaseRepository
 from persistence.runs import ACTIVE, RunRecord, RunRepository, RunStatus
 from persistence.sessions import SessionMarks
+from persistence.store import Store
 from persistence.threads import ThreadRecord, ThreadRepository
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class RunManager:
     def __init__(
         self,
         *,
-        engine: AsyncEngine,
+        store: Store,
         log: EventLog,
         bus: EventBus,
         registry: AgentRegistry,
@@ -96,7 +96,7 @@ class RunManager:
             on_paused=self._paused,
         )
         self._ctx = ctx = RunContext(
-            engine=engine,
+            store=store,
             log=log,
             bus=bus,
             registry=registry,
@@ -249,33 +249,22 @@ class RunManager:
 
         instance_id, ttl_s = self._ctx.instance_id, self._ctx.lease_ttl_s
 
-        async def insert(conn: AsyncConnection) -> tuple[Lease | None, int]:
+        def insert(conn: Connection) -> tuple[Lease | None, int]:
             mark = 0
             if created is not None:
-                await ThreadRepository.insert_record_in(conn, created)
+                ThreadRepository.insert_in(conn, created)
             else:
-                mark = await SessionMarks.head_in(conn, thread_id)
-            await RunRepository.insert(conn, replace(record, session_mark=mark))
+                mark = SessionMarks.head_in(conn, thread_id)
+            RunRepository.insert_in(conn, replace(record, session_mark=mark))
             if consumed_input_id is not None:
-                await InputRepository.consume_in(conn, [consumed_input_id], run_id=run_id)
-            return await LeaseRepository.acquire_in(conn, run_id, instance_id, ttl_s), mark
-
-        def insert_direct(db: Direct) -> tuple[Lease | None, int]:
-            mark = 0
-            if created is not None:
-                ThreadRepository.insert_direct(db, created)
-            else:
-                mark = SessionMarks.head_direct(db, thread_id)
-            RunRepository.insert_direct(db, replace(record, session_mark=mark))
-            if consumed_input_id is not None:
-                InputRepository.consume_direct(db, [consumed_input_id], run_id=run_id)
-            return LeaseRepository.acquire_direct(db, run_id, instance_id, ttl_s), mark
+                InputRepository.consume_in(conn, [consumed_input_id], run_id=run_id)
+            return LeaseRepository.acquire_in(conn, run_id, instance_id, ttl_s), mark
 
         started = self._ctx.log.new_event(
             thread_id, run_id, EventType.RUN_STARTED, {"input": text, "agent": graph.name}
         )
         try:
-            (lease, mark), logged = await self._ctx.log.commit([started], insert, insert_direct)
+            (lease, mark), logged = await self._ctx.log.commit([started], insert)
         except IntegrityError:
             # The partial unique index on active runs: another process won the race.
             raise conflict("the thread already has an active run; send run.input instead") from None
@@ -370,8 +359,8 @@ class RunManager:
     async def _record_input(
         self, run: RunRecord, text: str, disposition: Disposition, event: EventType, sender: str
     ) -> None:
-        async def insert(conn: AsyncConnection) -> None:
-            await InputRepository.insert_in(
+        def insert(conn: Connection) -> None:
+            InputRepository.insert_in(
                 conn,
                 thread_id=run.thread_id,
                 run_id=run.run_id,
@@ -414,7 +403,7 @@ class RunManager:
         if execution.cancel_audit is entry:
             # The run ended some other way before the cancel took hold: say so.
             ended = await self._ctx.runs.get(run_id)
-            await AuditRepository(self._ctx.engine).insert(
+            await AuditRepository(self._ctx.store).insert(
                 cancellation_entry(
                     principal,
                     run_id=run.run_id,
@@ -427,14 +416,14 @@ class RunManager:
     async def _cancel_idle(self, run: RunRecord, audit: AuditEntry) -> None:
         removed: list[str] = []
 
-        async def transition(conn: AsyncConnection) -> None:
-            moved = await RunRepository.transition_in(
+        def transition(conn: Connection) -> None:
+            moved = RunRepository.transition_in(
                 conn, run.run_id, RunStatus.CANCELLED, expected=ACTIVE
             )
             if not moved:
                 raise StaleWrite(run.run_id)
-            removed.extend(await ApprovalRepository.supersede_pending_in(conn, run.run_id))
-            await AuditRepository.insert_in(conn, audit)
+            removed.extend(ApprovalRepository.supersede_pending_in(conn, run.run_id))
+            AuditRepository.insert_in(conn, audit)
 
         try:
             await self._ctx.log.commit(

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from gateway.audit import AuditTrail
 from gateway.auth import TokenVerifier
 from gateway.bus import EventBus
@@ -14,6 +12,7 @@ from gateway.eventlog import EventLog
 from gateway.limits import Limits
 from gateway.registry import AgentRegistry
 from gateway.settings import Settings
+from persistence.store import Store
 
 if TYPE_CHECKING:
     from gateway.runs import RunManager
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
 @dataclass
 class Services:
     settings: Settings
-    engine: AsyncEngine
+    store: Store
     bus: EventBus
     log: EventLog
     registry: AgentRegistry

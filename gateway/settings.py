@@ -108,12 +108,12 @@ class Settings(BaseSettings):
 
     @field_validator("database_url")
     @classmethod
-    def _async_driver(cls, value: str) -> str:
-        scheme = value.split("://", 1)[0]
-        if "://" not in value or "+" not in scheme:
+    def _known_backend(cls, value: str) -> str:
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme.split("+", 1)[0] not in {"sqlite", "postgresql", "postgres"}:
             raise ValueError(
-                "must be an async SQLAlchemy URL such as sqlite+aiosqlite:///./gateway.db "
-                "or postgresql+asyncpg://user@host/db"
+                "must be a SQLite or PostgreSQL URL such as sqlite:///./gateway.db "
+                "or postgresql://user@host/dbname"
             )
         return value
 

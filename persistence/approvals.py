@@ -6,16 +6,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, select, update
-from sqlalchemy.engine import RowMapping
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy import ColumnElement, Select, and_, bindparam, select, update
+from sqlalchemy.engine import Connection, RowMapping
 
-from persistence.db import as_utc, transaction, utcnow
-from persistence.direct import Direct, placeholders
-from persistence.events import SqliteEventStore, direct_store
+from persistence.clock import as_utc, utcnow
 from persistence.tables import approvals
+
+if TYPE_CHECKING:
+    from persistence.store import Store
 
 
 class ApprovalStatus(StrEnum):
@@ -90,70 +91,31 @@ class ApprovalRecord:
 
 
 class ApprovalRepository:
-    def __init__(self, engine: AsyncEngine, store: SqliteEventStore | None = None) -> None:
-        self._engine = engine
+    def __init__(self, store: Store) -> None:
         self._store = store
 
     @staticmethod
-    async def insert_in(conn: AsyncConnection, records: Sequence[ApprovalRecord]) -> None:
-        await conn.execute(approvals.insert(), [r.values() for r in records])
-
-    @staticmethod
-    def insert_direct(db: Direct, records: Sequence[ApprovalRecord]) -> None:
-        db.insert(approvals, [r.values() for r in records])
+    def insert_in(conn: Connection, records: Sequence[ApprovalRecord]) -> None:
+        conn.execute(approvals.insert(), [r.values() for r in records])
 
     async def get(self, approval_id: str) -> ApprovalRecord | None:
-        if (store := direct_store(self._store)) is not None:
-            return await store.query(lambda db: self.get_direct(db, approval_id))
-        query = select(approvals).where(approvals.c.approval_id == approval_id)
-        async with transaction(self._engine) as conn:
-            row = (await conn.execute(query)).mappings().first()
+        return await self._store.read(partial(self.get_in, approval_id=approval_id))
+
+    @staticmethod
+    def get_in(conn: Connection, approval_id: str) -> ApprovalRecord | None:
+        row = conn.execute(_BY_ID, {"b_approval": approval_id}).mappings().first()
         return ApprovalRecord.from_row(row) if row else None
 
-    async def _records(self, query: Select[Any]) -> list[ApprovalRecord]:
-        async with transaction(self._engine) as conn:
-            rows = (await conn.execute(query)).mappings().all()
-        return [ApprovalRecord.from_row(row) for row in rows]
-
-    @staticmethod
-    def get_direct(db: Direct, approval_id: str) -> ApprovalRecord | None:
-        rows = db.select(approvals, "approval_id = ?", (approval_id,))
-        return ApprovalRecord.from_row(rows[0]) if rows else None
-
     async def for_checkpoint(self, run_id: str, checkpoint_version: int) -> list[ApprovalRecord]:
-        if (store := direct_store(self._store)) is not None:
-            return await store.query(
-                lambda db: self.for_checkpoint_direct(db, run_id, checkpoint_version)
-            )
-        async with transaction(self._engine) as conn:
-            return await self.for_checkpoint_in(conn, run_id, checkpoint_version)
+        return await self._store.read(
+            partial(self.for_checkpoint_in, run_id=run_id, checkpoint_version=checkpoint_version)
+        )
 
     @staticmethod
-    async def for_checkpoint_in(
-        conn: AsyncConnection, run_id: str, checkpoint_version: int
+    def for_checkpoint_in(
+        conn: Connection, run_id: str, checkpoint_version: int
     ) -> list[ApprovalRecord]:
-        query = (
-            select(approvals)
-            .where(
-                approvals.c.run_id == run_id,
-                approvals.c.checkpoint_version == checkpoint_version,
-            )
-            .order_by(approvals.c.requested_at, approvals.c.approval_id)
-        )
-        rows = (await conn.execute(query)).mappings().all()
-        return [ApprovalRecord.from_row(row) for row in rows]
-
-    @staticmethod
-    def for_checkpoint_direct(
-        db: Direct, run_id: str, checkpoint_version: int
-    ) -> list[ApprovalRecord]:
-        rows = db.select(
-            approvals,
-            "run_id = ? AND checkpoint_version = ?",
-            (run_id, checkpoint_version),
-            "ORDER BY requested_at, approval_id",
-        )
-        return [ApprovalRecord.from_row(row) for row in rows]
+        return _records(conn, _OF_CHECKPOINT, {"b_run": run_id, "b_version": checkpoint_version})
 
     async def pending_for_tenant(self, tenant: str, limit: int = 500) -> list[ApprovalRecord]:
         query = (
@@ -165,11 +127,11 @@ class ApprovalRepository:
             .order_by(approvals.c.requested_at)
             .limit(limit)
         )
-        return await self._records(query)
+        return await self._store.read(partial(_records, query=query))
 
     @staticmethod
-    async def decide_in(
-        conn: AsyncConnection,
+    def decide_in(
+        conn: Connection,
         approval_id: str,
         *,
         status: ApprovalStatus,
@@ -182,7 +144,7 @@ class ApprovalRepository:
 
         False when someone else decided first or the run moved on: decided at most once.
         """
-        return await ApprovalRepository._settle_pending_in(
+        return _settle_pending_in(
             conn,
             approval_id,
             checkpoint_version,
@@ -191,33 +153,6 @@ class ApprovalRepository:
             reason=reason,
             decided_at=decided_at,
         )
-
-    @staticmethod
-    def decide_direct(
-        db: Direct,
-        approval_id: str,
-        *,
-        status: ApprovalStatus,
-        reviewer: str,
-        reason: str | None,
-        checkpoint_version: int,
-        decided_at: datetime,
-    ) -> bool:
-        """`decide_in` on the direct path: the same compare-and-swap."""
-        changed = db.changed(
-            "UPDATE approvals SET status = ?, reviewer = ?, reason = ?, decided_at = ?"
-            " WHERE approval_id = ? AND status = ? AND checkpoint_version = ?",
-            (
-                status.value,
-                reviewer,
-                reason,
-                db.value(approvals.c.decided_at, decided_at),
-                approval_id,
-                ApprovalStatus.PENDING.value,
-                checkpoint_version,
-            ),
-        )
-        return changed == 1
 
     async def expired_pending(self, now: datetime, limit: int = 200) -> list[ApprovalRecord]:
         """Pending approvals whose `expires_at` has passed, oldest first."""
@@ -231,11 +166,11 @@ class ApprovalRepository:
             .order_by(approvals.c.expires_at)
             .limit(limit)
         )
-        return await self._records(query)
+        return await self._store.read(partial(_records, query=query))
 
     @staticmethod
-    async def expire_in(
-        conn: AsyncConnection,
+    def expire_in(
+        conn: Connection,
         approval_id: str,
         *,
         reason: str,
@@ -243,7 +178,7 @@ class ApprovalRepository:
         decided_at: datetime,
     ) -> bool:
         """Reject a pending approval on behalf of the system (no reviewer); at most once."""
-        return await ApprovalRepository._settle_pending_in(
+        return _settle_pending_in(
             conn,
             approval_id,
             checkpoint_version,
@@ -254,26 +189,7 @@ class ApprovalRepository:
         )
 
     @staticmethod
-    async def _settle_pending_in(
-        conn: AsyncConnection, approval_id: str, checkpoint_version: int, **values: Any
-    ) -> bool:
-        """Write `values` only while the approval is pending at that checkpoint version, so
-        a reviewer, a concurrent reviewer and the expiry sweep settle it once between them."""
-        result = await conn.execute(
-            update(approvals)
-            .where(
-                approvals.c.approval_id == approval_id,
-                approvals.c.status == ApprovalStatus.PENDING.value,
-                approvals.c.checkpoint_version == checkpoint_version,
-            )
-            .values(**values)
-        )
-        return result.rowcount == 1
-
-    @staticmethod
-    async def supersede_in(
-        conn: AsyncConnection, approval_ids: Sequence[str], *, reason: str
-    ) -> list[str]:
+    def supersede_in(conn: Connection, approval_ids: Sequence[str], *, reason: str) -> list[str]:
         """Mark these approvals superseded unless already superseded or expired; returns the
         ids that changed. Also used for approved rows that turned out not to bind to their
         call, so the record never claims an approval that was not applied."""
@@ -284,92 +200,72 @@ class ApprovalRepository:
             ApprovalStatus.APPROVED.value,
             ApprovalStatus.REJECTED.value,
         )
-        ids = list(
-            (
-                await conn.execute(
-                    select(approvals.c.approval_id).where(
-                        approvals.c.approval_id.in_(list(approval_ids)),
-                        approvals.c.status.in_(open_statuses),
-                    )
-                )
-            ).scalars()
+        return _supersede(
+            conn,
+            and_(
+                approvals.c.approval_id.in_(list(approval_ids)),
+                approvals.c.status.in_(open_statuses),
+            ),
+            reason=reason,
         )
-        if ids:
-            await conn.execute(
-                update(approvals)
-                .where(approvals.c.approval_id.in_(ids))
-                .values(
-                    status=ApprovalStatus.SUPERSEDED.value,
-                    reason=reason,
-                    decided_at=utcnow(),
-                )
-            )
-        return ids
 
     @staticmethod
-    async def supersede_pending_in(conn: AsyncConnection, run_id: str) -> list[str]:
+    def supersede_pending_in(conn: Connection, run_id: str) -> list[str]:
         """Mark every pending approval of the run superseded; returns their ids."""
-        ids = list(
-            (
-                await conn.execute(
-                    select(approvals.c.approval_id).where(
-                        approvals.c.run_id == run_id,
-                        approvals.c.status == ApprovalStatus.PENDING.value,
-                    )
-                )
-            ).scalars()
+        return _supersede(
+            conn,
+            and_(
+                approvals.c.run_id == run_id,
+                approvals.c.status == ApprovalStatus.PENDING.value,
+            ),
         )
-        if ids:
-            await conn.execute(
-                update(approvals)
-                .where(approvals.c.approval_id.in_(ids))
-                .values(status=ApprovalStatus.SUPERSEDED.value, decided_at=utcnow())
-            )
-        return ids
 
-    @staticmethod
-    def supersede_direct(db: Direct, approval_ids: Sequence[str], *, reason: str) -> list[str]:
-        """`supersede_in` on the direct path."""
-        if not approval_ids:
-            return []
-        open_statuses = (
-            ApprovalStatus.PENDING.value,
-            ApprovalStatus.APPROVED.value,
-            ApprovalStatus.REJECTED.value,
-        )
-        ids = db.scalars(
-            f"SELECT approval_id FROM approvals WHERE approval_id IN "
-            f"({placeholders(len(approval_ids))}) AND status IN ({placeholders(3)})",
-            (*approval_ids, *open_statuses),
-        )
-        if ids:
-            db.execute(
-                "UPDATE approvals SET status = ?, reason = ?, decided_at = ?"
-                f" WHERE approval_id IN ({placeholders(len(ids))})",
-                (
-                    ApprovalStatus.SUPERSEDED.value,
-                    reason,
-                    db.value(approvals.c.decided_at, utcnow()),
-                    *ids,
-                ),
-            )
-        return ids
 
-    @staticmethod
-    def supersede_pending_direct(db: Direct, run_id: str) -> list[str]:
-        """`supersede_pending_in` on the direct path."""
-        ids = db.scalars(
-            "SELECT approval_id FROM approvals WHERE run_id = ? AND status = ?",
-            (run_id, ApprovalStatus.PENDING.value),
+_BY_ID = select(approvals).where(approvals.c.approval_id == bindparam("b_approval"))
+_OF_CHECKPOINT = (
+    select(approvals)
+    .where(
+        approvals.c.run_id == bindparam("b_run"),
+        approvals.c.checkpoint_version == bindparam("b_version"),
+    )
+    .order_by(approvals.c.requested_at, approvals.c.approval_id)
+)
+
+
+def _records(
+    conn: Connection, query: Select[Any], params: dict[str, Any] | None = None
+) -> list[ApprovalRecord]:
+    return [ApprovalRecord.from_row(row) for row in conn.execute(query, params).mappings()]
+
+
+def _settle_pending_in(
+    conn: Connection, approval_id: str, checkpoint_version: int, **values: Any
+) -> bool:
+    """Write `values` only while the approval is pending at that checkpoint version, so a
+    reviewer, a concurrent reviewer and the expiry sweep settle it once between them."""
+    result = conn.execute(
+        update(approvals)
+        .where(
+            approvals.c.approval_id == approval_id,
+            approvals.c.status == ApprovalStatus.PENDING.value,
+            approvals.c.checkpoint_version == checkpoint_version,
         )
-        if ids:
-            db.execute(
-                "UPDATE approvals SET status = ?, decided_at = ?"
-                f" WHERE approval_id IN ({placeholders(len(ids))})",
-                (
-                    ApprovalStatus.SUPERSEDED.value,
-                    db.value(approvals.c.decided_at, utcnow()),
-                    *ids,
-                ),
-            )
-        return ids
+        .values(**values)
+    )
+    return result.rowcount == 1
+
+
+def _supersede(conn: Connection, which: ColumnElement[bool], **values: Any) -> list[str]:
+    """Mark the approvals `which` picks superseded (with `values`); their ids, in id order."""
+    ids = list(
+        conn.execute(
+            select(approvals.c.approval_id).where(which).order_by(approvals.c.approval_id)
+        ).scalars()
+    )
+    if ids:
+        conn.execute(
+            update(approvals)
+            .where(approvals.c.approval_id.in_(ids))
+            .values(status=ApprovalStatus.SUPERSEDED.value, decided_at=utcnow(), **values)
+        )
+    return ids

@@ -8,15 +8,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Column, String, insert, select
-from sqlalchemy.engine import RowMapping
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.engine import Connection, RowMapping
 
-from persistence.db import as_utc, transaction, utcnow
-from persistence.direct import Direct
+from persistence.clock import as_utc, utcnow
 from persistence.tables import audit
+
+if TYPE_CHECKING:
+    from persistence.store import Store
 
 MAX_PAGE = 500
 
@@ -105,26 +107,18 @@ def _utc(moment: datetime) -> datetime:
 
 
 class AuditRepository:
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+    def __init__(self, store: Store) -> None:
+        self._store = store
 
     @staticmethod
-    async def insert_in(conn: AsyncConnection, entries: AuditEntry | Sequence[AuditEntry]) -> None:
+    def insert_in(conn: Connection, entries: AuditEntry | Sequence[AuditEntry]) -> None:
         """Insert inside the caller's transaction, so the entry commits with what it records."""
         batch = [entries] if isinstance(entries, AuditEntry) else list(entries)
         if batch:
-            await conn.execute(insert(audit), [_row(entry) for entry in batch])
-
-    @staticmethod
-    def insert_direct(db: Direct, entries: AuditEntry | Sequence[AuditEntry]) -> None:
-        """`insert_in` on the direct path (inside the caller's transaction)."""
-        batch = [entries] if isinstance(entries, AuditEntry) else list(entries)
-        if batch:
-            db.insert(audit, [_row(entry) for entry in batch])
+            conn.execute(insert(audit), [_row(entry) for entry in batch])
 
     async def insert(self, entries: AuditEntry | Sequence[AuditEntry]) -> None:
-        async with transaction(self._engine) as conn:
-            await self.insert_in(conn, entries)
+        await self._store.write(partial(self.insert_in, entries=entries))
 
     async def list_entries(self, query: AuditQuery) -> tuple[list[AuditRecord], int | None]:
         """One page, oldest first, and the `after_id` of the next page (None when none is left)."""
@@ -143,8 +137,7 @@ class AuditRepository:
             statement = statement.where(c.at < _utc(query.until))
         # One row more than asked tells whether another page exists without a count query.
         statement = statement.order_by(c.audit_id).limit(limit + 1)
-        async with transaction(self._engine) as conn:
-            rows = (await conn.execute(statement)).mappings().all()
+        rows = await self._store.read(lambda conn: conn.execute(statement).mappings().all())
         records = [AuditRecord.from_row(row) for row in rows[:limit]]
         next_after_id = records[-1].audit_id if len(rows) > limit else None
         return records, next_after_id

@@ -9,19 +9,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
-from sqlalchemy.engine import RowMapping
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy import Update, bindparam, select, update
+from sqlalchemy.engine import Connection, RowMapping
 
-from persistence.db import as_utc, transaction, utcnow
-from persistence.direct import Direct, placeholders
+from persistence.clock import as_utc, utcnow
 from persistence.errors import StaleWrite
-from persistence.events import SqliteEventStore, direct_store
 from persistence.runs import RunStatus
 from persistence.sessions import SessionMarks
 from persistence.tables import checkpoints, runs
+
+if TYPE_CHECKING:
+    from persistence.store import Store
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,12 @@ def _row(checkpoint: CheckpointRecord) -> dict[str, object]:
 
 
 class CheckpointRepository:
-    def __init__(self, engine: AsyncEngine, store: SqliteEventStore | None = None) -> None:
-        self._engine = engine
+    def __init__(self, store: Store) -> None:
         self._store = store
 
     @staticmethod
-    async def save_in(
-        conn: AsyncConnection,
+    def save_in(
+        conn: Connection,
         checkpoint: CheckpointRecord,
         *,
         status: RunStatus,
@@ -90,121 +90,60 @@ class CheckpointRepository:
         read in this transaction: right for a state taken after the stream ended, when nothing
         writes to the session any more, and one round trip fewer than reading it before.
         """
-        if session_of is not None:
-            mark = await SessionMarks.head_in(conn, session_of)
-            checkpoint = replace(checkpoint, session_mark=mark)
-        moved = await conn.execute(
-            update(runs)
-            .where(
-                runs.c.run_id == checkpoint.run_id,
-                runs.c.checkpoint_version == checkpoint.version - 1,
-                runs.c.status.in_([s.value for s in expected]),
-            )
-            .values(
-                checkpoint_version=checkpoint.version,
-                status=status.value,
-                updated_at=utcnow(),
-            )
+        return _advance(
+            conn,
+            checkpoint,
+            update(runs).where(runs.c.status.in_([s.value for s in expected])),
+            {"status": status.value, "updated_at": utcnow()},
+            session_of,
         )
-        if moved.rowcount != 1:
-            raise StaleWrite(
-                f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}"
-            )
-        await conn.execute(checkpoints.insert().values(**_row(checkpoint)))
-        return checkpoint
 
     @staticmethod
-    def save_direct(
-        db: Direct,
-        checkpoint: CheckpointRecord,
-        *,
-        status: RunStatus,
-        expected: Sequence[RunStatus],
-        session_of: str | None = None,
-    ) -> CheckpointRecord:
-        """`save_in` on the direct path: the same statements and guarantees."""
-        if session_of is not None:
-            checkpoint = replace(checkpoint, session_mark=SessionMarks.head_direct(db, session_of))
-        statuses = [s.value for s in expected]
-        moved = db.changed(
-            "UPDATE runs SET checkpoint_version = ?, status = ?, updated_at = ?"
-            " WHERE run_id = ? AND checkpoint_version = ?"
-            f" AND status IN ({placeholders(len(statuses))})",
-            (
-                checkpoint.version,
-                status.value,
-                db.value(runs.c.updated_at, utcnow()),
-                checkpoint.run_id,
-                checkpoint.version - 1,
-                *statuses,
-            ),
-        )
-        if moved != 1:
-            raise StaleWrite(
-                f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}"
-            )
-        db.insert(checkpoints, [_row(checkpoint)])
-        return checkpoint
-
-    @staticmethod
-    async def add_final_in(
-        conn: AsyncConnection, checkpoint: CheckpointRecord, *, session_of: str | None = None
+    def add_final_in(
+        conn: Connection, checkpoint: CheckpointRecord, *, session_of: str | None = None
     ) -> CheckpointRecord:
         """Store the state a run ended with, in the transaction that ends the run.
 
         The run's status is set by that transaction; this only advances the version, under
         the same rule as `save_in`: never over a newer checkpoint. `session_of` as in `save_in`.
         """
-        if session_of is not None:
-            mark = await SessionMarks.head_in(conn, session_of)
-            checkpoint = replace(checkpoint, session_mark=mark)
-        moved = await conn.execute(
-            update(runs)
-            .where(
-                runs.c.run_id == checkpoint.run_id,
-                runs.c.checkpoint_version == checkpoint.version - 1,
-            )
-            .values(checkpoint_version=checkpoint.version)
-        )
-        if moved.rowcount != 1:
-            raise StaleWrite(
-                f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}"
-            )
-        await conn.execute(checkpoints.insert().values(**_row(checkpoint)))
-        return checkpoint
-
-    @staticmethod
-    def add_final_direct(
-        db: Direct, checkpoint: CheckpointRecord, *, session_of: str | None = None
-    ) -> CheckpointRecord:
-        """`add_final_in` on the direct path."""
-        if session_of is not None:
-            checkpoint = replace(checkpoint, session_mark=SessionMarks.head_direct(db, session_of))
-        moved = db.changed(
-            "UPDATE runs SET checkpoint_version = ? WHERE run_id = ? AND checkpoint_version = ?",
-            (checkpoint.version, checkpoint.run_id, checkpoint.version - 1),
-        )
-        if moved != 1:
-            raise StaleWrite(
-                f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}"
-            )
-        db.insert(checkpoints, [_row(checkpoint)])
-        return checkpoint
+        return _advance(conn, checkpoint, update(runs), {}, session_of)
 
     async def latest(self, run_id: str) -> CheckpointRecord | None:
-        if (store := direct_store(self._store)) is not None:
-            return await store.query(lambda db: self.latest_direct(db, run_id))
-        query = (
-            select(checkpoints)
-            .where(checkpoints.c.run_id == run_id)
-            .order_by(checkpoints.c.version.desc())
-            .limit(1)
-        )
-        async with transaction(self._engine) as conn:
-            row = (await conn.execute(query)).mappings().first()
-        return CheckpointRecord.from_row(row) if row else None
+        return await self._store.read(partial(self.latest_in, run_id=run_id))
 
     @staticmethod
-    def latest_direct(db: Direct, run_id: str) -> CheckpointRecord | None:
-        rows = db.select(checkpoints, "run_id = ?", (run_id,), "ORDER BY version DESC LIMIT 1")
-        return CheckpointRecord.from_row(rows[0]) if rows else None
+    def latest_in(conn: Connection, run_id: str) -> CheckpointRecord | None:
+        row = conn.execute(_LATEST, {"b_run": run_id}).mappings().first()
+        return CheckpointRecord.from_row(row) if row else None
+
+
+_LATEST = (
+    select(checkpoints)
+    .where(checkpoints.c.run_id == bindparam("b_run"))
+    .order_by(checkpoints.c.version.desc())
+    .limit(1)
+)
+
+
+def _advance(
+    conn: Connection,
+    checkpoint: CheckpointRecord,
+    move: Update,
+    values: dict[str, Any],
+    session_of: str | None,
+) -> CheckpointRecord:
+    """Move the run from `checkpoint.version - 1` to `checkpoint.version` (with `values`, under
+    `move`'s conditions) and insert the checkpoint; `StaleWrite` if the run is elsewhere."""
+    if session_of is not None:
+        checkpoint = replace(checkpoint, session_mark=SessionMarks.head_in(conn, session_of))
+    moved = conn.execute(
+        move.where(
+            runs.c.run_id == checkpoint.run_id,
+            runs.c.checkpoint_version == checkpoint.version - 1,
+        ).values(checkpoint_version=checkpoint.version, **values)
+    )
+    if moved.rowcount != 1:
+        raise StaleWrite(f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}")
+    conn.execute(checkpoints.insert().values(**_row(checkpoint)))
+    return checkpoint

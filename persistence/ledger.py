@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from persistence.db import transaction, utcnow
+from persistence.clock import utcnow
 from persistence.tables import operations
+
+if TYPE_CHECKING:
+    from persistence.store import Store
 
 
 class OperationStatus(StrEnum):
@@ -31,15 +34,16 @@ class OperationRecord:
 
 
 class OperationRepository:
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+    def __init__(self, store: Store) -> None:
+        self._store = store
 
     async def begin(self, scope: str, call_id: str, tool_name: str) -> OperationRecord | None:
         """Record that the call is starting. Returns None if this is the first attempt,
         else the existing record (the call was attempted before)."""
+
         try:
-            async with transaction(self._engine) as conn:
-                await conn.execute(
+            await self._store.write(
+                lambda conn: conn.execute(
                     operations.insert().values(
                         scope=scope,
                         call_id=call_id,
@@ -48,21 +52,14 @@ class OperationRepository:
                         started_at=utcnow(),
                     )
                 )
+            )
             return None
         except IntegrityError:
-            pass
-        async with transaction(self._engine) as conn:
-            row = (
-                (
-                    await conn.execute(
-                        select(operations).where(
-                            operations.c.scope == scope, operations.c.call_id == call_id
-                        )
-                    )
-                )
-                .mappings()
-                .one()
-            )
+            pass  # attempted before: the row says how far it got
+        query = select(operations).where(
+            operations.c.scope == scope, operations.c.call_id == call_id
+        )
+        row = await self._store.read(lambda conn: conn.execute(query).mappings().one())
         return OperationRecord(
             scope=row["scope"],
             call_id=row["call_id"],
@@ -74,20 +71,20 @@ class OperationRepository:
     async def finish(
         self, scope: str, call_id: str, status: OperationStatus, result: str | None
     ) -> None:
-        async with transaction(self._engine) as conn:
-            await conn.execute(
+        await self._store.write(
+            lambda conn: conn.execute(
                 update(operations)
                 .where(operations.c.scope == scope, operations.c.call_id == call_id)
                 .values(status=status.value, result=result, finished_at=utcnow())
             )
+        )
 
     async def count(
         self, tool_name: str | None = None, status: OperationStatus | None = None
     ) -> int:
-        query = select(operations.c.call_id)
+        query = select(func.count()).select_from(operations)
         if tool_name is not None:
             query = query.where(operations.c.tool_name == tool_name)
         if status is not None:
             query = query.where(operations.c.status == status.value)
-        async with transaction(self._engine) as conn:
-            return len((await conn.execute(query)).all())
+        return await self._store.read(lambda conn: int(conn.execute(query).scalar_one()))

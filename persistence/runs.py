@@ -7,16 +7,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
-from sqlalchemy.engine import RowMapping
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy import Select, bindparam, select, update
+from sqlalchemy.engine import Connection, RowMapping
 
-from persistence.db import as_utc, transaction, utcnow
-from persistence.direct import Direct, placeholders
-from persistence.events import SqliteEventStore, direct_store
+from persistence.clock import as_utc, utcnow
 from persistence.tables import approvals, runs
+
+if TYPE_CHECKING:
+    from persistence.store import Store
 
 
 class RunStatus(StrEnum):
@@ -100,51 +100,28 @@ class RunRecord:
 
 
 class RunRepository:
-    def __init__(self, engine: AsyncEngine, store: SqliteEventStore | None = None) -> None:
-        self._engine = engine
+    def __init__(self, store: Store) -> None:
         self._store = store
 
     @staticmethod
-    async def insert(conn: AsyncConnection, record: RunRecord) -> None:
-        await conn.execute(runs.insert().values(**record.values()))
-
-    @staticmethod
-    def insert_direct(db: Direct, record: RunRecord) -> None:
-        db.insert(runs, [record.values()])
+    def insert_in(conn: Connection, record: RunRecord) -> None:
+        conn.execute(runs.insert().values(**record.values()))
 
     async def get(self, run_id: str) -> RunRecord | None:
-        if (store := direct_store(self._store)) is not None:
-            return await store.query(lambda db: self.get_direct(db, run_id))
-        async with transaction(self._engine) as conn:
-            return await self.get_in(conn, run_id)
+        return await self._store.read(partial(self.get_in, run_id=run_id))
 
     @staticmethod
-    def get_direct(db: Direct, run_id: str) -> RunRecord | None:
-        rows = db.select(runs, "run_id = ?", (run_id,))
-        return RunRecord.from_row(rows[0]) if rows else None
-
-    @staticmethod
-    async def get_in(conn: AsyncConnection, run_id: str) -> RunRecord | None:
-        row = (await conn.execute(select(runs).where(runs.c.run_id == run_id))).mappings().first()
+    def get_in(conn: Connection, run_id: str) -> RunRecord | None:
+        row = conn.execute(_BY_ID, {"b_run": run_id}).mappings().first()
         return RunRecord.from_row(row) if row else None
 
     async def active_for_thread(self, thread_id: str) -> RunRecord | None:
-        if (store := direct_store(self._store)) is not None:
-            return await store.query(lambda db: self._active_direct(db, thread_id))
-        query = select(runs).where(
-            runs.c.thread_id == thread_id, runs.c.status.in_([s.value for s in ACTIVE])
-        )
-        async with transaction(self._engine) as conn:
-            row = (await conn.execute(query)).mappings().first()
-        return RunRecord.from_row(row) if row else None
+        return await self._store.read(partial(self.active_for_thread_in, thread_id=thread_id))
 
     @staticmethod
-    def _active_direct(db: Direct, thread_id: str) -> RunRecord | None:
-        active = [s.value for s in ACTIVE]
-        rows = db.select(
-            runs, f"thread_id = ? AND status IN ({placeholders(len(active))})", (thread_id, *active)
-        )
-        return RunRecord.from_row(rows[0]) if rows else None
+    def active_for_thread_in(conn: Connection, thread_id: str) -> RunRecord | None:
+        row = conn.execute(_ACTIVE_ON_THREAD, {"b_thread": thread_id}).mappings().first()
+        return RunRecord.from_row(row) if row else None
 
     async def with_status(self, statuses: Iterable[RunStatus]) -> list[RunRecord]:
         query = (
@@ -152,9 +129,7 @@ class RunRepository:
             .where(runs.c.status.in_([s.value for s in statuses]))
             .order_by(runs.c.created_at)
         )
-        async with transaction(self._engine) as conn:
-            rows = (await conn.execute(query)).mappings().all()
-        return [RunRecord.from_row(row) for row in rows]
+        return await self._store.read(partial(_records, query))
 
     async def decided_but_waiting(self, limit: int = 500) -> list[RunRecord]:
         """Paused runs whose every approval is decided: their continuation did not start
@@ -173,9 +148,7 @@ class RunRepository:
             .where(runs.c.status == RunStatus.WAITING_FOR_REVIEW.value, ~pending)
             .limit(limit)
         )
-        async with transaction(self._engine) as conn:
-            rows = (await conn.execute(query)).mappings().all()
-        return [RunRecord.from_row(row) for row in rows]
+        return await self._store.read(partial(_records, query))
 
     async def transition(
         self,
@@ -187,32 +160,20 @@ class RunRepository:
         error: dict[str, Any] | None = None,
     ) -> bool:
         """Compare-and-swap the status; True when this caller won."""
-        if (store := direct_store(self._store)) is not None:
-            moved, _ = await store.commit(
-                (),
-                partial(
-                    self.transition_direct,
-                    run_id=run_id,
-                    to=to,
-                    expected=expected,
-                    checkpoint_version=checkpoint_version,
-                    error=error,
-                ),
-            )
-            return bool(moved)
-        async with transaction(self._engine) as conn:
-            return await self.transition_in(
-                conn,
-                run_id,
-                to,
+        return await self._store.write(
+            partial(
+                self.transition_in,
+                run_id=run_id,
+                to=to,
                 expected=expected,
                 checkpoint_version=checkpoint_version,
                 error=error,
             )
+        )
 
     @staticmethod
-    async def transition_in(
-        conn: AsyncConnection,
+    def transition_in(
+        conn: Connection,
         run_id: str,
         to: RunStatus,
         *,
@@ -228,30 +189,14 @@ class RunRepository:
         values: dict[str, Any] = {"status": to.value, "updated_at": utcnow()}
         if error is not None:
             values["error"] = error
-        result = await conn.execute(query.values(**values))
-        return result.rowcount == 1
+        return conn.execute(query.values(**values)).rowcount == 1
 
-    @staticmethod
-    def transition_direct(
-        db: Direct,
-        run_id: str,
-        to: RunStatus,
-        *,
-        expected: Iterable[RunStatus],
-        checkpoint_version: int | None = None,
-        error: dict[str, Any] | None = None,
-    ) -> bool:
-        """`transition_in` on the direct path: the same compare-and-swap."""
-        statuses = [s.value for s in expected]
-        assignments = ["status = ?", "updated_at = ?"]
-        values: list[Any] = [to.value, db.value(runs.c.updated_at, utcnow())]
-        if error is not None:
-            assignments.append("error = ?")
-            values.append(db.value(runs.c.error, error))
-        where = f"run_id = ? AND status IN ({placeholders(len(statuses))})"
-        params: list[Any] = [run_id, *statuses]
-        if checkpoint_version is not None:
-            where += " AND checkpoint_version = ?"
-            params.append(checkpoint_version)
-        sql = f"UPDATE runs SET {', '.join(assignments)} WHERE {where}"
-        return db.changed(sql, [*values, *params]) == 1
+
+_BY_ID = select(runs).where(runs.c.run_id == bindparam("b_run"))
+_ACTIVE_ON_THREAD = select(runs).where(
+    runs.c.thread_id == bindparam("b_thread"), runs.c.status.in_([s.value for s in ACTIVE])
+)
+
+
+def _records(query: Select[Any], conn: Connection) -> list[RunRecord]:
+    return [RunRecord.from_row(row) for row in conn.execute(query).mappings()]

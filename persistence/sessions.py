@@ -5,10 +5,10 @@ when taken). A run restarted after a crash trims the session back to that mark, 
 written by the lost attempt is not duplicated by the new one.
 
 `GatewaySession` is the SDK's `SQLAlchemySession` on the same tables, with its two operations
-of every run (read the history at the start, append each turn's items) on the direct SQLite
-path: the SDK does each through an ORM session, five to seven statements and several
-milliseconds, in the middle of the run (the append before a pause is on the way from a tool
-call to its `approval.requested`).
+of every run (read the history at the start, append each turn's items) through the Store: the
+SDK does each through an ORM session, five to seven statements and several milliseconds, in
+the middle of the run (the append before a pause is on the way from a tool call to its
+`approval.requested`).
 """
 
 from __future__ import annotations
@@ -18,17 +18,32 @@ import copy
 import json
 from collections.abc import Awaitable
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agents.extensions.memory import SQLAlchemySession
 from agents.items import TResponseInputItem
 from agents.memory.session_settings import resolve_session_limit
-from sqlalchemy import Column, Integer, MetaData, String, Table, delete, func, select
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy import (
+    Column,
+    Integer,
+    MetaData,
+    Select,
+    String,
+    Table,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import Connection
 
-from persistence.db import transaction
-from persistence.direct import Direct
-from persistence.events import SqliteEventStore, direct_store
+from persistence.sqlite.connect import pin_busy_timeout
+
+if TYPE_CHECKING:
+    from persistence.store import Store
 
 T = TypeVar("T")
 
@@ -42,70 +57,71 @@ _messages = Table(
 
 
 class SessionMarks:
-    def __init__(self, engine: AsyncEngine, store: SqliteEventStore | None = None) -> None:
-        self._engine = engine
+    def __init__(self, store: Store) -> None:
         self._store = store
 
     async def head(self, session_id: str) -> int:
-        if (store := direct_store(self._store)) is not None:
-            return await store.query(lambda db: self.head_direct(db, session_id))
-        async with transaction(self._engine) as conn:
-            return await self.head_in(conn, session_id)
+        return await self._store.read(partial(self.head_in, session_id=session_id))
 
     @staticmethod
-    async def head_in(conn: AsyncConnection, session_id: str) -> int:
+    def head_in(conn: Connection, session_id: str) -> int:
         """The session's newest message id, inside the caller's transaction (0: none)."""
-        value = (
-            await conn.execute(
-                select(func.max(_messages.c.id)).where(_messages.c.session_id == session_id)
-            )
-        ).scalar()
-        return int(value or 0)
-
-    @staticmethod
-    def head_direct(db: Direct, session_id: str) -> int:
-        value = db.scalars(
-            "SELECT MAX(id) FROM agent_messages WHERE session_id = ?", (session_id,)
-        )[0]
-        return int(value or 0)
+        return int(conn.execute(_HEAD, {"b_session": session_id}).scalar() or 0)
 
     async def trim(self, session_id: str, mark: int) -> int:
-        async with transaction(self._engine) as conn:
-            return await self.trim_in(conn, session_id, mark)
+        return await self._store.write(partial(self.trim_in, session_id=session_id, mark=mark))
 
     @staticmethod
-    async def trim_in(conn: AsyncConnection, session_id: str, mark: int) -> int:
+    def trim_in(conn: Connection, session_id: str, mark: int) -> int:
         """Remove the session's messages after `mark`, inside the caller's transaction."""
-        result = await conn.execute(
+        result = conn.execute(
             delete(_messages).where(_messages.c.session_id == session_id, _messages.c.id > mark)
         )
         return int(result.rowcount or 0)
 
-    @staticmethod
-    def trim_direct(db: Direct, session_id: str, mark: int) -> int:
-        return db.changed(
-            "DELETE FROM agent_messages WHERE session_id = ? AND id > ?", (session_id, mark)
-        )
+
+_HEAD = select(func.max(_messages.c.id)).where(_messages.c.session_id == bindparam("b_session"))
 
 
 class GatewaySession(SQLAlchemySession):
-    """`SQLAlchemySession` whose history read and appends take the direct SQLite path.
+    """`SQLAlchemySession` whose history read and appends go through the gateway's Store.
 
     The same rows as the SDK writes them: items serialized by the SDK's own `_serialize_item`,
     the session row created on first use, `created_at` and `updated_at` left to the tables'
     `CURRENT_TIMESTAMP`, history read in `created_at, id` order (the newest `limit` items, a
-    corrupted row skipped, as the SDK reads them). Appends run on the event log's writer
-    connection (one transaction, one hop, in turn with the log's commits rather than competing
-    with them for SQLite's lock), reads on the direct path's reader. Everything else
-    (`pop_item`, `clear_session`, and every call while the direct path is unavailable) is the
-    SDK's own code.
+    corrupted row skipped, as the SDK reads them). Appends are one write transaction of the
+    store (on SQLite in turn with the event log's commits rather than competing with them for
+    the write lock), reads one read. Everything else (`pop_item`, `clear_session`) is the SDK's
+    own code on the store's async engine.
     """
 
-    def __init__(
-        self, session_id: str, *, engine: AsyncEngine, store: SqliteEventStore | None
-    ) -> None:
-        super().__init__(session_id, engine=engine)
+    def __init__(self, session_id: str, *, store: Store) -> None:
+        super().__init__(session_id, engine=store.engine)
+        # The SDK added a connect listener of its own to the engine (a shorter busy timeout).
+        pin_busy_timeout(store.engine)
         self._store = store
+        # Built once here and shared by every copy (`for_session`): they describe the same
+        # tables for every session.
+        messages, sessions = self._messages, self._sessions
+        of_session = messages.c.session_id == bindparam("b_session")
+        self._oldest_first = (
+            select(messages.c.message_data)
+            .where(of_session)
+            .order_by(messages.c.created_at.asc(), messages.c.id.asc())
+        )
+        self._latest_first = (
+            select(messages.c.message_data)
+            .where(of_session)
+            .order_by(messages.c.created_at.desc(), messages.c.id.desc())
+            .limit(bindparam("b_limit"))
+        )
+        self._insert_messages = insert(messages)
+        self._touch = (
+            update(sessions)
+            .where(sessions.c.session_id == bindparam("b_session"))
+            .values(updated_at=text("CURRENT_TIMESTAMP"))
+        )
+        self._insert_session = insert(sessions)
 
     def for_session(self, session_id: str) -> GatewaySession:
         """This session's twin for another session id, sharing everything else.
@@ -113,31 +129,26 @@ class GatewaySession(SQLAlchemySession):
         The SDK's constructor builds SQLAlchemy `Table` objects for its two tables each time
         (~0.6 ms, a tenth of the gateway's own cost of a short run); they describe the same
         tables for every session, so each run copies one session built at start-up. Nothing
-        that is copied changes after construction: table definitions, the engine, the session
-        factory, settings, and the per-engine lock the SDK shares between sessions anyway.
+        that is copied changes after construction: table definitions, statements, the engine,
+        the session factory, settings, and the per-engine lock the SDK shares between sessions
+        anyway.
         """
         twin = copy.copy(self)
         twin.session_id = session_id
         return twin
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        store = direct_store(self._store)
-        if store is None:
-            return await super().get_items(limit)
         session_limit = resolve_session_limit(limit, self.session_settings)
-        select = f"SELECT message_data FROM {self._messages.name} WHERE session_id = ?"
         if session_limit is None:
-            sql = f"{select} ORDER BY created_at ASC, id ASC"
-            return await self._decode(await self._rows(store, sql, (self.session_id,)))
-        latest_first = f"{select} ORDER BY created_at DESC, id DESC LIMIT ?"
+            return await self._decode(await self._rows(self._oldest_first))
         if session_limit <= 0:
             # The SDK passes such a limit to the database as it is; so does this.
-            rows = await self._rows(store, latest_first, (self.session_id, session_limit))
+            rows = await self._rows(self._latest_first, session_limit)
             return await self._decode(rows[::-1])
         # The newest `session_limit` readable items: the window grows past corrupted rows.
         window = session_limit
         while True:
-            rows = await self._rows(store, latest_first, (self.session_id, window))
+            rows = await self._rows(self._latest_first, window)
             items = await self._decode(rows[::-1])
             if len(items) >= session_limit:
                 return items[-session_limit:]
@@ -145,9 +156,9 @@ class GatewaySession(SQLAlchemySession):
                 return items
             window *= 2
 
-    @staticmethod
-    async def _rows(store: SqliteEventStore, sql: str, params: tuple[Any, ...]) -> list[str]:
-        return await store.query(lambda db: db.scalars(sql, params))
+    async def _rows(self, query: Select[Any], limit: int | None = None) -> list[str]:
+        params = {"b_session": self.session_id, "b_limit": limit}
+        return await self._store.read(lambda conn: list(conn.execute(query, params).scalars()))
 
     async def _decode(self, rows: list[str]) -> list[TResponseInputItem]:
         items: list[TResponseInputItem] = []
@@ -161,26 +172,17 @@ class GatewaySession(SQLAlchemySession):
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         if not items:
             return
-        store = direct_store(self._store)
-        if store is None:
-            await super().add_items(items)
-            return
         payload = [await self._serialize_item(item) for item in items]
-        await _settled(store.commit((), partial(self._append, payload)))
+        await _settled(self._store.write(partial(self._append, payload)))
 
-    def _append(self, payload: list[str], db: Direct) -> None:
-        sessions, messages = self._sessions.name, self._messages.name
-        db.execute(
-            f"INSERT INTO {sessions} (session_id) VALUES (?) ON CONFLICT (session_id) DO NOTHING",
-            (self.session_id,),
-        )
-        db.conn.executemany(
-            f"INSERT INTO {messages} (session_id, message_data) VALUES (?, ?)",
-            [(self.session_id, data) for data in payload],
-        )
-        db.execute(
-            f"UPDATE {sessions} SET updated_at = CURRENT_TIMESTAMP WHERE session_id = ?",
-            (self.session_id,),
+    def _append(self, payload: list[str], conn: Connection) -> None:
+        session = {"b_session": self.session_id}
+        if conn.execute(self._touch, session).rowcount == 0:
+            # The session's first items: its row (one run writes a thread's session at a time).
+            conn.execute(self._insert_session, {"session_id": self.session_id})
+        conn.execute(
+            self._insert_messages,
+            [{"session_id": self.session_id, "message_data": data} for data in payload],
         )
 
 

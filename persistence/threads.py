@@ -6,17 +6,18 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
-from sqlalchemy.engine import RowMapping
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy import bindparam, select
+from sqlalchemy.engine import Connection, RowMapping
 
-from persistence.db import as_utc, transaction, utcnow
-from persistence.direct import Direct
-from persistence.events import SqliteEventStore, direct_store
+from persistence.clock import as_utc, utcnow
 from persistence.ids import new_id
 from persistence.tables import threads
+
+if TYPE_CHECKING:
+    from persistence.store import Store
 
 # Thread ids per `heads` call: within every backend's limit on bound parameters.
 HEADS_PER_READ = 500
@@ -74,75 +75,37 @@ class ThreadRecord:
 
 
 class ThreadRepository:
-    def __init__(self, engine: AsyncEngine, store: SqliteEventStore | None = None) -> None:
-        self._engine = engine
+    def __init__(self, store: Store) -> None:
         self._store = store
 
     @staticmethod
-    async def insert(
-        conn: AsyncConnection,
-        *,
-        tenant: str,
-        owner: str,
-        metadata: dict[str, Any] | None,
-        thread_id: str | None = None,
-    ) -> ThreadRecord:
-        record = ThreadRecord.new(
-            tenant=tenant, owner=owner, metadata=metadata, thread_id=thread_id
-        )
-        await ThreadRepository.insert_record_in(conn, record)
-        return record
-
-    @staticmethod
-    async def insert_record_in(conn: AsyncConnection, record: ThreadRecord) -> None:
+    def insert_in(conn: Connection, record: ThreadRecord) -> None:
         """Insert a thread made with `ThreadRecord.new`, inside the caller's transaction."""
-        await conn.execute(threads.insert().values(**record.values()))
-
-    @staticmethod
-    def insert_direct(db: Direct, record: ThreadRecord) -> None:
-        db.insert(threads, [record.values()])
-
-    @staticmethod
-    def get_direct(db: Direct, thread_id: str) -> ThreadRecord | None:
-        rows = db.select(threads, "thread_id = ?", (thread_id,))
-        return ThreadRecord.from_row(rows[0]) if rows else None
-
-    async def heads(self, thread_ids: Sequence[str]) -> dict[str, int]:
-        """`head_seq` of each of `thread_ids` that exists (at most `HEADS_PER_READ` ids)."""
-        if (store := direct_store(self._store)) is not None:
-            return await store.query(lambda db: self.heads_direct(db, thread_ids))
-        async with transaction(self._engine) as conn:
-            rows = await conn.execute(
-                select(threads.c.thread_id, threads.c.head_seq).where(
-                    threads.c.thread_id.in_(thread_ids)
-                )
-            )
-            return {thread_id: int(head) for thread_id, head in rows.all()}
-
-    @staticmethod
-    def heads_direct(db: Direct, thread_ids: Sequence[str]) -> dict[str, int]:
-        marks = ", ".join("?" for _ in thread_ids)
-        rows = db.execute(
-            f"SELECT thread_id, head_seq FROM threads WHERE thread_id IN ({marks})", thread_ids
-        ).fetchall()
-        return {thread_id: int(head) for thread_id, head in rows}
+        conn.execute(threads.insert().values(**record.values()))
 
     async def create(
         self, *, tenant: str, owner: str, metadata: dict[str, Any] | None = None
     ) -> ThreadRecord:
-        async with transaction(self._engine) as conn:
-            return await self.insert(conn, tenant=tenant, owner=owner, metadata=metadata)
+        record = ThreadRecord.new(tenant=tenant, owner=owner, metadata=metadata, thread_id=None)
+        await self._store.write(partial(self.insert_in, record=record))
+        return record
 
     async def get(self, thread_id: str) -> ThreadRecord | None:
-        if (store := direct_store(self._store)) is not None:
-            return await store.query(lambda db: self.get_direct(db, thread_id))
-        async with transaction(self._engine) as conn:
-            row = (
-                (await conn.execute(select(threads).where(threads.c.thread_id == thread_id)))
-                .mappings()
-                .first()
-            )
+        return await self._store.read(partial(self.get_in, thread_id=thread_id))
+
+    @staticmethod
+    def get_in(conn: Connection, thread_id: str) -> ThreadRecord | None:
+        row = conn.execute(_BY_ID, {"b_thread": thread_id}).mappings().first()
         return ThreadRecord.from_row(row) if row else None
+
+    async def heads(self, thread_ids: Sequence[str]) -> dict[str, int]:
+        """`head_seq` of each of `thread_ids` that exists (at most `HEADS_PER_READ` ids)."""
+
+        def read(conn: Connection) -> dict[str, int]:
+            rows = conn.execute(_HEADS, {"b_threads": list(thread_ids)})
+            return {thread_id: int(head) for thread_id, head in rows}
+
+        return await self._store.read(read)
 
     async def list_for(
         self, *, tenant: str, owner: str | None = None, limit: int = 100
@@ -151,6 +114,12 @@ class ThreadRepository:
         if owner is not None:
             query = query.where(threads.c.owner == owner)
         query = query.order_by(threads.c.created_at.desc()).limit(limit)
-        async with transaction(self._engine) as conn:
-            rows = (await conn.execute(query)).mappings().all()
-        return [ThreadRecord.from_row(row) for row in rows]
+        return await self._store.read(
+            lambda conn: [ThreadRecord.from_row(row) for row in conn.execute(query).mappings()]
+        )
+
+
+_BY_ID = select(threads).where(threads.c.thread_id == bindparam("b_thread"))
+_HEADS = select(threads.c.thread_id, threads.c.head_seq).where(
+    threads.c.thread_id.in_(bindparam("b_threads", expanding=True))
+)

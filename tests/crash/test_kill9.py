@@ -31,14 +31,18 @@ from tests.support.crash import (
 )
 from tests.support.gateway import GatewayProcess, spawn_gateway
 
+pytestmark = pytest.mark.both_backends
+
 
 @pytest.fixture
-def spawn(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
-    """Spawn gateways on tmp_path's database; every one is SIGKILLed at teardown."""
+def spawn(tmp_path: Path, database_url: str) -> Iterator[Callable[..., GatewayProcess]]:
+    """Spawn gateways on the test's database; every one is SIGKILLed at teardown."""
     spawned: list[GatewayProcess] = []
 
     def start(env: dict[str, str] | None = None, args: list[str] | None = None) -> GatewayProcess:
-        gw = spawn_gateway(tmp_path, env=env, args=args)
+        gw = spawn_gateway(
+            tmp_path, env={"GATEWAY_DATABASE_URL": database_url, **(env or {})}, args=args
+        )
         spawned.append(gw)
         return gw
 

@@ -14,20 +14,21 @@ from tests.support.gateway import Gateway, GatewayProcess, running_gateway, test
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
+    """The test's SQLite file (the database of `database_url` on the SQLite backend)."""
     return tmp_path / "gateway.db"
 
 
 @pytest.fixture
 def gateway_factory(
-    db_path: Path,
+    database_url: str,
 ) -> Callable[..., AbstractAsyncContextManager[Gateway]]:
-    """`async with gateway_factory(registry=..., **settings) as gw:` on the test's SQLite file."""
+    """`async with gateway_factory(registry=..., **settings) as gw:` on the test's database."""
 
     def make(
         registry: AgentRegistry | None = None, *, socket_sndbuf: int | None = None, **overrides: Any
     ) -> Any:
         return running_gateway(
-            test_settings(db_path, **overrides), registry, socket_sndbuf=socket_sndbuf
+            test_settings(database_url, **overrides), registry, socket_sndbuf=socket_sndbuf
         )
 
     return make

@@ -9,6 +9,8 @@ import pytest
 from gateway.demo import email_text, refund_text
 from tests.support.client import ProtocolFailure, final_text
 
+pytestmark = pytest.mark.both_backends
+
 
 async def start(client, text: str) -> tuple[str, str]:
     ack = await client.request("run.start", input=text)

@@ -18,9 +18,9 @@ import jwt
 import pytest
 
 from gateway.audit import AuditTrail, Transport, system_entry
-from persistence.db import create_engine, migrate
 from tests.support.client import Client, ProtocolFailure, clients
 from tests.support.gateway import TEST_SECRET, Gateway
+from tests.support.storage import migrated_store
 
 ADMIN = ("root", "admin")
 
@@ -370,11 +370,9 @@ async def test_audit_outlives_retention_of_run_data(gateway_factory, db_path) ->
 async def test_a_flood_of_refusals_is_bounded_and_counted(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}")
-    await migrate(engine)
-    trail = AuditTrail(engine, max_queued=10)
-    trail.start()
-    try:
+    async with migrated_store(f"sqlite:///{tmp_path / 'audit.db'}") as store:
+        trail = AuditTrail(store, max_queued=10)
+        trail.start()
         with caplog.at_level(logging.WARNING, logger="gateway.audit"):
             # No await in between: the writer cannot drain, so the queue overflows.
             for _ in range(50):
@@ -390,8 +388,6 @@ async def test_a_flood_of_refusals_is_bounded_and_counted(
             )
             await trail.close()
         assert "dropped 40 entries" in caplog.text
-    finally:
-        await engine.dispose()
     with sqlite3.connect(tmp_path / "audit.db") as db:
         counts = dict(db.execute("select action, count(*) from audit group by action"))
         system = db.execute(

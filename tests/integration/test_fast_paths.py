@@ -1,8 +1,9 @@
 """The run lifecycle's fast paths, end to end: a run start delivered without reading anything
 back, one restore per pause shared by its decisions and continuation, a single continuation
 started from what the deciding transactions read, decisions applied as the continuation's
-segment starts, the session mark of a pause read where it is stored, and the engine path
-(taken while statements are observed) behaving like the direct one."""
+segment starts, the session mark of a pause read where it is stored, and a statement observer
+on the store's engines (as SQL tracing or the tests' storage faults install) seeing every write
+of the lifecycle while changing nothing of it."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from sqlalchemy import event
 from gateway.execution import approval_view
 from gateway.registry import AgentRegistry
 from persistence.approvals import ApprovalRepository
-from persistence.db import create_engine
+from persistence.store import open_store
 from tests.support.agents import EffectLog
 from tests.support.approvals import http_decide, requester_and_reviewer
 from tests.support.client import Client, clients, final_text
@@ -147,11 +148,11 @@ async def test_the_decision_ack_shows_the_row_as_stored(
         decided = await bob.request(
             "approval.decide", approval_id=shown["approval_id"], decision="reject", reason="no"
         )
-    engine = create_engine(f"sqlite+aiosqlite:///{db_path}")
+    store = open_store(f"sqlite:///{db_path}")
     try:
-        stored = await ApprovalRepository(engine).get(shown["approval_id"])
+        stored = await ApprovalRepository(store).get(shown["approval_id"])
     finally:
-        await engine.dispose()
+        await store.close()
     assert stored is not None
     assert decided["approval"] == approval_view(stored)
     assert (stored.status.value, stored.reviewer, stored.reason) == ("rejected", "bob", "no")
@@ -186,11 +187,12 @@ async def test_a_pause_stores_the_session_mark_it_was_taken_at(
         assert sql(db_path, "SELECT COUNT(*) FROM agent_messages")[0][0] > history
 
 
-async def test_the_engine_path_runs_the_same_lifecycle(
+async def test_a_statement_observer_sees_the_lifecycle_and_changes_nothing_of_it(
     gateway_factory: Any, db_path: Path, tmp_path: Path
 ) -> None:
-    """With a statement observer installed (as SQL tracing or the tests' storage faults do)
-    every write and read goes through SQLAlchemy; the run looks the same to its client."""
+    """With a statement observer installed on the store's engines (as SQL tracing or the
+    tests' storage faults do), it sees every write of the lifecycle, and the runs look the same
+    to their client and leave the same rows as without one."""
 
     async def lifecycle(alice: Client, bob: Client) -> tuple[list[str], str]:
         ack = await pause(alice, "pay 5")
@@ -205,7 +207,7 @@ async def test_the_engine_path_runs_the_same_lifecycle(
 
     effects = EffectLog()
     async with requester_and_reviewer(gateway_factory, registry(effects)) as (_, alice, bob):
-        direct = await lifecycle(alice, bob)
+        unobserved = await lifecycle(alice, bob)
 
     observed = tmp_path / "observed.db"
     async with (
@@ -217,15 +219,18 @@ async def test_the_engine_path_runs_the_same_lifecycle(
         def observe(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
             statements.append(statement)
 
-        engine = fg.services.engine.sync_engine
-        event.listen(engine, "before_cursor_execute", observe)
+        engines = list(fg.services.store.statement_engines())
+        for engine in engines:
+            event.listen(engine, "before_cursor_execute", observe)
         try:
             alice, bob = await connect("alice", "user"), await connect("bob", "reviewer")
-            assert await lifecycle(alice, bob) == direct
+            assert await lifecycle(alice, bob) == unobserved
         finally:
-            event.remove(engine, "before_cursor_execute", observe)
+            for engine in engines:
+                event.remove(engine, "before_cursor_execute", observe)
         assert fg.faults.hits == 0  # observed, never failed
     for written in (
+        "INSERT INTO events",
         "INSERT INTO checkpoints",
         "INSERT INTO approvals",
         "INSERT INTO agent_messages",

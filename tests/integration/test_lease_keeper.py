@@ -9,58 +9,60 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.eventlog import EventLog
 from gateway.lease_keeper import LeaseKeeper
-from persistence.db import transaction, utcnow
+from persistence.clock import utcnow
 from persistence.leases import Lease, LeaseRepository
+from persistence.store import Store
 from persistence.tables import runs
 from persistence.threads import ThreadRepository
-from tests.support.storage import insert_running_run, migrated_engine, running_event_log
+from tests.support.storage import insert_running_run, migrated_store, running_event_log
 
 
 @pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    async with migrated_engine(tmp_path / "keeper.db") as engine:
-        yield engine
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    async with migrated_store(f"sqlite:///{tmp_path / 'keeper.db'}") as store:
+        yield store
 
 
 @pytest.fixture
-async def event_log(engine: AsyncEngine) -> AsyncIterator[EventLog]:
-    async with running_event_log(engine) as log:
+async def event_log(store: Store) -> AsyncIterator[EventLog]:
+    async with running_event_log(store) as log:
         yield log
 
 
-async def a_leased_run(engine: AsyncEngine, run_id: str, owner: str = "gw-a") -> Lease:
-    thread = await ThreadRepository(engine).create(tenant="acme", owner="alice")
-    await insert_running_run(engine, run_id, thread.thread_id)
-    lease = await LeaseRepository(engine).acquire(run_id, owner, ttl_s=30)
+async def a_leased_run(store: Store, run_id: str, owner: str = "gw-a") -> Lease:
+    thread = await ThreadRepository(store).create(tenant="acme", owner="alice")
+    await insert_running_run(store, run_id, thread.thread_id)
+    lease = await LeaseRepository(store).acquire(run_id, owner, ttl_s=30)
     assert lease is not None
     return lease
 
 
-async def expiry(engine: AsyncEngine, run_id: str):
-    async with transaction(engine) as conn:
-        return (
-            await conn.execute(select(runs.c.lease_expires_at).where(runs.c.run_id == run_id))
+async def expiry(store: Store, run_id: str):
+    return await store.read(
+        lambda conn: conn.execute(
+            select(runs.c.lease_expires_at).where(runs.c.run_id == run_id)
         ).scalar_one()
+    )
 
 
 async def test_one_renewal_extends_every_held_lease_and_reports_the_lost_ones(
-    engine: AsyncEngine, event_log: EventLog
+    store: Store, event_log: EventLog
 ) -> None:
-    kept, taken = await a_leased_run(engine, "r_kept"), await a_leased_run(engine, "r_taken")
+    kept, taken = await a_leased_run(store, "r_kept"), await a_leased_run(store, "r_taken")
     # r_taken's owner stalled past its expiry and another process took the run over.
-    async with transaction(engine) as conn:
-        await conn.execute(
+    await store.write(
+        lambda conn: conn.execute(
             update(runs)
             .where(runs.c.run_id == "r_taken")
             .values(lease_expires_at=utcnow() - timedelta(seconds=1))
         )
-    assert await LeaseRepository(engine).acquire("r_taken", "gw-b", ttl_s=30) is not None
-    taken_expiry = await expiry(engine, "r_taken")
-    kept_expiry = await expiry(engine, "r_kept")
+    )
+    assert await LeaseRepository(store).acquire("r_taken", "gw-b", ttl_s=30) is not None
+    taken_expiry = await expiry(store, "r_taken")
+    kept_expiry = await expiry(store, "r_kept")
 
     keeper = LeaseKeeper(event_log, ttl_s=600)
     lost: list[str] = []
@@ -70,37 +72,38 @@ async def test_one_renewal_extends_every_held_lease_and_reports_the_lost_ones(
         await keeper.renew()
         assert lost == ["r_taken"]
         assert keeper.held == {kept}
-        assert await expiry(engine, "r_kept") > kept_expiry + timedelta(seconds=500)
-        assert await expiry(engine, "r_taken") == taken_expiry  # gw-b's lease, untouched
+        assert await expiry(store, "r_kept") > kept_expiry + timedelta(seconds=500)
+        assert await expiry(store, "r_taken") == taken_expiry  # gw-b's lease, untouched
         # A dropped lease is no longer renewed.
         keeper.drop(kept)
-        before = await expiry(engine, "r_kept")
+        before = await expiry(store, "r_kept")
         await keeper.renew()
-        assert await expiry(engine, "r_kept") == before
+        assert await expiry(store, "r_kept") == before
         assert lost == ["r_taken"]
     finally:
         await keeper.close()
 
 
 async def test_the_keeper_renews_on_its_own_every_third_of_the_ttl(
-    engine: AsyncEngine, event_log: EventLog
+    store: Store, event_log: EventLog
 ) -> None:
-    lease = await a_leased_run(engine, "r_live")
-    first = await expiry(engine, "r_live")
+    lease = await a_leased_run(store, "r_live")
+    first = await expiry(store, "r_live")
     keeper = LeaseKeeper(event_log, ttl_s=1.5)
     try:
         keeper.hold(lease, lambda: None)
         for _ in range(100):
             await asyncio.sleep(0.05)
-            if await expiry(engine, "r_live") != first:
+            if await expiry(store, "r_live") != first:
                 break
-        renewed = await expiry(engine, "r_live")
+        renewed = await expiry(store, "r_live")
         assert renewed != first
         # Taken over meanwhile: the next tick tells the holder.
-        async with transaction(engine) as conn:
-            await conn.execute(
+        await store.write(
+            lambda conn: conn.execute(
                 update(runs).where(runs.c.run_id == "r_live").values(lease_token=lease.token + 1)
             )
+        )
         stopped = asyncio.Event()
         keeper.hold(lease, stopped.set)
         await asyncio.wait_for(stopped.wait(), timeout=5)

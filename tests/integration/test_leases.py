@@ -4,22 +4,23 @@ a dead process's runs are taken over when its lease expires, and a stale lease c
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import update
 
 from gateway.auth import TokenVerifier
-from persistence.db import transaction, utcnow
 from persistence.leases import LeaseLost, LeaseRepository
-from persistence.tables import runs
 from persistence.threads import ThreadRepository
 from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, spawn_gateway
 from tests.support.sqlite_file import sql
-from tests.support.storage import insert_running_run, migrated_engine, running_event_log
+from tests.support.storage import (
+    expire_lease,
+    insert_running_run,
+    migrated_store,
+    running_event_log,
+)
 
 TOKEN = TokenVerifier(TEST_SECRET)
 
@@ -144,22 +145,17 @@ async def test_decisions_on_two_processes_start_one_continuation(tmp_path: Path,
 
 async def test_a_stale_lease_cannot_append_or_checkpoint(tmp_path: Path) -> None:
     async with (
-        migrated_engine(tmp_path / "fence.db") as engine,
-        running_event_log(engine) as log,
+        migrated_store(f"sqlite:///{tmp_path / 'fence.db'}") as store,
+        running_event_log(store) as log,
     ):
-        thread = await ThreadRepository(engine).create(tenant="acme", owner="alice")
-        await insert_running_run(engine, "r_fence", thread.thread_id)
-        leases = LeaseRepository(engine)
+        thread = await ThreadRepository(store).create(tenant="acme", owner="alice")
+        await insert_running_run(store, "r_fence", thread.thread_id)
+        leases = LeaseRepository(store)
         old = await leases.acquire("r_fence", "gw-a", ttl_s=30)
         assert old is not None
         assert await leases.acquire("r_fence", "gw-b", ttl_s=30) is None  # still held
         # gw-a stops renewing; its lease expires and gw-b takes over.
-        async with transaction(engine) as conn:
-            await conn.execute(
-                update(runs)
-                .where(runs.c.run_id == "r_fence")
-                .values(lease_expires_at=utcnow() - timedelta(seconds=1))
-            )
+        await expire_lease(store, "r_fence")
         new = await leases.acquire("r_fence", "gw-b", ttl_s=30)
         assert new is not None and new.token > old.token
         assert not await leases.renew(old, 30)

@@ -5,7 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from tests.support.client import Client, clients
+
+pytestmark = pytest.mark.both_backends
 
 FRAME_KEYS = ("type", "thread_id", "seq", "run_id", "event", "ts", "data")
 

@@ -4,9 +4,13 @@ thread's epoch changes so old cursors reset, and seq never restarts."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
+
+import pytest
 
 from tests.support.client import Client
+from tests.support.storage import rows
+
+pytestmark = pytest.mark.both_backends
 
 
 async def events_body(gw, thread_id: str) -> dict:
@@ -20,7 +24,7 @@ async def events_body(gw, thread_id: str) -> dict:
 
 
 async def test_retention_truncates_ended_runs_and_resets_old_cursors(
-    gateway_factory, db_path
+    gateway_factory, database_url
 ) -> None:
     # Long enough that the log is read whole after the run ends even on a loaded machine,
     # before the sweep truncates it.
@@ -50,13 +54,12 @@ async def test_retention_truncates_ended_runs_and_resets_old_cursors(
         assert after["events"] == [] and after["head_seq"] == head
         assert after["epoch"] != epoch
 
-        with sqlite3.connect(db_path) as db:
-            assert db.execute(
-                "select count(*) from checkpoints where run_id = ?", (run_id,)
-            ).fetchone() == (0,)
-            decision = db.execute(
-                "select status, reviewer, reason from approvals where run_id = ?", (run_id,)
-            ).fetchall()
+        assert await rows(
+            database_url, "select count(*) from checkpoints where run_id = ?", run_id
+        ) == [(0,)]
+        decision = await rows(
+            database_url, "select status, reviewer, reason from approvals where run_id = ?", run_id
+        )
         assert decision == [("rejected", "bob", "not this one")]  # decisions are kept
 
         # An old cursor (and the old epoch) cannot be honoured: reset, then live events.

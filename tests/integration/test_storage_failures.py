@@ -11,11 +11,9 @@ everything completes exactly once when storage is back.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,9 +25,11 @@ from gateway.registry import AgentGraph, AgentRegistry
 from tests.support.agents import EffectLog, call, effect_tool, say
 from tests.support.client import Client, ProtocolFailure, final_text
 from tests.support.faults import (
+    Fault,
     Predicate,
     any_write,
     checkpoint_writes,
+    commits,
     every_statement,
     faulty_gateway,
     from_first,
@@ -39,6 +39,9 @@ from tests.support.faults import (
 )
 from tests.support.gateway import Gateway, running_gateway
 from tests.support.gateway import test_settings as settings_for
+from tests.support.storage import rows
+
+pytestmark = pytest.mark.both_backends
 
 AGENT = "charger"
 FINAL = "charged and finished"
@@ -108,14 +111,9 @@ def assert_dense(events: list[dict[str, Any]]) -> None:
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
 
 
-def stored_events(db_path: Path, thread_id: str) -> list[tuple[int, str]]:
-    return rows(db_path, "SELECT seq, type FROM events WHERE thread_id = ? ORDER BY seq", thread_id)
-
-
-def rows(db_path: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:
-    """Read the gateway's SQLite file directly (WAL lets a reader in beside the writer)."""
-    with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=10) as conn:
-        return conn.execute(query, params).fetchall()
+async def stored_events(database_url: str, thread_id: str) -> list[tuple[int, str]]:
+    query = "SELECT seq, type FROM events WHERE thread_id = ? ORDER BY seq"
+    return await rows(database_url, query, thread_id)
 
 
 def inbox_added(reviewer: Client) -> list[str]:
@@ -176,22 +174,45 @@ def assert_nothing_paused(client: Client, thread_id: str) -> None:
 # -- 1. the pause's checkpoint cannot be written -------------------------------------------
 
 
-PAUSE_FAULTS: dict[str, Callable[[], Predicate]] = {
+PAUSE_FAULTS: dict[str, tuple[Callable[[], Predicate], Fault]] = {
     # Only the pause's checkpoint insert fails (the transaction rolls back as a whole).
-    "checkpoint_insert": lambda: checkpoint_writes("approval"),
+    "checkpoint_insert": (lambda: checkpoint_writes("approval"), Fault.IO),
     # The disk goes away at the pause: every write fails from then on (lease renewals too).
-    "all_writes_from_the_pause": lambda: from_first(checkpoint_writes("approval"), any_write),
+    "all_writes_from_the_pause": (
+        lambda: from_first(checkpoint_writes("approval"), any_write),
+        Fault.IO,
+    ),
+    # The disk fills up, or the database turns read-only, at the pause.
+    "disk_full_from_the_pause": (
+        lambda: from_first(checkpoint_writes("approval"), any_write),
+        Fault.DISK_FULL,
+    ),
+    "read_only_from_the_pause": (
+        lambda: from_first(checkpoint_writes("approval"), any_write),
+        Fault.READ_ONLY,
+    ),
+    # Every statement of the pause's transaction runs, then its COMMIT fails (and every
+    # commit after it, until healed): nothing of the transaction may remain.
+    "commit_after_the_pause_writes": (
+        lambda: from_first(checkpoint_writes("approval"), commits),
+        Fault.IO,
+    ),
+    # Another connection holds the database's lock from the pause on.
+    "locked_from_the_pause": (
+        lambda: from_first(checkpoint_writes("approval"), any_write),
+        Fault.LOCKED,
+    ),
 }
 
 
 @pytest.mark.parametrize("fault", sorted(PAUSE_FAULTS))
 async def test_pause_checkpoint_failure_is_retried_and_announced_once(
-    db_path: Path, fault: str
+    database_url: str, fault: str
 ) -> None:
     """Storage fails for ~1 s at the pause: nothing is announced until the pause is stored."""
     effects = EffectLog()
     async with (
-        faulty_gateway(settings_for(db_path), charger_registry(effects)) as fg,
+        faulty_gateway(settings_for(database_url), charger_registry(effects)) as fg,
         clients(fg.gateway) as connect,
     ):
         gw, faults = fg.gateway, fg.faults
@@ -200,7 +221,8 @@ async def test_pause_checkpoint_failure_is_retried_and_announced_once(
         await bob.request("inbox.subscribe")
         await bob.wait_for(lambda f: f.get("type") == "inbox")
 
-        faults.fail(PAUSE_FAULTS[fault]())
+        predicate, kind = PAUSE_FAULTS[fault]
+        faults.fail(predicate(), kind)
         thread_id, run_id = await start_until_lookup(alice)
         # storage_retry tries at 0, 0.2 and 0.7 s after the first failure, then at 1.7 s.
         await faults.wait_hits(1)
@@ -212,9 +234,11 @@ async def test_pause_checkpoint_failure_is_retried_and_announced_once(
         assert await pending_approvals(gw) == []
         view = await run_view(gw, run_id)
         assert view["status"] == "running" and view["checkpoint_version"] == 1  # the turn's
-        stored = [t for _, t in stored_events(db_path, thread_id)]
+        stored = [t for _, t in await stored_events(database_url, thread_id)]
         assert not [t for t in stored if t in PAUSE_EVENTS]
-        assert rows(db_path, "SELECT count(*) FROM approvals WHERE run_id = ?", run_id) == [(0,)]
+        assert await rows(
+            database_url, "SELECT count(*) FROM approvals WHERE run_id = ?", run_id
+        ) == [(0,)]
 
         failed_attempts = faults.hits
         faults.heal()
@@ -241,23 +265,27 @@ async def test_pause_checkpoint_failure_is_retried_and_announced_once(
         assert "run.failed" not in seen
         assert FINAL in final_text(events, run_id)
         assert_dense(events)
-        assert [(e["seq"], e["event"]) for e in events] == stored_events(db_path, thread_id)
+        assert [(e["seq"], e["event"]) for e in events] == await stored_events(
+            database_url, thread_id
+        )
         assert effects.count("lookup") == 1
         assert effects.count("charge") == 1
         # One approval checkpoint, at the version announced; the failed attempts left nothing.
-        checkpoints = rows(
-            db_path, "SELECT version, reason FROM checkpoints WHERE run_id = ? ORDER BY 1", run_id
+        checkpoints = await rows(
+            database_url,
+            "SELECT version, reason FROM checkpoints WHERE run_id = ? ORDER BY 1",
+            run_id,
         )
         assert checkpoints[:2] == [(1, "turn"), (2, "approval")]
         assert [v for v, _ in checkpoints] == list(range(1, len(checkpoints) + 1))
         assert [r for _, r in checkpoints].count("approval") == 1
-        assert rows(db_path, "SELECT status FROM approvals WHERE run_id = ?", run_id) == [
-            ("approved",)
-        ]
+        assert await rows(
+            database_url, "SELECT status FROM approvals WHERE run_id = ?", run_id
+        ) == [("approved",)]
 
 
 async def test_pause_checkpoint_failure_past_retry_window_keeps_run_for_restart(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
+    database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Storage stays down longer than the gateway retries: the run is neither failed nor lost,
     and a restarted gateway continues it from its newest checkpoint (the lookup's turn)."""
@@ -267,7 +295,7 @@ async def test_pause_checkpoint_failure_past_retry_window_keeps_run_for_restart(
     effects = EffectLog()
     registry = charger_registry(effects)
 
-    async with faulty_gateway(settings_for(db_path), registry) as fg, clients(fg.gateway) as c:
+    async with faulty_gateway(settings_for(database_url), registry) as fg, clients(fg.gateway) as c:
         gw, faults = fg.gateway, fg.faults
         alice = await c("alice", "user")
         faults.fail(checkpoint_writes("approval"))
@@ -284,16 +312,16 @@ async def test_pause_checkpoint_failure_past_retry_window_keeps_run_for_restart(
         assert view["checkpoint_version"] == 1
         assert view["pending_approvals"] == []
         assert await pending_approvals(gw) == []
-        assert rows(
-            db_path, "SELECT status, checkpoint_version FROM runs WHERE run_id = ?", run_id
+        assert await rows(
+            database_url, "SELECT status, checkpoint_version FROM runs WHERE run_id = ?", run_id
         ) == [("running", 1)]
-        stored = [t for _, t in stored_events(db_path, thread_id)]
+        stored = [t for _, t in await stored_events(database_url, thread_id)]
         assert "run.failed" not in stored
         assert not [t for t in stored if t in PAUSE_EVENTS]
         assert effects.count("charge") == 0
         faults.heal()
 
-    async with running_gateway(settings_for(db_path), registry) as gw2, clients(gw2) as c2:
+    async with running_gateway(settings_for(database_url), registry) as gw2, clients(gw2) as c2:
         alice = await c2("alice", "user")
         bob = await c2("bob", "reviewer")
         await alice.request("thread.subscribe", thread_id=thread_id, after_seq=0)
@@ -322,20 +350,22 @@ async def test_pause_checkpoint_failure_past_retry_window_keeps_run_for_restart(
         # Continued from the turn checkpoint: the lookup is not repeated; the charge runs once.
         assert effects.count("lookup") == 1
         assert effects.count("charge") == 1
-        assert rows(db_path, "SELECT status FROM runs WHERE run_id = ?", run_id) == [("completed",)]
+        assert await rows(database_url, "SELECT status FROM runs WHERE run_id = ?", run_id) == [
+            ("completed",)
+        ]
 
 
 # -- 1b. a write inside a streaming turn fails ------------------------------------------------
 
 
-async def test_session_write_failure_mid_turn_does_not_fail_the_run(db_path: Path) -> None:
+async def test_session_write_failure_mid_turn_does_not_fail_the_run(database_url: str) -> None:
     """One write fails: the SDK storing the finished lookup turn in its session (the same
     SQLite file). The run's state is durable up to its last checkpoint and nothing was
     decided, so a storage blip must not end it as `failed`; it continues once storage is back
     (here at the latest after a restart)."""
     effects = EffectLog()
     registry = charger_registry(effects)
-    async with faulty_gateway(settings_for(db_path), registry) as fg, clients(fg.gateway) as c:
+    async with faulty_gateway(settings_for(database_url), registry) as fg, clients(fg.gateway) as c:
         gw, faults = fg.gateway, fg.faults
         alice = await c("alice", "user")
         faults.fail(writes_containing("agent_messages", "call_lookup_1"))
@@ -352,7 +382,7 @@ async def test_session_write_failure_mid_turn_does_not_fail_the_run(db_path: Pat
         assert view["status"] not in ("failed", "cancelled"), view
         assert effects.count("charge") == 0 or view["status"] == "completed"
 
-    async with running_gateway(settings_for(db_path), registry) as gw2, clients(gw2) as c2:
+    async with running_gateway(settings_for(database_url), registry) as gw2, clients(gw2) as c2:
         alice = await c2("alice", "user")
         bob = await c2("bob", "reviewer")
         await alice.request("thread.subscribe", thread_id=thread_id, after_seq=0)
@@ -375,11 +405,11 @@ async def test_session_write_failure_mid_turn_does_not_fail_the_run(db_path: Pat
 
 
 async def test_decision_during_storage_failure_is_unavailable_and_changes_nothing(
-    db_path: Path,
+    database_url: str,
 ) -> None:
     effects = EffectLog()
     async with (
-        faulty_gateway(settings_for(db_path), charger_registry(effects)) as fg,
+        faulty_gateway(settings_for(database_url), charger_registry(effects)) as fg,
         clients(fg.gateway) as connect,
     ):
         gw, faults = fg.gateway, fg.faults
@@ -392,7 +422,7 @@ async def test_decision_during_storage_failure_is_unavailable_and_changes_nothin
         approval_id = requested["data"]["approval_id"]
         await alice.wait_event("run.paused")
         await bob.wait_for(lambda f: approval_id in inbox_added(bob))
-        head_before = stored_events(db_path, thread_id)
+        head_before = await stored_events(database_url, thread_id)
 
         faults.fail(writes_to("approvals", "events"))
         with pytest.raises(ProtocolFailure) as failure:
@@ -418,9 +448,11 @@ async def test_decision_during_storage_failure_is_unavailable_and_changes_nothin
         assert [a["approval_id"] for a in view["pending_approvals"]] == [approval_id]
         assert "approval.decided" not in names(alice.events_of(thread_id))
         assert inbox_removed(bob) == []
-        assert stored_events(db_path, thread_id) == head_before
-        assert rows(
-            db_path, "SELECT status, reviewer FROM approvals WHERE approval_id = ?", approval_id
+        assert await stored_events(database_url, thread_id) == head_before
+        assert await rows(
+            database_url,
+            "SELECT status, reviewer FROM approvals WHERE approval_id = ?",
+            approval_id,
         ) == [("pending", None)]
         assert effects.count("charge") == 0
 
@@ -443,7 +475,9 @@ async def test_decision_during_storage_failure_is_unavailable_and_changes_nothin
         await bob.wait_for(lambda f: approval_id in inbox_removed(bob))
 
 
-async def test_continuation_after_recorded_decision_survives_storage_blip(db_path: Path) -> None:
+async def test_continuation_after_recorded_decision_survives_storage_blip(
+    database_url: str,
+) -> None:
     """The decision is stored, then the continuation's first write (run -> resuming) fails.
 
     The reviewer already has an `approved` ack and the pause has no pending approval left, so
@@ -451,7 +485,9 @@ async def test_continuation_after_recorded_decision_survives_storage_blip(db_pat
     run (a short lease TTL gives its periodic recovery every chance to do so)."""
     effects = EffectLog()
     async with (
-        faulty_gateway(settings_for(db_path, lease_ttl_s=2.0), charger_registry(effects)) as fg,
+        faulty_gateway(
+            settings_for(database_url, lease_ttl_s=2.0), charger_registry(effects)
+        ) as fg,
         clients(fg.gateway) as connect,
     ):
         gw, faults = fg.gateway, fg.faults
@@ -484,8 +520,8 @@ async def test_continuation_after_recorded_decision_survives_storage_blip(db_pat
 # -- 3. readiness ----------------------------------------------------------------------------
 
 
-async def test_readyz_follows_storage(db_path: Path) -> None:
-    async with faulty_gateway(settings_for(db_path), charger_registry(EffectLog())) as fg:
+async def test_readyz_follows_storage(database_url: str) -> None:
+    async with faulty_gateway(settings_for(database_url), charger_registry(EffectLog())) as fg:
         gw, faults = fg.gateway, fg.faults
         async with gw.http() as http:
             assert (await http.get("/readyz")).status_code == 200
@@ -502,11 +538,11 @@ async def test_readyz_follows_storage(db_path: Path) -> None:
             assert response.json() == {"status": "ready", "storage": "ok"}
 
 
-async def test_whole_database_down_answers_unavailable_then_recovers(db_path: Path) -> None:
+async def test_whole_database_down_answers_unavailable_then_recovers(database_url: str) -> None:
     """Every statement fails: readiness is 503 and writes answer `unavailable`; then it heals."""
     effects = EffectLog()
     async with (
-        faulty_gateway(settings_for(db_path), charger_registry(effects)) as fg,
+        faulty_gateway(settings_for(database_url), charger_registry(effects)) as fg,
         clients(fg.gateway) as connect,
     ):
         gw, faults = fg.gateway, fg.faults
@@ -518,7 +554,7 @@ async def test_whole_database_down_answers_unavailable_then_recovers(db_path: Pa
         with pytest.raises(ProtocolFailure) as failure:
             await alice.request("run.start", input="charge order 5", agent=AGENT)
         assert failure.value.code == "unavailable"
-        assert rows(db_path, "SELECT count(*) FROM runs") == [(0,)]
+        assert await rows(database_url, "SELECT count(*) FROM runs") == [(0,)]
 
         faults.heal()
         async with gw.http() as http:

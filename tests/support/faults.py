@@ -1,9 +1,12 @@
 """Storage faults for tests: make chosen SQL statements of a running gateway fail, then heal.
 
-A `before_cursor_execute` listener on the gateway's own engine raises the error SQLite raises
-when its disk goes away (`sqlite3.OperationalError: disk I/O error`) for every statement a
-predicate picks, while a fault is set. SQLAlchemy wraps it like any driver error, so the gateway
-sees exactly what a real outage would give it; the SQLite file itself stays intact.
+The faults sit just below the Store seam (persistence/store.py): a `before_cursor_execute`
+listener on the store's own engines (`Store.statement_engines`, through which every statement
+of the production path runs) raises the backend driver's own `OperationalError` for every
+statement a predicate picks, while a fault is set, with the message the database gives for that
+kind of trouble (`Fault`). SQLAlchemy wraps it like any driver error, so the gateway sees what a
+real outage would give it; the database itself stays intact. A failing COMMIT is the statement
+`COMMIT` on SQLite and the transaction's commit on PostgreSQL (a `commit` listener).
 """
 
 from __future__ import annotations
@@ -15,16 +18,18 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.exc import OperationalError
 from starlette.applications import Starlette
 
 import tests.support.gateway as gateway_support
 from gateway.registry import AgentRegistry
 from gateway.services import Services
 from gateway.settings import Settings
+from persistence.store import Store
 from tests.support.gateway import Gateway
 
 _WRITE = re.compile(r'^\s*(?:INSERT(?:\s+OR\s+\w+)?\s+INTO|UPDATE|DELETE\s+FROM)\s+"?(\w+)"?', re.I)
@@ -78,6 +83,11 @@ def from_first(trigger: Predicate, then: Predicate) -> Predicate:
     return match
 
 
+def commits(statement: str, parameters: Any) -> bool:
+    """The COMMIT of a transaction, after all its statements ran."""
+    return statement.strip().upper() == "COMMIT"
+
+
 def any_write(statement: str, parameters: Any) -> bool:
     return bool(_WRITE.match(statement))
 
@@ -103,27 +113,42 @@ def _values(parameters: Any) -> list[Any]:
     return [parameters]
 
 
+class Fault(Enum):
+    """What the database says, per kind of trouble (SQLite's own messages)."""
+
+    IO = "disk I/O error"
+    DISK_FULL = "database or disk is full"
+    READ_ONLY = "attempt to write a readonly database"
+    LOCKED = "database is locked"
+
+
 @dataclass
 class StorageFaults:
-    """Switchable failures on one engine; counts the statements it failed."""
+    """Switchable failures on one store; counts the statements it failed."""
 
-    engine: AsyncEngine
+    store: Store
     hits: int = 0
     failed: list[str] = field(default_factory=list)
     _predicate: Predicate | None = None
+    _fault: Fault = Fault.IO
     _installed: bool = False
 
     def install(self) -> None:
-        event.listen(self.engine.sync_engine, "before_cursor_execute", self._before)
+        for engine in self.store.statement_engines():
+            event.listen(engine, "before_cursor_execute", self._before)
+            event.listen(engine, "commit", self._on_commit)
         self._installed = True
 
     def remove(self) -> None:
         if self._installed:
-            event.remove(self.engine.sync_engine, "before_cursor_execute", self._before)
+            for engine in self.store.statement_engines():
+                event.remove(engine, "before_cursor_execute", self._before)
+                event.remove(engine, "commit", self._on_commit)
             self._installed = False
 
-    def fail(self, predicate: Predicate) -> None:
-        """From now on, statements matching `predicate` fail with a disk I/O error."""
+    def fail(self, predicate: Predicate, fault: Fault = Fault.IO) -> None:
+        """From now on, statements matching `predicate` fail as `fault` does."""
+        self._fault = fault
         self._predicate = predicate
 
     def heal(self) -> None:
@@ -140,6 +165,20 @@ class StorageFaults:
                 raise TimeoutError(f"only {self.hits} of {count} statements failed in {timeout} s")
             await asyncio.sleep(0.01)
 
+    def _hit(self, statement: str, parameters: Any) -> bool:
+        predicate = self._predicate
+        if predicate is None or not predicate(statement, parameters):
+            return False
+        self.hits += 1
+        self.failed.append(statement.split("\n", 1)[0][:120])
+        return True
+
+    def _error(self, dialect: Any) -> Exception:
+        error = dialect.loaded_dbapi.OperationalError(self._fault.value)
+        if self._fault is Fault.LOCKED and isinstance(error, sqlite3.OperationalError):
+            error.sqlite_errorcode = sqlite3.SQLITE_BUSY  # what SQLite's own error carries
+        return error
+
     def _before(
         self,
         conn: Any,
@@ -149,11 +188,14 @@ class StorageFaults:
         context: Any,
         executemany: bool,
     ) -> None:
-        predicate = self._predicate
-        if predicate is not None and predicate(statement, parameters):
-            self.hits += 1
-            self.failed.append(statement.split("\n", 1)[0][:120])
-            raise sqlite3.OperationalError("disk I/O error")
+        if self._hit(statement, parameters):
+            raise self._error(conn.dialect)
+
+    def _on_commit(self, conn: Any) -> None:
+        # SQLite's commits are COMMIT statements (seen by `_before`); this is PostgreSQL's.
+        if conn.dialect.name != "sqlite" and self._hit("COMMIT", None):
+            error = self._error(conn.dialect)
+            raise OperationalError("COMMIT", None, error) from error
 
 
 @dataclass
@@ -185,7 +227,7 @@ async def faulty_gateway(
         finally:
             gateway_support.create_app = original  # type: ignore[assignment]
         services: Services = apps[-1].state.services
-        faults = StorageFaults(services.engine)
+        faults = StorageFaults(services.store)
         faults.install()
         stack.callback(faults.remove)
         yield FaultyGateway(gw, services, faults)

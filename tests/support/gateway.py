@@ -62,9 +62,14 @@ class Gateway:
         return httpx.AsyncClient(base_url=self.http_url, timeout=10)
 
 
-def test_settings(db_path: Path, **overrides: Any) -> Settings:
+def database_url(database: Path | str) -> str:
+    """A URL as it is, a path as the URL of that SQLite file."""
+    return database if isinstance(database, str) and "://" in database else f"sqlite:///{database}"
+
+
+def test_settings(database: Path | str, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
-        "database_url": f"sqlite+aiosqlite:///{db_path}",
+        "database_url": database_url(database),
         "secret": TEST_SECRET,
         "demo_delay_ms": 0,
         "heartbeat_s": 20.0,
@@ -147,7 +152,7 @@ def spawn_gateway(
     log_path = workdir / f"gateway-{time.monotonic_ns()}.log"
     full_env = {
         **os.environ,
-        "GATEWAY_DATABASE_URL": f"sqlite+aiosqlite:///{workdir / 'gateway.db'}",
+        "GATEWAY_DATABASE_URL": database_url(workdir / "gateway.db"),
         "GATEWAY_SECRET": TEST_SECRET,
         "GATEWAY_DEMO_DELAY_MS": "0",
         # A stable instance id: a restarted gateway takes its dead predecessor's runs over at

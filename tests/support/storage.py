@@ -1,34 +1,41 @@
-"""A migrated SQLite file, an event log on it and a leased run, for tests below the gateway."""
+"""Stores for tests below the gateway: a migrated database, an event log on it, a leased run.
+
+`database_url` (tests/conftest.py) names a test's database on either backend: a SQLite file in
+the test's folder, or a PostgreSQL database of its own (tests/support/postgres.py), created and
+dropped by the test.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
+from datetime import timedelta
+from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import text, update
 
 from gateway.bus import EventBus
 from gateway.eventlog import EventLog
-from persistence.db import create_engine, migrate, transaction, utcnow
+from persistence.clock import utcnow
+from persistence.schema import migrate
+from persistence.store import Store, open_store
 from persistence.tables import runs
 
 
 @asynccontextmanager
-async def migrated_engine(db_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(f"sqlite+aiosqlite:///{db_path}")
-    await migrate(engine)
+async def migrated_store(url: str) -> AsyncIterator[Store]:
+    store = open_store(url)
+    await migrate(store)
     try:
-        yield engine
+        yield store
     finally:
-        await engine.dispose()
+        await store.close()
 
 
 @asynccontextmanager
-async def running_event_log(
-    engine: AsyncEngine, bus: EventBus | None = None
-) -> AsyncIterator[EventLog]:
-    log = EventLog(engine, bus or EventBus())
+async def running_event_log(store: Store, bus: EventBus | None = None) -> AsyncIterator[EventLog]:
+    log = EventLog(store, bus or EventBus())
     await log.start()
     try:
         yield log
@@ -36,10 +43,10 @@ async def running_event_log(
         await log.close()
 
 
-async def insert_running_run(engine: AsyncEngine, run_id: str, thread_id: str) -> None:
+async def insert_running_run(store: Store, run_id: str, thread_id: str) -> None:
     """A `running` run row on `thread_id`, with no lease yet."""
-    async with transaction(engine) as conn:
-        await conn.execute(
+    await store.write(
+        lambda conn: conn.execute(
             runs.insert().values(
                 run_id=run_id,
                 thread_id=thread_id,
@@ -56,3 +63,28 @@ async def insert_running_run(engine: AsyncEngine, run_id: str, thread_id: str) -
                 updated_at=utcnow(),
             )
         )
+    )
+
+
+async def expire_lease(store: Store, run_id: str) -> None:
+    """The run's lease ran out a second ago (its holder stopped renewing)."""
+    await store.write(
+        lambda conn: conn.execute(
+            update(runs)
+            .where(runs.c.run_id == run_id)
+            .values(lease_expires_at=utcnow() - timedelta(seconds=1))
+        )
+    )
+
+
+async def rows(database_url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Read a gateway's database through a store of the test's own, beside the gateway's (whose
+    statements a test's faults may be failing). `?` marks the parameters, in order."""
+    numbers = iter(range(len(params)))
+    sql = re.sub(r"\?", lambda _: f":p{next(numbers)}", query)
+    bound = {f"p{i}": value for i, value in enumerate(params)}
+    store = open_store(database_url)
+    try:
+        return await store.read(lambda conn: [tuple(r) for r in conn.execute(text(sql), bound)])
+    finally:
+        await store.close()

@@ -30,7 +30,7 @@ from gateway.eventlog_types import LoggedEvent
 from persistence.events import NewEvent
 from persistence.leases import Lease
 from persistence.threads import ThreadRepository
-from tests.support.storage import migrated_engine, running_event_log
+from tests.support.storage import migrated_store, running_event_log
 
 DELTA = "message.delta"
 
@@ -72,10 +72,10 @@ async def test_a_merged_delta_stops_growing_at_the_cap() -> None:
 
 @pytest.fixture
 async def log_and_threads(tmp_path: Path) -> AsyncIterator[tuple[EventLog, str, str]]:
-    async with migrated_engine(tmp_path / "log.db") as engine:
-        first = await ThreadRepository(engine).create(tenant="acme", owner="alice")
-        second = await ThreadRepository(engine).create(tenant="acme", owner="alice")
-        async with running_event_log(engine, EventBus()) as log:
+    async with migrated_store(f"sqlite:///{tmp_path / 'log.db'}") as store:
+        first = await ThreadRepository(store).create(tenant="acme", owner="alice")
+        second = await ThreadRepository(store).create(tenant="acme", owner="alice")
+        async with running_event_log(store, EventBus()) as log:
             yield log, first.thread_id, second.thread_id
 
 
@@ -176,9 +176,9 @@ async def test_no_delta_joins_one_queued_before_an_atomic_commit(
 @pytest.fixture
 async def log_and_thread(tmp_path: Path) -> AsyncIterator[tuple[EventLog, str, EventBus]]:
     bus = EventBus()
-    async with migrated_engine(tmp_path / "log.db") as engine:
-        thread = await ThreadRepository(engine).create(tenant="acme", owner="alice")
-        async with running_event_log(engine, bus) as log:
+    async with migrated_store(f"sqlite:///{tmp_path / 'log.db'}") as store:
+        thread = await ThreadRepository(store).create(tenant="acme", owner="alice")
+        async with running_event_log(store, bus) as log:
             yield log, thread.thread_id, bus
 
 

@@ -1,6 +1,9 @@
-"""The event log's direct SQLite path (persistence/events.py `SqliteEventStore`) against the
-SQLAlchemy path: the same seqs, the same stored rows and byte-identical frames, for a long
-thread replayed page by page; and the SQLAlchemy path whenever statements are observed."""
+"""The event log on the Store (persistence/events.py through persistence/store.py): a long
+thread written and replayed page by page keeps dense seqs, the stored rows and byte-identical
+frames, with a statement observer installed on the store's engines or not; an in-memory SQLite
+database is refused; SQLite writes run on the event loop's thread while the write lock is free
+and on the writer lane's thread while another connection holds it; and one batch across many
+threads keeps every thread's log dense."""
 
 from __future__ import annotations
 
@@ -14,15 +17,14 @@ from typing import Any
 import orjson
 import pytest
 from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.bus import EventBus
 from gateway.eventlog import EventLog
 from gateway.eventlog_types import LoggedEvent, encode_page
-from persistence.db import create_engine
-from persistence.events import FEW_THREADS, HEADS_PER_STATEMENT, EventRecord, SqliteEventStore
+from persistence.events import FEW_THREADS, HEADS_PER_STATEMENT, EventRecord
+from persistence.store import DatabaseConfigError, Store, open_store
 from persistence.threads import ThreadRepository
-from tests.support.storage import migrated_engine
+from tests.support.storage import migrated_store
 
 EVENTS = 10_000
 
@@ -39,9 +41,9 @@ def sample(i: int) -> tuple[str | None, str, dict[str, Any]]:
 
 
 @pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    async with migrated_engine(tmp_path / "store.db") as engine:
-        yield engine
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    async with migrated_store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        yield store
 
 
 async def fill(log: EventLog, thread_id: str, start: int, count: int) -> list[LoggedEvent]:
@@ -61,34 +63,46 @@ async def replay(log: EventLog, thread_id: str) -> list[LoggedEvent]:
             return seen
 
 
-async def test_a_long_thread_replays_exactly_on_both_paths(engine: AsyncEngine) -> None:
-    thread = await ThreadRepository(engine).create(tenant="acme", owner="alice")
-    log = EventLog(engine, EventBus())
+async def test_a_long_thread_replays_exactly_with_and_without_a_statement_observer(
+    store: Store,
+) -> None:
+    thread = await ThreadRepository(store).create(tenant="acme", owner="alice")
+    log = EventLog(store, EventBus())
     await log.start()
     statements: list[str] = []
 
     def observe(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
         statements.append(statement)
 
+    engines = list(store.statement_engines())
     try:
-        # Half written on the direct path, half while a statement observer is installed.
-        direct = await fill(log, thread.thread_id, 0, EVENTS // 2)
-        assert not any("INSERT INTO events" in s for s in statements)
-        event.listen(engine.sync_engine, "before_cursor_execute", observe)
+        # Half written as production writes, half while a statement observer is installed
+        # (as SQL tracing or the tests' storage faults are): the observer sees the appends, and
+        # the log is the same either way.
+        plain = await fill(log, thread.thread_id, 0, EVENTS // 2)
+        for engine in engines:
+            event.listen(engine, "before_cursor_execute", observe)
         try:
             observed = await fill(log, thread.thread_id, EVENTS // 2, EVENTS // 2)
-            assert any("INSERT INTO events" in s for s in statements)
-            via_sqlalchemy = await replay(log, thread.thread_id)
+            assert any(s.startswith("INSERT INTO events") for s in statements)
+            reads_from = len(statements)
+            replayed_observed = await replay(log, thread.thread_id)
+            assert any(
+                s.startswith("SELECT") and "FROM events" in s for s in statements[reads_from:]
+            )
         finally:
-            event.remove(engine.sync_engine, "before_cursor_execute", observe)
-        via_direct = await replay(log, thread.thread_id)
+            for engine in engines:
+                event.remove(engine, "before_cursor_execute", observe)
+        seen = len(statements)
+        replayed = await replay(log, thread.thread_id)
+        assert len(statements) == seen  # removed: it sees nothing more
     finally:
         await log.close()
 
-    written = direct + observed
+    written = plain + observed
     assert [e.seq for e in written] == list(range(1, EVENTS + 1))
-    assert via_direct == via_sqlalchemy == written
-    for i, logged in enumerate(via_direct):
+    assert replayed == replayed_observed == written
+    for i, logged in enumerate(replayed):
         run_id, type_, data = sample(i)
         frame = orjson.loads(logged.frame)
         assert frame == {
@@ -110,37 +124,51 @@ async def test_encode_page_matches_encoding_each_record() -> None:
     assert encode_page(records) == [LoggedEvent.from_record(r) for r in records]
 
 
-async def test_the_direct_path_is_only_for_sqlite_files(tmp_path: Path) -> None:
-    memory = create_engine("sqlite+aiosqlite:///:memory:")
-    file = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///:memory:",
+        "sqlite://",
+        "sqlite+aiosqlite:///:memory:",
+        "sqlite:///file:shared?mode=memory&cache=shared&uri=true",
+    ],
+)
+def test_an_in_memory_sqlite_database_is_refused(url: str) -> None:
+    """The store's connections (writer, readers, the async engine) could not share one."""
+    with pytest.raises(DatabaseConfigError):
+        open_store(url)
+
+
+async def test_a_sqlite_file_is_accepted(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'x.db'}")
     try:
-        assert SqliteEventStore.for_engine(memory) is None
-        assert SqliteEventStore.for_engine(file) is not None
+        assert store.backend == "sqlite"
+        await store.ping()
     finally:
-        await memory.dispose()
-        await file.dispose()
+        await store.close()
+    assert (tmp_path / "x.db").exists()
 
 
 async def test_writes_run_inline_and_wait_on_their_thread_for_a_lock_held_elsewhere(
-    engine: AsyncEngine, tmp_path: Path
+    store: Store, tmp_path: Path
 ) -> None:
-    thread = await ThreadRepository(engine).create(tenant="acme", owner="alice")
-    log = EventLog(engine, EventBus())
+    thread = await ThreadRepository(store).create(tenant="acme", owner="alice")
+    log = EventLog(store, EventBus())
     await log.start()
     loop_thread = threading.get_ident()
 
-    def where(_db: Any) -> int:
+    def where(_conn: Any) -> int:
         return threading.get_ident()
 
     try:
         # The write lock is free: the transaction runs right on the event loop's thread.
-        assert (await log.commit(direct=where))[0] == loop_thread
-        # Another connection (a peer process, the engine) holds the write lock.
+        assert (await log.commit(action=where))[0] == loop_thread
+        # Another connection (a peer process, say) holds the write lock.
         blocker = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")
         try:
             event_ = log.new_event(thread.thread_id, None, "x", {"n": 1})
-            pending = asyncio.ensure_future(log.commit([event_], direct=where))
+            pending = asyncio.ensure_future(log.commit([event_], action=where))
             ticks = 0
             for _ in range(10):
                 await asyncio.sleep(0.02)
@@ -153,7 +181,7 @@ async def test_writes_run_inline_and_wait_on_their_thread_for_a_lock_held_elsewh
         assert ran_on != loop_thread  # it waited on the writer thread
         assert [e.seq for e in logged] == [1]
         # The lock is free again: back on the loop's thread, and nothing was lost.
-        assert (await log.commit(direct=where))[0] == loop_thread
+        assert (await log.commit(action=where))[0] == loop_thread
         assert [e.seq for e in await log.read(thread.thread_id, after_seq=0)] == [1]
     finally:
         await log.close()
@@ -162,13 +190,11 @@ async def test_writes_run_inline_and_wait_on_their_thread_for_a_lock_held_elsewh
 @pytest.mark.parametrize(
     "width", [1, FEW_THREADS, FEW_THREADS + 1, HEADS_PER_STATEMENT + 50], ids=lambda n: f"{n}"
 )
-async def test_one_batch_across_many_threads_keeps_each_log_dense(
-    engine: AsyncEngine, width: int
-) -> None:
+async def test_one_batch_across_many_threads_keeps_each_log_dense(store: Store, width: int) -> None:
     """Both ways of bumping heads (a statement per thread, one for many) and the chunking."""
-    repo = ThreadRepository(engine)
+    repo = ThreadRepository(store)
     thread_ids = [(await repo.create(tenant="acme", owner="alice")).thread_id for _ in range(width)]
-    log = EventLog(engine, EventBus())
+    log = EventLog(store, EventBus())
     await log.start()
     try:
         # Queued without yielding, so the writer takes them as one batch (more threads than

@@ -1,11 +1,13 @@
 """`GatewaySession` (persistence/sessions.py) against the SDK's own `SQLAlchemySession` on the
 same tables: what one writes the other reads back identically, with the SDK's ordering, limit
-and corrupted-row rules; and the SDK's code runs whenever the direct path is not in use."""
+and corrupted-row rules; and every statement of the session's reads and appends goes through
+the store's statement engines, where observers (SQL tracing, storage faults) see it."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -13,11 +15,10 @@ import pytest
 from agents.extensions.memory import SQLAlchemySession
 from agents.items import TResponseInputItem
 from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from persistence.events import SqliteEventStore
 from persistence.sessions import GatewaySession, SessionMarks
-from tests.support.storage import migrated_engine
+from persistence.store import Store
+from tests.support.storage import migrated_store
 
 
 @pytest.fixture
@@ -26,19 +27,27 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def engine(db_path: Path) -> AsyncIterator[AsyncEngine]:
-    async with migrated_engine(db_path) as engine:
-        yield engine
-
-
-@pytest.fixture
-async def store(engine: AsyncEngine) -> AsyncIterator[SqliteEventStore]:
-    store = SqliteEventStore.for_engine(engine)
-    assert store is not None
-    try:
+async def store(db_path: Path) -> AsyncIterator[Store]:
+    async with migrated_store(f"sqlite:///{db_path}") as store:
         yield store
+
+
+@contextmanager
+def observed(store: Store) -> Iterator[list[str]]:
+    """Every statement the store runs while inside, as SQL tracing or storage faults see it."""
+    statements: list[str] = []
+
+    def observe(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    engines = list(store.statement_engines())
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", observe)
+    try:
+        yield statements
     finally:
-        await store.close()
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", observe)
 
 
 def item(n: int) -> TResponseInputItem:
@@ -52,11 +61,9 @@ def stored(db_path: Path) -> list[tuple[Any, ...]]:
         ).fetchall()
 
 
-async def test_both_sessions_read_what_the_other_wrote(
-    engine: AsyncEngine, store: SqliteEventStore, db_path: Path
-) -> None:
-    ours = GatewaySession("t_1", engine=engine, store=store)
-    sdk = SQLAlchemySession("t_1", engine=engine)
+async def test_both_sessions_read_what_the_other_wrote(store: Store, db_path: Path) -> None:
+    ours = GatewaySession("t_1", store=store)
+    sdk = SQLAlchemySession("t_1", engine=store.engine)
     await ours.add_items([item(1), item(2)])
     await sdk.add_items([item(3)])
     await ours.add_items([item(4)])
@@ -67,14 +74,12 @@ async def test_both_sessions_read_what_the_other_wrote(
     assert rows == [("t_1", await sdk._serialize_item(i)) for i in expected]
     with sqlite3.connect(db_path) as db:
         assert db.execute("SELECT session_id FROM agent_sessions").fetchall() == [("t_1",)]
-    assert await SessionMarks(engine, store).head("t_1") == len(rows)
+    assert await SessionMarks(store).head("t_1") == len(rows)
 
 
-async def test_limits_and_corrupted_rows_as_the_sdk_reads_them(
-    engine: AsyncEngine, store: SqliteEventStore, db_path: Path
-) -> None:
-    ours = GatewaySession("t_2", engine=engine, store=store)
-    sdk = SQLAlchemySession("t_2", engine=engine)
+async def test_limits_and_corrupted_rows_as_the_sdk_reads_them(store: Store, db_path: Path) -> None:
+    ours = GatewaySession("t_2", store=store)
+    sdk = SQLAlchemySession("t_2", engine=store.engine)
     await ours.add_items([item(n) for n in range(1, 6)])
     with sqlite3.connect(db_path) as db:
         db.execute(
@@ -87,49 +92,40 @@ async def test_limits_and_corrupted_rows_as_the_sdk_reads_them(
     assert await ours.get_items() == [item(n) for n in range(1, 7)]
 
 
-async def test_observed_statements_keep_the_sdk_code(
-    engine: AsyncEngine, store: SqliteEventStore
+async def test_observers_see_every_statement_of_the_sessions_reads_and_appends(
+    store: Store,
 ) -> None:
-    statements: list[str] = []
-
-    def observe(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        statements.append(statement)
-
-    ours = GatewaySession("t_3", engine=engine, store=store)
-    await ours.add_items([item(1)])
-    assert statements == []
-    event.listen(engine.sync_engine, "before_cursor_execute", observe)
-    try:
+    ours = GatewaySession("t_3", store=store)
+    await ours.add_items([item(1)])  # the session's row already exists from here on
+    with observed(store) as statements:
         await ours.add_items([item(2)])
+        assert any(s.startswith("UPDATE agent_sessions") for s in statements)
+        assert any(s.startswith("INSERT INTO agent_messages") for s in statements)
+        appended = len(statements)
         assert await ours.get_items() == [item(1), item(2)]
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", observe)
-    assert any("agent_messages" in s for s in statements)
+        assert any(s.startswith("SELECT") and "agent_messages" in s for s in statements[appended:])
+    with observed(store) as first_use:
+        await GatewaySession("t_4", store=store).add_items([item(3)])
+    # A session's first append also creates its row.
+    assert any(s.startswith("INSERT INTO agent_sessions") for s in first_use)
+    assert any(s.startswith("INSERT INTO agent_messages") for s in first_use)
 
 
-async def test_twins_of_one_session_keep_to_their_own_ids_on_both_paths(
-    engine: AsyncEngine, store: SqliteEventStore, db_path: Path
-) -> None:
-    """`for_session` copies share table definitions only: each twin reads and writes its own
-    session, on the direct path and through the SDK's own code alike (SQL traced)."""
-    template = GatewaySession("template", engine=engine, store=store)
+async def test_twins_of_one_session_keep_to_their_own_ids(store: Store, db_path: Path) -> None:
+    """`for_session` copies share table definitions and statements only: each twin reads and
+    writes its own session, with statements observed (SQL traced) or not."""
+    template = GatewaySession("template", store=store)
     first, second = template.for_session("t_a"), template.for_session("t_b")
     assert (template.session_id, first.session_id, second.session_id) == ("template", "t_a", "t_b")
     assert first._messages is template._messages  # shared, not rebuilt
     await first.add_items([item(1)])
     await second.add_items([item(2)])
-
-    def observe(*_args: Any) -> None:
-        pass
-
-    event.listen(engine.sync_engine, "before_cursor_execute", observe)  # the SDK's code path
-    try:
+    with observed(store) as statements:
         await first.add_items([item(3)])
         assert await second.get_items() == [item(2)]
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", observe)
+    assert any("agent_messages" in s for s in statements)
     assert await first.get_items() == [item(1), item(3)]
     assert await template.get_items() == []
     assert [sid for sid, _ in stored(db_path)] == ["t_a", "t_b", "t_a"]
-    sdk = SQLAlchemySession("t_a", engine=engine)
+    sdk = SQLAlchemySession("t_a", engine=store.engine)
     assert await sdk.get_items() == [item(1), item(3)]

@@ -1,4 +1,4 @@
-"""`RetentionRepository.sweep` (persistence/retention.py) on a migrated SQLite file: ended runs
+"""`RetentionRepository.sweep` (persistence/retention.py) on a migrated SQLite store: ended runs
 lose their checkpoints and their prefix of the log once, are marked swept and never looked at
 again; an active run and everything after the cut are kept. And `EventRepository.for_run`
 finds a run's events through its thread (the log has no index by run)."""
@@ -7,79 +7,92 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.engine import Connection
 
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
-from persistence.db import transaction, utcnow
-from persistence.events import EventRepository, NewEvent
+from persistence.clock import utcnow
+from persistence.events import EventRepository, NewEvent, append_in
 from persistence.retention import RetentionRepository, SweepResult
 from persistence.runs import RunStatus
+from persistence.store import Store
 from persistence.tables import checkpoints, runs
 from persistence.threads import ThreadRepository
-from tests.support.storage import insert_running_run, migrated_engine
+from tests.support.storage import insert_running_run, migrated_store
 
 
 @pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    async with migrated_engine(tmp_path / "retention.db") as engine:
-        yield engine
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    async with migrated_store(f"sqlite:///{tmp_path / 'retention.db'}") as store:
+        yield store
 
 
 def event(thread_id: str, run_id: str, type_: str) -> NewEvent:
     return NewEvent(thread_id, run_id, type_, "2026-01-01T00:00:00.000Z", "{}", None)
 
 
-async def end_long_ago(engine: AsyncEngine, run_id: str) -> None:
-    async with transaction(engine) as conn:
-        await conn.execute(
+async def end_long_ago(store: Store, run_id: str) -> None:
+    await store.write(
+        lambda conn: conn.execute(
             update(runs)
             .where(runs.c.run_id == run_id)
             .values(status=RunStatus.COMPLETED.value, updated_at=utcnow() - timedelta(days=2))
         )
+    )
 
 
-async def test_ended_runs_are_swept_once_and_the_rest_is_kept(engine: AsyncEngine) -> None:
-    thread = await ThreadRepository(engine).create(tenant="acme", owner="alice")
+def checkpoint(run_id: str) -> CheckpointRecord:
+    return CheckpointRecord(
+        run_id=run_id,
+        version=1,
+        state="{}",
+        sdk_schema_version="1",
+        graph_name="assistant",
+        graph_version="1",
+        reason="turn",
+        session_mark=0,
+        created_at=utcnow(),
+    )
+
+
+def save_checkpoint_in(conn: Connection, run_id: str) -> CheckpointRecord:
+    return CheckpointRepository.save_in(
+        conn, checkpoint(run_id), status=RunStatus.RUNNING, expected=(RunStatus.RUNNING,)
+    )
+
+
+def swept_and_checkpoints_in(conn: Connection) -> tuple[dict[str, Any], list[Any]]:
+    swept = {run_id: at for run_id, at in conn.execute(select(runs.c.run_id, runs.c.swept_at))}
+    left = list(conn.execute(select(checkpoints.c.run_id)).scalars())
+    return swept, left
+
+
+async def test_ended_runs_are_swept_once_and_the_rest_is_kept(store: Store) -> None:
+    thread = await ThreadRepository(store).create(tenant="acme", owner="alice")
     t = thread.thread_id
-    log = EventRepository(engine)
+    log = EventRepository(store)
     # Runs on a thread are sequential: each ends before the next starts.
     for run_id in ("r_old1", "r_old2", "r_live"):
-        await insert_running_run(engine, run_id, t)
-        await log.append_batch([event(t, run_id, "run.started"), event(t, run_id, "tool.output")])
+        await insert_running_run(store, run_id, t)
+        batch = [event(t, run_id, "run.started"), event(t, run_id, "tool.output")]
+        await store.write(partial(append_in, batch=batch))
         if run_id == "r_old1":
-            async with transaction(engine) as conn:
-                await CheckpointRepository.save_in(
-                    conn,
-                    CheckpointRecord(
-                        run_id=run_id,
-                        version=1,
-                        state="{}",
-                        sdk_schema_version="1",
-                        graph_name="assistant",
-                        graph_version="1",
-                        reason="turn",
-                        session_mark=0,
-                        created_at=utcnow(),
-                    ),
-                    status=RunStatus.RUNNING,
-                    expected=(RunStatus.RUNNING,),
-                )
+            await store.write(partial(save_checkpoint_in, run_id=run_id))
         if run_id != "r_live":
-            await end_long_ago(engine, run_id)
-    retention = RetentionRepository(engine)
+            await end_long_ago(store, run_id)
+    retention = RetentionRepository(store)
     cutoff = utcnow() - timedelta(days=1)
 
     first = await retention.sweep(cutoff)
     assert first == SweepResult(runs=2, threads=1, events=4, checkpoints=1)
     remaining = await log.read(t, after_seq=0, limit=100)
     assert [(e.seq, e.run_id) for e in remaining] == [(5, "r_live"), (6, "r_live")]
-    async with transaction(engine) as conn:
-        swept = dict((await conn.execute(select(runs.c.run_id, runs.c.swept_at))).all())
-        left = (await conn.execute(select(checkpoints.c.run_id))).all()
+    swept, left = await store.read(swept_and_checkpoints_in)
     assert swept["r_old1"] is not None and swept["r_old2"] is not None
     assert swept["r_live"] is None and left == []
 

@@ -1,0 +1,1 @@
+"""The PostgreSQL backend of the Store seam (persistence/store.py), through asyncpg."""

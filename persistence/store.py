@@ -1,0 +1,147 @@
+"""The Store seam: the one way the gateway reaches its durable state.
+
+Every repository operation is a plain function of a SQLAlchemy `Connection`, written once with
+Core statements (`*_in` in the repositories). A `Store` runs such a function as one write
+transaction (`write`) or as a read (`read`) on its backend, and turns the backend's failures
+into `StorageUnavailable` (retry later, nothing was changed). One implementation per backend,
+chosen from the database URL by `open_store`:
+
+- SQLite (`persistence/sqlite/`): synchronous connections that run their work on the event
+  loop's own thread whenever they can (lanes), because SQLite's work is tens of microseconds
+  and any thread hop costs more than that under load.
+- PostgreSQL (`persistence/postgres/`): the same functions through asyncpg, each transaction
+  on a pooled connection (SQLAlchemy's `run_sync` drives the synchronous code over the async
+  driver).
+
+Statement observers (the tests' storage faults, SQL tracing) listen on `statement_engines()`:
+every statement of every operation goes through them, on the path production uses.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import partial
+from typing import TypeVar
+
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from persistence.errors import StorageUnavailable
+from persistence.events import EventRecord, NewEvent, append_fenced_in, commit_in, read_in
+from persistence.leases import Lease
+
+T = TypeVar("T")
+
+# A repository operation: Core statements on one connection, inside the Store's transaction.
+Work = Callable[[Connection], T]
+
+_SELECT_ONE = text("SELECT 1")
+
+
+class DatabaseConfigError(ValueError):
+    """The database URL cannot be used (unknown backend, missing driver)."""
+
+
+class Store(ABC):
+    """One backend's connections; see the module docstring."""
+
+    def __init__(self, url: URL) -> None:
+        self.url = url
+
+    @property
+    def backend(self) -> str:
+        """`sqlite` or `postgresql`."""
+        return self.url.get_backend_name()
+
+    @property
+    @abstractmethod
+    def engine(self) -> AsyncEngine:
+        """An async engine on the same database, for code that wants one: the SDK's session
+        (`SQLAlchemySession`) and the migrations."""
+
+    @abstractmethod
+    def statement_engines(self) -> Sequence[Engine]:
+        """The engines whose events see every statement this store runs."""
+
+    @abstractmethod
+    async def write(self, work: Work[T], *, slow: bool = False) -> T:
+        """`work` in one write transaction; its result. An exception from `work` rolls the
+        transaction back and reaches the caller unchanged (`IntegrityError` included).
+
+        `slow` work (a retention sweep over hundreds of runs) never runs on the event loop's
+        thread, where a backend would otherwise run short work."""
+
+    @abstractmethod
+    async def read(self, work: Work[T], *, bulk: bool = False) -> T:
+        """`work` as a read: each statement sees what was committed before it ran. `bulk` reads
+        (replay pages) may be given connections of their own, so they never hold up the
+        short reads of decisions and runs."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    # -- the event log's operations, the same on every backend ------------------------------
+
+    async def append(
+        self, batch: Sequence[NewEvent], leases: set[Lease]
+    ) -> tuple[list[EventRecord], set[Lease]]:
+        """Store the events whose lease still holds, in one transaction; the stored records (in
+        batch order) and the leases found lost."""
+        return await self.write(partial(append_fenced_in, batch=list(batch), leases=leases))
+
+    async def commit(
+        self, batch: Sequence[NewEvent], work: Work[T] | None
+    ) -> tuple[T | None, list[EventRecord]]:
+        """An atomic commit: every lease of `batch` must hold (else `LeaseLost`, nothing
+        stored), then `work`, then the events, in one transaction."""
+        return await self.write(partial(commit_in, batch=list(batch), work=work))
+
+    async def read_events(self, thread_id: str, *, after_seq: int, limit: int) -> list[EventRecord]:
+        """A replay page: the thread's events after `after_seq`, in order, at most `limit`."""
+        return await self.read(
+            partial(read_in, thread_id=thread_id, after_seq=after_seq, limit=limit), bulk=True
+        )
+
+    async def ping(self) -> None:
+        """Raises `StorageUnavailable` unless the database answers."""
+        await self.read(lambda conn: conn.execute(_SELECT_ONE).scalar())
+
+
+@contextmanager
+def storage_errors() -> Iterator[None]:
+    """Database failures as `StorageUnavailable`; integrity errors (programming or race
+    signals, not outages) and everything else pass through unchanged."""
+    try:
+        yield
+    except IntegrityError:
+        raise
+    except (OperationalError, InterfaceError, DBAPIError, OSError) as exc:
+        raise StorageUnavailable(f"storage unavailable: {type(exc).__name__}") from exc
+
+
+def open_store(url: str | URL) -> Store:
+    """The store for a database URL: `sqlite:///path` (also `sqlite+aiosqlite:`) or
+    `postgresql://...` (also `postgresql+asyncpg:`, `postgres:`)."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        from persistence.sqlite.store import SqliteStore
+
+        return SqliteStore(parsed)
+    if backend in {"postgresql", "postgres"}:
+        from persistence.postgres.store import PostgresStore
+
+        return PostgresStore(parsed)
+    raise DatabaseConfigError(
+        f"unsupported database {parsed.drivername!r}: use sqlite:///path/to/gateway.db or "
+        "postgresql://user@host/dbname"
+    )
+
+
+def describe(url: str) -> str:
+    """The URL without its password, for logs and messages."""
+    return make_url(url).render_as_string(hide_password=True)

@@ -1,0 +1,316 @@
+"""The Store contract (persistence/store.py), run against every backend.
+
+Each test gets its own database (`database_url`: a SQLite file, or a PostgreSQL database created
+for it and dropped afterwards) and checks one promise the gateway builds on: dense seq under
+concurrent writers from two processes, fencing, whole rollbacks, one winner of a compare-and-swap,
+replay pages, retention cuts, lease takeover, and no deadlock between processes that commit
+batches over overlapping threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from persistence.clock import utcnow
+from persistence.errors import StorageUnavailable
+from persistence.events import FEW_THREADS, NewEvent
+from persistence.leases import LeaseLost, LeaseRepository
+from persistence.retention import RetentionRepository
+from persistence.runs import RunRepository, RunStatus
+from persistence.store import DatabaseConfigError, Store, open_store
+from persistence.tables import events, runs, threads
+from persistence.threads import ThreadRepository
+from tests.support.storage import expire_lease, insert_running_run, migrated_store
+
+pytestmark = pytest.mark.both_backends
+
+ROOT = Path(__file__).resolve().parents[2]
+TS = "2026-01-01T00:00:00.000Z"
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    async with migrated_store(database_url) as store:
+        yield store
+
+
+def event(thread_id: str, n: int = 0, lease: object = None) -> NewEvent:
+    return NewEvent(thread_id, None, "test.event", TS, f'{{"n":{n}}}', lease)  # type: ignore[arg-type]
+
+
+async def new_threads(store: Store, count: int) -> list[str]:
+    repo = ThreadRepository(store)
+    return [(await repo.create(tenant="acme", owner="alice")).thread_id for _ in range(count)]
+
+
+async def seqs(store: Store, thread_id: str) -> list[int]:
+    query = select(events.c.seq).where(events.c.thread_id == thread_id).order_by(events.c.seq)
+    return await store.read(lambda conn: list(conn.execute(query).scalars()))
+
+
+async def head(store: Store, thread_id: str) -> int:
+    query = select(threads.c.head_seq).where(threads.c.thread_id == thread_id)
+    return await store.read(lambda conn: int(conn.execute(query).scalar_one()))
+
+
+def writer(database_url: str, batches: int, thread_ids: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.contract.writer", database_url, str(batches), *thread_ids],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 120) -> str:
+    out, err = process.communicate(timeout=timeout)
+    assert process.returncode == 0, err
+    return out
+
+
+# -- the event log -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("thread_count", [1, FEW_THREADS + 3])
+async def test_seq_stays_dense_with_two_writer_processes(
+    store: Store, database_url: str, thread_count: int
+) -> None:
+    """Two processes and this one append to the same threads at once: every thread's seq is
+    1..n with no gap and no repeat, and its head is n."""
+    thread_ids = await new_threads(store, thread_count)
+    batches = 60
+    first = writer(database_url, batches, thread_ids)
+    second = writer(database_url, batches, thread_ids[::-1])
+    for n in range(batches):
+        await store.append([event(t, n) for t in thread_ids], set())
+        await asyncio.sleep(0)
+    assert finish(first).strip() == f"done {batches * thread_count}"
+    assert finish(second).strip() == f"done {batches * thread_count}"
+    for thread_id in thread_ids:
+        assert await seqs(store, thread_id) == list(range(1, 3 * batches + 1))
+        assert await head(store, thread_id) == 3 * batches
+
+
+async def test_processes_committing_over_overlapping_threads_do_not_deadlock(
+    store: Store, database_url: str
+) -> None:
+    """Batches over the same many threads, named in opposite orders by two processes: heads
+    are bumped in one stable order, so neither waits for the other forever (PostgreSQL would
+    abort one of them with a deadlock error)."""
+    thread_ids = await new_threads(store, 12)
+    processes = [writer(database_url, 80, thread_ids), writer(database_url, 80, thread_ids[::-1])]
+    outputs = [finish(p) for p in processes]
+    assert outputs == ["done 960\n", "done 960\n"]
+    for thread_id in thread_ids:
+        assert await seqs(store, thread_id) == list(range(1, 161))
+
+
+async def test_replay_reads_pages_in_order(store: Store) -> None:
+    (thread_id,) = await new_threads(store, 1)
+    for start in range(0, 1200, 300):
+        await store.append([event(thread_id, n) for n in range(start, start + 300)], set())
+    seen: list[int] = []
+    after = 0
+    while page := await store.read_events(thread_id, after_seq=after, limit=500):
+        assert len(page) <= 500
+        seen.extend(record.seq for record in page)
+        after = page[-1].seq
+    assert seen == list(range(1, 1201))
+    last = await store.read_events(thread_id, after_seq=1195, limit=500)
+    assert [(r.seq, r.data) for r in last] == [(s, f'{{"n":{s - 1}}}') for s in range(1196, 1201)]
+
+
+async def test_a_batch_naming_a_missing_thread_stores_nothing(store: Store) -> None:
+    (thread_id,) = await new_threads(store, 1)
+    with pytest.raises(LookupError):
+        await store.append([event(thread_id), event("t_missing")], set())
+    assert await seqs(store, thread_id) == []
+    assert await head(store, thread_id) == 0
+
+
+# -- fencing, atomic commits, compare-and-swap ---------------------------------------------
+
+
+async def test_fencing_refuses_a_lost_lease(store: Store) -> None:
+    (thread_id,) = await new_threads(store, 1)
+    await insert_running_run(store, "r_fenced", thread_id)
+    leases = LeaseRepository(store)
+    old = await leases.acquire("r_fenced", "gw-a", ttl_s=30)
+    assert old is not None
+    # gw-a stalls past its expiry; gw-b takes the run over.
+    await expire_lease(store, "r_fenced")
+    new = await leases.acquire("r_fenced", "gw-b", ttl_s=30)
+    assert new is not None and new.token > old.token
+    records, lost = await store.append(
+        [event(thread_id, 1, old), event(thread_id, 2, new), event(thread_id, 3)], {old, new}
+    )
+    assert lost == {old}
+    assert [r.data for r in records] == ['{"n":2}', '{"n":3}']
+    with pytest.raises(LeaseLost):
+        await store.commit([event(thread_id, 4, old)], None)
+    assert await seqs(store, thread_id) == [1, 2]
+    assert await leases.renew_all([old, new], ttl_s=30) == {new}
+
+
+async def test_an_atomic_commit_rolls_back_whole(store: Store) -> None:
+    (thread_id,) = await new_threads(store, 1)
+    await insert_running_run(store, "r_atomic", thread_id)
+
+    def change_then_fail(conn: object) -> None:
+        RunRepository.transition_in(
+            conn,  # type: ignore[arg-type]
+            "r_atomic",
+            RunStatus.COMPLETED,
+            expected=(RunStatus.RUNNING,),
+        )
+        raise RuntimeError("the work fails after its first write")
+
+    with pytest.raises(RuntimeError):
+        await store.commit([event(thread_id)], change_then_fail)
+    run = await RunRepository(store).get("r_atomic")
+    assert run is not None and run.status is RunStatus.RUNNING
+    assert await seqs(store, thread_id) == []
+    assert await head(store, thread_id) == 0
+    # An integrity error rolls back the same way and reaches the caller as itself.
+    with pytest.raises(IntegrityError):
+        await store.commit([event(thread_id)], lambda conn: insert_duplicate_run(conn, thread_id))
+    assert await seqs(store, thread_id) == []
+    # And the store goes on working.
+    _, stored = await store.commit([event(thread_id)], None)
+    assert [r.seq for r in stored] == [1]
+
+
+def insert_duplicate_run(conn: object, thread_id: str) -> None:
+    values = {
+        "run_id": "r_atomic",
+        "thread_id": thread_id,
+        "tenant": "acme",
+        "owner": "alice",
+        "status": "completed",
+        "agent": "assistant",
+        "graph_version": "1",
+        "on_disconnect": "continue",
+        "input": "again",
+        "created_at": utcnow(),
+        "updated_at": utcnow(),
+    }
+    conn.execute(runs.insert().values(**values))  # type: ignore[attr-defined]
+
+
+async def test_compare_and_swap_picks_one_winner(store: Store) -> None:
+    (thread_id,) = await new_threads(store, 1)
+    await insert_running_run(store, "r_cas", thread_id)
+    repo = RunRepository(store)
+    outcomes = await asyncio.gather(
+        *(
+            repo.transition("r_cas", RunStatus.WAITING_FOR_REVIEW, expected=(RunStatus.RUNNING,))
+            for _ in range(12)
+        )
+    )
+    assert outcomes.count(True) == 1
+    run = await repo.get("r_cas")
+    assert run is not None and run.status is RunStatus.WAITING_FOR_REVIEW
+
+
+async def test_one_active_run_per_thread(store: Store) -> None:
+    (thread_id,) = await new_threads(store, 1)
+    await insert_running_run(store, "r_first", thread_id)
+    with pytest.raises(IntegrityError):
+        await insert_running_run(store, "r_second", thread_id)
+
+
+# -- leases ----------------------------------------------------------------------------
+
+
+async def test_lease_takeover(store: Store) -> None:
+    (thread_id,) = await new_threads(store, 1)
+    await insert_running_run(store, "r_lease", thread_id)
+    leases = LeaseRepository(store)
+    held = await leases.acquire("r_lease", "gw-a", ttl_s=0.5)
+    assert held is not None
+    assert await leases.acquire("r_lease", "gw-b", ttl_s=30) is None
+    # The same owner (a restarted process with the same instance id) takes it back at once.
+    again = await leases.acquire("r_lease", "gw-a", ttl_s=0.5)
+    assert again is not None and again.token == held.token + 1
+    assert not await leases.renew(held, ttl_s=0.5)
+    await asyncio.sleep(0.7)
+    taken = await leases.acquire("r_lease", "gw-b", ttl_s=30)
+    assert taken is not None and taken.owner == "gw-b" and taken.token == again.token + 1
+    assert not await leases.renew(again, ttl_s=30)
+    assert await leases.renew(taken, ttl_s=30)
+
+
+# -- retention -------------------------------------------------------------------------
+
+
+async def test_retention_cuts_the_prefix_of_ended_runs(store: Store) -> None:
+    (thread_id,) = await new_threads(store, 1)
+    before = await ThreadRepository(store).get(thread_id)
+    assert before is not None
+    await insert_running_run(store, "r_old", thread_id)
+    await store.append(
+        [NewEvent(thread_id, "r_old", "test.event", TS, f'{{"n":{n}}}') for n in range(5)], set()
+    )
+    await RunRepository(store).transition(
+        "r_old", RunStatus.COMPLETED, expected=(RunStatus.RUNNING,)
+    )
+    await insert_running_run(store, "r_live", thread_id)
+    await store.append(
+        [NewEvent(thread_id, "r_live", "test.event", TS, f'{{"n":{n}}}') for n in range(5, 8)],
+        set(),
+    )
+    result = await RetentionRepository(store).sweep(utcnow() + timedelta(seconds=1))
+    assert (result.runs, result.threads, result.events) == (1, 1, 5)
+    assert await seqs(store, thread_id) == [6, 7, 8]
+    after = await ThreadRepository(store).get(thread_id)
+    assert after is not None and after.truncated_seq == 5 and after.epoch != before.epoch
+    again = await RetentionRepository(store).sweep(utcnow() + timedelta(seconds=1))
+    assert (again.runs, again.events) == (0, 0)
+
+
+# -- errors ----------------------------------------------------------------------------
+
+
+async def test_an_unreachable_database_is_unavailable(database_url: str) -> None:
+    """A store on a database that is not there answers `StorageUnavailable` (retry later)."""
+    if database_url.startswith("sqlite"):
+        url = "sqlite:////proc/no-such-dir/gateway.db"
+        with pytest.raises((StorageUnavailable, OSError)):
+            store = open_store(url)
+            try:
+                await store.ping()
+            finally:
+                await store.close()
+        return
+    store = open_store("postgresql://postgres@127.0.0.1:1/nothing")
+    try:
+        with pytest.raises(StorageUnavailable):
+            await store.ping()
+    finally:
+        await store.close()
+
+
+async def test_unknown_backends_are_refused() -> None:
+    with pytest.raises(DatabaseConfigError):
+        open_store("mysql://root@127.0.0.1/test")
+    with pytest.raises(DatabaseConfigError):
+        open_store("sqlite:///:memory:")
+
+
+async def test_counts_agree(store: Store) -> None:
+    """Reads see every committed write at once (no stale snapshot across calls)."""
+    thread_ids = await new_threads(store, 3)
+    for thread_id in thread_ids:
+        await store.append([event(thread_id, n) for n in range(4)], set())
+    query = select(func.count()).select_from(events)
+    assert await store.read(lambda conn: conn.execute(query).scalar_one()) == 12
