@@ -262,11 +262,14 @@ class SegmentRunner:
     async def close(self) -> None:
         await self._leases.close()
 
-    def _serialize(self, segment: Segment, result: RunResultStreaming) -> str:
+    def _serialize(
+        self, segment: Segment, result: RunResultStreaming, *, final: bool = False
+    ) -> str:
         state = result.to_state()
-        return orjson.dumps(
-            state.to_json(context_serializer=segment.graph.context_serializer)
-        ).decode()
+        data = state.to_json(context_serializer=segment.graph.context_serializer)
+        if final:
+            elide_session_history(data)
+        return orjson.dumps(data).decode()
 
     async def _save_turn(self, segment: Segment, state_json: str) -> None:
         """A turn checkpoint: a crash from here on loses at most the model call in flight."""
@@ -319,7 +322,7 @@ class SegmentRunner:
     # -- endings -------------------------------------------------------------------------
 
     async def _checkpoint(
-        self, segment: Segment, result: RunResultStreaming, reason: str
+        self, segment: Segment, result: RunResultStreaming, reason: str, *, final: bool = False
     ) -> CheckpointRecord:
         """The state after the stream ended. Its `session_mark` is left at 0: it is read in
         the transaction that stores the checkpoint (`session_of`), where nothing writes to
@@ -332,7 +335,7 @@ class SegmentRunner:
         """
         async with self._serializing:
             await asyncio.sleep(0)
-            state = self._serialize(segment, result)
+            state = self._serialize(segment, result, final=final)
         run = segment.run
         return CheckpointRecord(
             run_id=run.run_id,
@@ -499,7 +502,7 @@ class SegmentRunner:
         if result is None:
             return None
         try:
-            return await self._checkpoint(segment, result, reason)
+            return await self._checkpoint(segment, result, reason, final=True)
         except Exception:
             log.warning(
                 "run %s: no %s checkpoint, the state did not serialize",
@@ -536,6 +539,8 @@ class SegmentRunner:
                 raise StaleWrite(run.run_id)
             if checkpoint is not None:
                 CheckpointRepository.add_final_in(conn, checkpoint, session_of=run.thread_id)
+            else:
+                CheckpointRepository.drop_in(conn, run.run_id)
             if lease is not None:
                 LeaseRepository.release_in(conn, lease)
             if status is RunStatus.CANCELLED:
@@ -545,6 +550,26 @@ class SegmentRunner:
 
         await self._log.commit(events, transition)
         await self._on_finished(run, status)
+
+
+# Set in a final state whose `original_input` lost its session-history prefix: how many items
+# were left out. They are the thread's session items up to the run's `session_mark`.
+ELIDED_HISTORY_KEY = "gateway_elided_history_items"
+
+
+def elide_session_history(data: dict[str, Any]) -> None:
+    """Keep only the run's own input in a final state's `original_input`.
+
+    With a session, the SDK's `original_input` is the session history the run started on plus
+    the run's input (one user message: a run starts from its `runs.input`), so every state of a
+    thread's n-th run repeats runs 1..n-1. A terminal run is never restored, and its history is
+    the session's, so its final state keeps only its own input: a thread's stored bytes then
+    grow with what was said, not with its square.
+    """
+    items = data.get("original_input")
+    if isinstance(items, list) and len(items) > 1:
+        data[ELIDED_HISTORY_KEY] = len(items) - 1
+        data["original_input"] = items[-1:]
 
 
 def _is_tool_output(event: Any) -> bool:

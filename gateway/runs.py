@@ -47,7 +47,7 @@ from gateway.run_context import RunContext, denied, thread_ref
 from gateway.views import Views
 from persistence.approvals import ApprovalRepository
 from persistence.audit import AuditEntry, AuditRepository
-from persistence.checkpoints import CheckpointRecord
+from persistence.checkpoints import CheckpointRecord, CheckpointRepository
 from persistence.clock import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.ids import new_id
@@ -423,6 +423,7 @@ class RunManager:
             if not moved:
                 raise StaleWrite(run.run_id)
             removed.extend(ApprovalRepository.supersede_pending_in(conn, run.run_id))
+            CheckpointRepository.drop_in(conn, run.run_id)
             AuditRepository.insert_in(conn, audit)
 
         try:

@@ -12,7 +12,7 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Update, bindparam, select, update
+from sqlalchemy import Update, bindparam, delete, select, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
@@ -109,6 +109,12 @@ class CheckpointRepository:
         """
         return _advance(conn, checkpoint, update(runs), {}, session_of)
 
+    @staticmethod
+    def drop_in(conn: Connection, run_id: str) -> None:
+        """Remove every checkpoint of a run that ended without a final state (cancelled, or
+        failed in a state that would not serialize): a terminal run is never resumed."""
+        conn.execute(delete(checkpoints).where(checkpoints.c.run_id == run_id))
+
     async def latest(self, run_id: str) -> CheckpointRecord | None:
         return await self._store.read(partial(self.latest_in, run_id=run_id))
 
@@ -146,4 +152,12 @@ def _advance(
     if moved.rowcount != 1:
         raise StaleWrite(f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}")
     conn.execute(checkpoints.insert().values(**_row(checkpoint)))
+    # Nothing resumes from an older version once this one is durable (a continuation, a
+    # recovery and a decision's binding check all read the run's current version), and each
+    # older state repeats the conversation so far: dropped in the same transaction.
+    conn.execute(
+        delete(checkpoints).where(
+            checkpoints.c.run_id == checkpoint.run_id, checkpoints.c.version < checkpoint.version
+        )
+    )
     return checkpoint

@@ -1,13 +1,14 @@
 """A run's last state is checkpointed when it ends: at completion and after an error.
 
-SDK_NOTES lists both as consistent points. The checkpoint is written in the transaction that
-ends the run, versioned after every earlier one, and restores against the same graph — so an
-operator can inspect what the agent had done when it failed. A terminal run is never resumed
-from it (DESIGN invariant 4).
+Both are consistent points of the SDK's state. The checkpoint is written in the transaction that
+ends the run, versioned after every earlier one (which it replaces), and restores against the
+same graph — so an operator can inspect what the agent had done when it failed. A terminal run
+is never resumed from it (docs/architecture.md, invariants).
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from agents import RunState
 from agents.testing import ModelStep
 
+from gateway.execution import ELIDED_HISTORY_KEY
 from gateway.registry import AgentGraph, AgentRegistry
 from tests.support.agents import EffectLog, call, say, scripted_graph
 from tests.support.client import clients
@@ -78,7 +80,8 @@ async def test_completed_run_keeps_its_final_state(gateway_factory: Any, db_path
     run_id = ack["run_id"]
 
     rows = checkpoint_rows(db_path, run_id)
-    assert [(version, reason) for version, reason, _ in rows] == [(1, "turn"), (2, "completed")]
+    # The turn's checkpoint (version 1) went when the final one was stored.
+    assert [(version, reason) for version, reason, _ in rows] == [(2, "completed")]
     assert run_row(db_path, run_id) == ("completed", 2)
     state: RunState[Any, Any] = await RunState.from_string(graph.build(), rows[-1][2])
     assert state._current_turn == 2
@@ -93,9 +96,8 @@ async def test_failed_run_keeps_the_state_it_failed_in(gateway_factory: Any, db_
     assert failed["data"]["error"]["code"] == "max_turns"
 
     rows = checkpoint_rows(db_path, run_id)
-    reasons = [reason for _, reason, _ in rows]
-    assert reasons[-1] == "error"
-    assert [version for version, _, _ in rows] == list(range(1, len(rows) + 1))
+    # Only the state it failed in is kept; the turns' checkpoints before it were pruned.
+    assert [reason for _, reason, _ in rows] == ["error"]
     status, version = run_row(db_path, run_id)
     assert (status, version) == ("failed", rows[-1][0])
     # The error checkpoint holds the turn that did happen: the lookup and its output.
@@ -122,3 +124,51 @@ async def test_a_failed_run_is_not_resumed_from_its_error_checkpoint(
     assert checkpoint_rows(db_path, ack["run_id"]) == head_before
     assert run_row(db_path, ack["run_id"])[0] == "failed"
     assert effects.count("lookup") == 1
+
+
+async def test_a_final_state_leaves_the_threads_history_to_the_session(
+    gateway_factory: Any, db_path: Path
+) -> None:
+    """The second run of a thread keeps only its own input in its final state (the history
+    before it is the session's, counted in `gateway_elided_history_items`), and still
+    restores."""
+    graph, _ = scripted_graph(
+        "talker",
+        [ModelStep(output=[say("first answer")]), ModelStep(output=[say("again")])],
+        EffectLog(),
+    )
+    async with gateway_factory(one_graph(graph)) as gw, clients(gw) as open_client:
+        alice = await open_client("alice", "user")
+        first = await alice.request("run.start", input="hello there")
+        await alice.wait_event("run.completed")
+        second = await alice.request(
+            "run.input", thread_id=first["thread_id"], input="and once more"
+        )
+        await alice.wait_for(
+            lambda f: f.get("event") == "run.completed" and f.get("run_id") == second["run_id"]
+        )
+    ((_, reason, state_json),) = checkpoint_rows(db_path, second["run_id"])
+    assert reason == "completed"
+    data = json.loads(state_json)
+    assert [item.get("content") for item in data["original_input"]] == ["and once more"]
+    # The first run's input and answer: the session's items before the second run.
+    assert data[ELIDED_HISTORY_KEY] == 2
+    assert "hello there" not in state_json
+    state: RunState[Any, Any] = await RunState.from_string(graph.build(), state_json)
+    assert "again" in str(state._model_responses[-1].output)
+
+
+async def test_a_cancelled_run_keeps_no_checkpoint(gateway_factory: Any, db_path: Path) -> None:
+    effects = EffectLog()
+    graph, _ = scripted_graph(
+        "pauser", [ModelStep(output=[call("charge", "call_charge_1", value="5")])], effects
+    )
+    async with gateway_factory(one_graph(graph)) as gw, clients(gw) as open_client:
+        alice = await open_client("alice", "user")
+        ack = await alice.request("run.start", input="charge it")
+        await alice.wait_event("run.paused")
+        assert [reason for _, reason, _ in checkpoint_rows(db_path, ack["run_id"])] == ["approval"]
+        await alice.request("run.cancel", run_id=ack["run_id"])
+        await alice.wait_event("run.cancelled")
+    assert checkpoint_rows(db_path, ack["run_id"]) == []
+    assert run_row(db_path, ack["run_id"])[0] == "cancelled"
