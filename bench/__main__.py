@@ -4,12 +4,19 @@
     .venv/bin/python -m bench replay               # one part
     .venv/bin/python -m bench fanout memory --out /tmp/bench.jsonl
     .venv/bin/python -m bench --quick              # smaller sizes, for a smoke run
+    .venv/bin/python -m bench --backend both       # every part on SQLite, then on PostgreSQL
 
 Parts (issue figure in brackets): throughput [1], fanout [2], start [2b], approval [3],
 decision [4], replay [5], memory [6], concurrency [7], checkpoint [8]. `throughput`, `start`,
 `approval` and `decision` share one gateway (bench/core.py). Every line carries the part, its
 figures, the target and whether it was met, and the machine it ran on (nproc, CPU model, load
-average at the end of the part).
+average at the end of the part) and the database backend it ran on (`backend`).
+
+`--backend sqlite` (the default), `postgresql` or `both`: every gateway subprocess a part starts,
+and every database a part opens in-process, is a fresh one of that backend
+(`bench.common.fresh_database`: a SQLite file in the part's temporary directory, or a PostgreSQL
+database created on BENCH_POSTGRES_URL's server and dropped afterwards). With `both`, each part
+runs on SQLite, then on PostgreSQL, before the next part starts.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import concurrency, core, fanout, memory, replay
-from bench.common import emit, report_line
+from bench.common import BACKENDS, Backend, backend_info, emit, fresh_database, report_line
 
 CORE_PARTS = ("throughput", "start", "approval", "decision")
 PARTS = (
@@ -117,11 +124,12 @@ def core_lines(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return lines
 
 
-async def checkpoint(args: argparse.Namespace) -> dict[str, Any]:
+async def checkpoint(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
     from bench.durability import checkpoint_sizes
 
     with tempfile.TemporaryDirectory(prefix="bench-checkpoint-") as tmp:
-        sizes = await checkpoint_sizes(Path(tmp), args.checkpoint_reps, args.conversation_runs)
+        async with fresh_database(backend, Path(tmp), "conversation") as database:
+            sizes = await checkpoint_sizes(database, args.checkpoint_reps, args.conversation_runs)
     summaries = [sizes["five_tool_turns"]["summary"], sizes["growing_conversation"]["summary"]]
     size_ratio = max(s["size_ratio_median"] for s in summaries)
     time_ratio = max(s["time_ratio_median"] for s in summaries)
@@ -140,7 +148,7 @@ async def checkpoint(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-Runner = Callable[[argparse.Namespace], Awaitable[dict[str, Any]]]
+Runner = Callable[[argparse.Namespace, Backend], Awaitable[dict[str, Any]]]
 STANDALONE: dict[str, Runner] = {
     "fanout": fanout.run,
     "replay": replay.run,
@@ -155,6 +163,12 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("parts", nargs="*", metavar="PART", help="any of: " + ", ".join(PARTS))
     root.add_argument("--out", type=Path, help="also append every JSON line to this file")
     root.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
+    root.add_argument(
+        "--backend",
+        choices=(*BACKENDS, "both"),
+        default="sqlite",
+        help="database of the gateways and of in-process stores; both: each part on each (sqlite)",
+    )
     root.add_argument("--runs", type=int, default=60, help="runs per latency figure (60)")
     root.add_argument("--story-runs", type=int, default=20, help="throughput story runs (20)")
     root.add_argument("--reps", type=int, default=5, help="repetitions (fanout, replay) (5)")
@@ -169,26 +183,36 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
+def selected_backends(choice: str) -> tuple[Backend, ...]:
+    """The backends `--backend` names, in the order they run."""
+    return BACKENDS if choice == "both" else tuple(b for b in BACKENDS if b == choice)
+
+
 async def main_async(args: argparse.Namespace) -> int:
     parts = [p for p in PARTS if p in (args.parts or PARTS)]
     wanted_core = tuple(p for p in parts if p in CORE_PARTS)
+    backends = selected_backends(args.backend)
+    info = {backend: await backend_info(backend) for backend in backends}
     for part in parts:
-        begin = time.perf_counter()
-        if part in CORE_PARTS:
-            if part != wanted_core[0]:
-                continue  # measured together with the first core part
-            report = await core.benchmark(wanted_core, args.runs, args.story_runs)
-            for name, figures in core_lines(report).items():
-                emit(
-                    report_line(name, figures, elapsed_s=report["elapsed_s"]),
-                    args.out,
-                )
-            continue
-        figures = await STANDALONE[part](args)
-        emit(
-            report_line(part, figures, elapsed_s=round(time.perf_counter() - begin, 1)),
-            args.out,
-        )
+        if part in CORE_PARTS and part != wanted_core[0]:
+            continue  # measured together with the first core part
+        for backend in backends:
+            begin = time.perf_counter()
+            if part in CORE_PARTS:
+                report = await core.benchmark(wanted_core, args.runs, args.story_runs, backend)
+                for name, figures in core_lines(report).items():
+                    emit(
+                        report_line(
+                            name, backend, figures, **info[backend], elapsed_s=report["elapsed_s"]
+                        ),
+                        args.out,
+                    )
+                continue
+            figures = await STANDALONE[part](args, backend)
+            elapsed_s = round(time.perf_counter() - begin, 1)
+            emit(
+                report_line(part, backend, figures, **info[backend], elapsed_s=elapsed_s), args.out
+            )
     return 0
 
 

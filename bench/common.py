@@ -1,5 +1,5 @@
-"""What every benchmark part shares: statistics, the gateway subprocess, a timestamping client,
-the machine description, and the one-JSON-line report.
+"""What every benchmark part shares: statistics, a fresh database per backend, the gateway
+subprocess, a timestamping client, the machine description, and the one-JSON-line report.
 
 Nothing here is imported from `tests/`: the benchmarks must keep working when the test helpers
 change shape.
@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import resource
+import secrets
 import signal
 import statistics
 import subprocess
@@ -24,10 +25,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import orjson
 import websockets
+from sqlalchemy.engine import make_url
 from websockets.asyncio.client import ClientConnection
 
 from gateway.auth import TokenVerifier
@@ -43,6 +45,14 @@ PROFILE_DIR_ENV = "BENCH_PROFILE_DIR"
 # When set, gateway subprocesses import the gateway from this source tree instead of this
 # checkout: two versions can then be measured by the same benchmark code (before/after).
 GATEWAY_ROOT_ENV = "BENCH_GATEWAY_ROOT"
+# The PostgreSQL server the `postgresql` backend creates its databases on (and drops them from),
+# given as the URL of a database to connect to for that (the maintenance database).
+POSTGRES_URL_ENV = "BENCH_POSTGRES_URL"
+POSTGRES_URL_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
+POSTGRES_DATABASE_PREFIX = "bench_"
+
+Backend = Literal["sqlite", "postgresql"]
+BACKENDS: tuple[Backend, ...] = get_args(Backend)
 
 Frame = dict[str, Any]
 
@@ -114,6 +124,7 @@ def machine_info() -> dict[str, Any]:
         "starlette": _version("starlette"),
         "sqlalchemy": _version("sqlalchemy"),
         "aiosqlite": _version("aiosqlite"),
+        "asyncpg": _version("asyncpg"),
         "orjson": _version("orjson"),
     }
 
@@ -149,10 +160,12 @@ def process_cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def report_line(part: str, figures: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    """The shape of every part's JSON line: what, when, on what machine, then the figures."""
+def report_line(part: str, backend: str, figures: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """The shape of every part's JSON line: what, on which database backend, when, on what
+    machine, then the figures."""
     return {
         "part": part,
+        "backend": backend,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         **figures,
         **extra,
@@ -166,6 +179,70 @@ def emit(line: dict[str, Any], out: Path | None = None) -> None:
     if out is not None:
         with out.open("a") as handle:
             handle.write(text + "\n")
+
+
+# --------------------------------------------------------------------------------------------
+# Databases.
+# --------------------------------------------------------------------------------------------
+
+
+def _postgres_admin_dsn() -> str:
+    """The maintenance database's URL as asyncpg takes it (no SQLAlchemy driver suffix)."""
+    url = make_url(os.environ.get(POSTGRES_URL_ENV) or POSTGRES_URL_DEFAULT)
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@contextlib.asynccontextmanager
+async def fresh_database(
+    backend: Backend, workdir: Path, name: str = "gateway"
+) -> AsyncIterator[str]:
+    """The SQLAlchemy async URL of a new, empty database on `backend`, gone afterwards.
+
+    `sqlite`: the file `workdir/<name>.db` (not created here; it goes with `workdir`).
+    `postgresql`: a database `bench_<name>_<random>` created on the server of
+    BENCH_POSTGRES_URL, dropped with `DROP DATABASE ... WITH (FORCE)` on the way out (so leave
+    the block only once whatever used it has stopped). The gateway, `open_store` and
+    `create_async_engine` all take the URL as it is.
+    """
+    if backend == "sqlite":
+        yield f"sqlite+aiosqlite:///{workdir / f'{name}.db'}"
+        return
+    import asyncpg
+
+    database = f"{POSTGRES_DATABASE_PREFIX}{name}_{secrets.token_hex(4)}"
+    admin = _postgres_admin_dsn()
+    conn = await asyncpg.connect(admin)
+    try:
+        await conn.execute(f'CREATE DATABASE "{database}"')
+    finally:
+        await conn.close()
+    try:
+        yield (
+            make_url(admin)
+            .set(drivername="postgresql+asyncpg", database=database)
+            .render_as_string(hide_password=False)
+        )
+    finally:
+        conn = await asyncpg.connect(admin)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+
+async def backend_info(backend: Backend) -> dict[str, Any]:
+    """What a line says about its database beyond the backend's name: the server's version."""
+    if backend == "sqlite":
+        import sqlite3
+
+        return {"sqlite_version": sqlite3.sqlite_version}
+    import asyncpg
+
+    conn = await asyncpg.connect(_postgres_admin_dsn())
+    try:
+        return {"postgresql_version": await conn.fetchval("SHOW server_version")}
+    finally:
+        await conn.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,17 +335,17 @@ def gateway_command(name: str) -> list[str]:
 def gateway_process(
     workdir: Path,
     *,
+    database: str,
     demo_delay_ms: int = 0,
-    database: Path | None = None,
     env: dict[str, str] | None = None,
     name: str = "gateway",
 ) -> Iterator[ServerProcess]:
-    """`python -m gateway serve --port 0` on a SQLite file (fresh unless `database` is given)."""
-    db_path = database or workdir / "gateway.db"
+    """`python -m gateway serve --port 0` on `database` (a URL from `fresh_database`); its log
+    goes to `workdir/<name>.log`."""
     settings = {
         "GATEWAY_SECRET": SECRET,
         "GATEWAY_DEMO_DELAY_MS": str(demo_delay_ms),
-        "GATEWAY_DATABASE_URL": f"sqlite+aiosqlite:///{db_path}",
+        "GATEWAY_DATABASE_URL": database,
         # Measure the gateway, not its abuse limits (one user starts runs back to back).
         "GATEWAY_FRAMES_PER_S": "0",
         "GATEWAY_RUNS_PER_MINUTE": "0",

@@ -35,7 +35,9 @@ from websockets.asyncio.client import ClientConnection
 
 from bench.common import (
     STORY_INPUT,
+    Backend,
     clients,
+    fresh_database,
     gateway_process,
     latency_summary,
     process_cpu_seconds,
@@ -110,20 +112,21 @@ def analyse(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def measure(runs: int, delta_ms: int) -> dict[str, Any]:
+async def measure(runs: int, delta_ms: int, backend: Backend) -> dict[str, Any]:
     raise_fd_limit(2 * runs + 512)
     with tempfile.TemporaryDirectory(prefix="bench-concurrency-") as tmp:
         workdir = Path(tmp)
-        with gateway_process(workdir, demo_delay_ms=delta_ms) as gateway:
-            async with clients(gateway.ws_url, runs) as conns:
-                cpu_before = process_cpu_seconds(gateway.pid)
-                begin = time.perf_counter()
-                results = await asyncio.wait_for(
-                    asyncio.gather(*(watch(ws, i) for i, ws in enumerate(conns))),
-                    COMPLETION_TIMEOUT_S,
-                )
-                elapsed = time.perf_counter() - begin
-                cpu_after = process_cpu_seconds(gateway.pid)
+        async with fresh_database(backend, workdir) as database:
+            with gateway_process(workdir, database=database, demo_delay_ms=delta_ms) as gateway:
+                async with clients(gateway.ws_url, runs) as conns:
+                    cpu_before = process_cpu_seconds(gateway.pid)
+                    begin = time.perf_counter()
+                    results = await asyncio.wait_for(
+                        asyncio.gather(*(watch(ws, i) for i, ws in enumerate(conns))),
+                        COMPLETION_TIMEOUT_S,
+                    )
+                    elapsed = time.perf_counter() - begin
+                    cpu_after = process_cpu_seconds(gateway.pid)
     runs_seen = [analyse(r) for r in results]
     paces = [r["pace"] for r in runs_seen if r["pace"]]
     firsts = [r["first_ts"] for r in runs_seen if r["first_ts"]]
@@ -193,5 +196,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    return await measure(args.concurrent_runs, args.delta_ms)
+async def run(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
+    return await measure(args.concurrent_runs, args.delta_ms, backend)

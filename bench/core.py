@@ -2,9 +2,11 @@
 
     .venv/bin/python -m bench.core [--runs 60] [--story-runs 20] [--out FILE]
                                    [--only throughput|approval|decision|start]
+                                   [--backend sqlite|postgresql]
 
-The gateway runs as a subprocess (`python -m gateway serve --port 0`) with a fresh SQLite
-database in a temporary directory, so the benchmark's clients and the server never share an
+The gateway runs as a subprocess (`python -m gateway serve --port 0`) with a fresh database
+(`bench.common.fresh_database`: a SQLite file in a temporary directory, or a PostgreSQL
+database of its own), so the benchmark's clients and the server never share an
 event loop. The clients are plain `websockets` connections that timestamp every frame with
 `time.perf_counter()` as soon as it is read off the socket. One JSON line with every figure is
 printed to stdout (and written to --out). See docs/benchmarks.md for what each figure means.
@@ -28,15 +30,18 @@ from typing import Any
 import orjson
 
 from bench.common import (
+    BACKENDS,
     ROOT,
     SECRET,
     TENANT,
     TIMEOUT_S,
+    Backend,
     BenchClient,
     Frame,
     GatewayProcess,
     ProtocolError,
     emit,
+    fresh_database,
     gateway_process,
     latency_summary,
     machine_info,
@@ -51,6 +56,10 @@ REFUND_INPUT = "refund order 42 for 30"
 START_INPUT = "hello there"
 WARMUP_RUNS = 3
 PARTS = ("throughput", "approval", "decision", "start")
+DATABASES: dict[Backend, str] = {
+    "sqlite": "sqlite+aiosqlite (fresh file in a temp dir)",
+    "postgresql": "postgresql+asyncpg (fresh database, dropped afterwards)",
+}
 
 
 @dataclass
@@ -112,7 +121,7 @@ async def sdk_run(agent: Any, session: Any = None) -> tuple[int, float]:
     """The same demo story consumed in-process by the SDK: no gateway, nothing sent. Bare
     without `session`; with one, also what any gateway keeping this design's durability pays
     before it stores or sends a single event: the thread's session (the gateway's own fast
-    one, history read and turn appended in SQLite) and the completion checkpoint's
+    one, history read and turn appended in the backend's database) and the completion checkpoint's
     serialisation. Returns the stream events counted and the seconds taken."""
     from agents import RunConfig, Runner
 
@@ -134,14 +143,14 @@ async def sdk_run(agent: Any, session: Any = None) -> tuple[int, float]:
 
 
 @contextlib.asynccontextmanager
-async def durable_sdk(folder: Path) -> AsyncIterator[Any]:
-    """A `GatewaySession` template on its own SQLite file (the SDK creates the two tables)."""
+async def durable_sdk(database: str) -> AsyncIterator[Any]:
+    """A `GatewaySession` template on its own database (the SDK creates the two tables)."""
     from agents.extensions.memory import SQLAlchemySession
 
     from persistence.sessions import GatewaySession
     from persistence.store import open_store
 
-    store = open_store(f"sqlite:///{folder / 'floor.db'}")
+    store = open_store(database)
     try:
         await SQLAlchemySession("set-up", engine=store.engine, create_tables=True).get_items()
         yield GatewaySession("template", store=store)
@@ -149,7 +158,7 @@ async def durable_sdk(folder: Path) -> AsyncIterator[Any]:
         await store.close()
 
 
-async def throughput(client: BenchClient, runs: int) -> dict[str, Any]:
+async def throughput(client: BenchClient, runs: int, backend: Backend) -> dict[str, Any]:
     """Gateway story runs and bare-SDK story runs, interleaved one for one.
 
     Interleaving keeps both sides under the same background load, so the ratio stays
@@ -160,7 +169,10 @@ async def throughput(client: BenchClient, runs: int) -> dict[str, Any]:
     bare: list[tuple[int, float]] = []
     floor: list[float] = []
     with tempfile.TemporaryDirectory(prefix="gateway-bench-floor-") as folder:
-        async with durable_sdk(Path(folder)) as sessions:
+        async with (
+            fresh_database(backend, Path(folder), "floor") as database,
+            durable_sdk(database) as sessions,
+        ):
             for index in range(WARMUP_RUNS):
                 await sdk_run(agent)
                 await sdk_run(agent, sessions.for_session(f"warm-up-{index}"))
@@ -313,9 +325,12 @@ async def start_latency(client: BenchClient, runs: int) -> dict[str, Any]:
     }
 
 
-async def benchmark(parts: tuple[str, ...], runs: int, story_runs: int) -> dict[str, Any]:
+async def benchmark(
+    parts: tuple[str, ...], runs: int, story_runs: int, backend: Backend
+) -> dict[str, Any]:
     report: dict[str, Any] = {
         "benchmark": "bench.core",
+        "backend": backend,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "parts": list(parts),
         "config": {
@@ -323,60 +338,62 @@ async def benchmark(parts: tuple[str, ...], runs: int, story_runs: int) -> dict[
             "story_runs": story_runs,
             "warmup_runs": WARMUP_RUNS,
             "demo_delay_ms": 0,
-            "database": "sqlite+aiosqlite (fresh file in a temp dir)",
+            "database": DATABASES[backend],
             "transport": "websockets client -> gateway subprocess on 127.0.0.1",
         },
         "machine": machine_info(),
     }
     begin = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
-        with gateway_process(Path(tmp)) as gateway:
-            async with session(gateway) as s:
-                # Warm-up: imports, SQLite pages, SDK code paths on both branches.
-                for _ in range(WARMUP_RUNS):
-                    await one_plain_run(s.user, STORY_INPUT)
-                await approval_runs(s, WARMUP_RUNS)
+        workdir = Path(tmp)
+        async with fresh_database(backend, workdir) as database:
+            with gateway_process(workdir, database=database) as gateway:
+                async with session(gateway) as s:
+                    # Warm-up: imports, database pages, SDK code paths on both branches.
+                    for _ in range(WARMUP_RUNS):
+                        await one_plain_run(s.user, STORY_INPUT)
+                    await approval_runs(s, WARMUP_RUNS)
 
-                if "throughput" in parts:
-                    report["throughput"] = await throughput(s.user, story_runs)
-                if "approval" in parts or "decision" in parts:
-                    samples = await approval_runs(s, runs)
-                    if "approval" in parts:
-                        report["approval"] = {
-                            "input": REFUND_INPUT,
-                            "tool_called_to_approval_requested": latency_summary(
-                                samples["tool_called_to_approval_requested"]
-                            ),
-                            "approval_requested_to_run_paused": latency_summary(
-                                samples["approval_requested_to_run_paused"]
-                            ),
-                            "server_ts_tool_called_to_approval_requested": latency_summary(
-                                samples["server_ts_tool_called_to_approval_requested"]
-                            ),
-                            "tool_call_to_approval_requested_at_client": latency_summary(
-                                samples["tool_call_to_approval_requested_at_client"]
-                            ),
-                        }
-                    if "decision" in parts:
-                        report["decision"] = {
-                            "input": REFUND_INPUT,
-                            "decide_to_ack": latency_summary(samples["decide_to_ack"]),
-                            "decide_to_approval_decided": latency_summary(
-                                samples["decide_to_approval_decided"]
-                            ),
-                            "decide_to_run_resumed": latency_summary(
-                                samples["decide_to_run_resumed"]
-                            ),
-                            "server_ts_approval_decided_to_run_resumed": latency_summary(
-                                samples["server_ts_approval_decided_to_run_resumed"]
-                            ),
-                        }
+                    if "throughput" in parts:
+                        report["throughput"] = await throughput(s.user, story_runs, backend)
+                    if "approval" in parts or "decision" in parts:
+                        samples = await approval_runs(s, runs)
+                        if "approval" in parts:
+                            report["approval"] = {
+                                "input": REFUND_INPUT,
+                                "tool_called_to_approval_requested": latency_summary(
+                                    samples["tool_called_to_approval_requested"]
+                                ),
+                                "approval_requested_to_run_paused": latency_summary(
+                                    samples["approval_requested_to_run_paused"]
+                                ),
+                                "server_ts_tool_called_to_approval_requested": latency_summary(
+                                    samples["server_ts_tool_called_to_approval_requested"]
+                                ),
+                                "tool_call_to_approval_requested_at_client": latency_summary(
+                                    samples["tool_call_to_approval_requested_at_client"]
+                                ),
+                            }
+                        if "decision" in parts:
+                            report["decision"] = {
+                                "input": REFUND_INPUT,
+                                "decide_to_ack": latency_summary(samples["decide_to_ack"]),
+                                "decide_to_approval_decided": latency_summary(
+                                    samples["decide_to_approval_decided"]
+                                ),
+                                "decide_to_run_resumed": latency_summary(
+                                    samples["decide_to_run_resumed"]
+                                ),
+                                "server_ts_approval_decided_to_run_resumed": latency_summary(
+                                    samples["server_ts_approval_decided_to_run_resumed"]
+                                ),
+                            }
+                        if "start" in parts:
+                            report["approval_runs_run_start_to_run_started"] = latency_summary(
+                                samples["run_start_to_run_started"]
+                            )
                     if "start" in parts:
-                        report["approval_runs_run_start_to_run_started"] = latency_summary(
-                            samples["run_start_to_run_started"]
-                        )
-                if "start" in parts:
-                    report["start"] = await start_latency(s.user, runs)
+                        report["start"] = await start_latency(s.user, runs)
     report["elapsed_s"] = round(time.perf_counter() - begin, 1)
     return report
 
@@ -392,12 +409,15 @@ def main(argv: list[str] | None = None) -> int:
         "--story-runs", type=int, default=20, help="story runs for throughput (default 20)"
     )
     parser.add_argument("--only", choices=PARTS, help="run one part only")
+    parser.add_argument(
+        "--backend", choices=BACKENDS, default="sqlite", help="database backend (sqlite)"
+    )
     parser.add_argument("--out", type=Path, help="also append the JSON line to this file")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.story_runs < 1:
         parser.error("--runs and --story-runs must be >= 1")
     parts = (args.only,) if args.only else PARTS
-    report = asyncio.run(benchmark(parts, args.runs, args.story_runs))
+    report = asyncio.run(benchmark(parts, args.runs, args.story_runs, args.backend))
     emit(report, args.out)
     return 0
 

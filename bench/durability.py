@@ -56,7 +56,7 @@ import orjson
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from bench.common import emit
+from bench.common import emit, fresh_database
 from bench.core import ROOT, SECRET, TENANT, latency_summary, machine_info
 from gateway.auth import TokenVerifier
 
@@ -200,7 +200,9 @@ def summarise_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-async def checkpoint_sizes(workdir: Path, reps: int, conversation_runs: int) -> dict[str, Any]:
+async def checkpoint_sizes(database: str, reps: int, conversation_runs: int) -> dict[str, Any]:
+    """Part 1; the growing conversation's session lives in `database` (a SQLAlchemy async URL
+    from `bench.common.fresh_database`)."""
     from agents import RunConfig
     from agents.extensions.memory import SQLAlchemySession
     from sqlalchemy.ext.asyncio import create_async_engine
@@ -218,7 +220,7 @@ async def checkpoint_sizes(workdir: Path, reps: int, conversation_runs: int) -> 
         )
     ]
 
-    engine = create_async_engine(f"sqlite+aiosqlite:///{workdir / 'conversation.db'}")
+    engine = create_async_engine(database)
     session = SQLAlchemySession("bench-conversation", engine=engine, create_tables=True)
     growing: list[dict[str, Any]] = []
     try:
@@ -843,9 +845,11 @@ async def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     begin = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gateway-durability-") as tmp:
         workdir = Path(tmp)
-        report["checkpoint_size"] = await checkpoint_sizes(
-            workdir, args.reps, args.conversation_runs
-        )
+        # Part 2 reads the gateway's SQLite file directly (sqlite3): SQLite only, part 1 too.
+        async with fresh_database("sqlite", workdir, "conversation") as database:
+            report["checkpoint_size"] = await checkpoint_sizes(
+                database, args.reps, args.conversation_runs
+            )
         outcome = await recovery(
             workdir, args.runs, args.connections, args.delay_ms, args.delay_before_kill_ms
         )

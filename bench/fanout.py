@@ -37,10 +37,12 @@ from websockets.asyncio.client import ClientConnection
 from bench.common import (
     STORY_INPUT,
     TIMEOUT_S,
+    Backend,
     BenchClient,
     ProtocolError,
     clients,
     event_frame,
+    fresh_database,
     gateway_process,
     issue_token,
     raise_fd_limit,
@@ -135,7 +137,7 @@ def summary(reps: list[dict], story_events_n: int, watchers: int) -> dict[str, A
     }
 
 
-async def measure(n_clients: int, reps: int) -> dict[str, Any]:
+async def measure(n_clients: int, reps: int, backend: Backend) -> dict[str, Any]:
     raise_fd_limit(4 * n_clients + 256)
     events = await story_events()
     with tempfile.TemporaryDirectory(prefix="bench-fanout-") as tmp:
@@ -152,41 +154,44 @@ async def measure(n_clients: int, reps: int) -> dict[str, Any]:
             str(Path(__file__).with_name("broadcast_server.py")),
             str(frames_file),
         ]
-        with (
-            gateway_process(workdir) as gateway,
-            server_process(ceiling_cmd, workdir / "ceiling.log", {}) as ceiling,
-        ):
-            starter = await BenchClient.connect(gateway.ws_url, issue_token("alice", ["user"]))
-            _, _, created = await starter.request("thread.create")
-            thread_id = created["thread_id"]
-            async with (
-                clients(gateway.ws_url, n_clients) as gw_conns,
-                clients(ceiling.ws_url, n_clients + 1) as bc_conns,
+        async with fresh_database(backend, workdir) as database:
+            with (
+                gateway_process(workdir, database=database) as gateway,
+                server_process(ceiling_cmd, workdir / "ceiling.log", {}) as ceiling,
             ):
-                for ws in gw_conns:
-                    await ws.send(
-                        orjson.dumps({"type": "thread.subscribe", "thread_id": thread_id}).decode()
-                    )
-                for ws in gw_conns:
-                    while orjson.loads(await ws.recv()).get("type") != "subscribed":
-                        pass
-                gw_watchers = [Watcher(ws) for ws in gw_conns]
-                control, bc_watchers = bc_conns[0], [Watcher(ws) for ws in bc_conns[1:]]
-                for w in (*gw_watchers, *bc_watchers):
-                    w.start()
-                # Warm-up: imports, SQLite pages, the first send on every socket.
-                await gateway_rep(starter, thread_id, gw_watchers)
-                await broadcast_rep(control, bc_watchers)
-                gw_reps: list[dict] = []
-                bc_reps: list[dict] = []
-                for _ in range(reps):
-                    gw_reps.append(await gateway_rep(starter, thread_id, gw_watchers))
-                    bc_reps.append(await broadcast_rep(control, bc_watchers))
-                gaps = sum(w.gaps for w in gw_watchers)
-                for w in (*gw_watchers, *bc_watchers):
-                    if w.task is not None:
-                        w.task.cancel()
-            await starter.close()
+                starter = await BenchClient.connect(gateway.ws_url, issue_token("alice", ["user"]))
+                _, _, created = await starter.request("thread.create")
+                thread_id = created["thread_id"]
+                async with (
+                    clients(gateway.ws_url, n_clients) as gw_conns,
+                    clients(ceiling.ws_url, n_clients + 1) as bc_conns,
+                ):
+                    for ws in gw_conns:
+                        await ws.send(
+                            orjson.dumps(
+                                {"type": "thread.subscribe", "thread_id": thread_id}
+                            ).decode()
+                        )
+                    for ws in gw_conns:
+                        while orjson.loads(await ws.recv()).get("type") != "subscribed":
+                            pass
+                    gw_watchers = [Watcher(ws) for ws in gw_conns]
+                    control, bc_watchers = bc_conns[0], [Watcher(ws) for ws in bc_conns[1:]]
+                    for w in (*gw_watchers, *bc_watchers):
+                        w.start()
+                    # Warm-up: imports, database pages, the first send on every socket.
+                    await gateway_rep(starter, thread_id, gw_watchers)
+                    await broadcast_rep(control, bc_watchers)
+                    gw_reps: list[dict] = []
+                    bc_reps: list[dict] = []
+                    for _ in range(reps):
+                        gw_reps.append(await gateway_rep(starter, thread_id, gw_watchers))
+                        bc_reps.append(await broadcast_rep(control, bc_watchers))
+                    gaps = sum(w.gaps for w in gw_watchers)
+                    for w in (*gw_watchers, *bc_watchers):
+                        if w.task is not None:
+                            w.task.cancel()
+                await starter.close()
     gw = summary(gw_reps, len(events), n_clients)
     bc = summary(bc_reps, len(events), n_clients)
     ratio = gw["story_events_per_s_median"] / bc["story_events_per_s_median"]
@@ -210,7 +215,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", type=int, default=200, help="watchers (default 200)")
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
     if args.clients < 1 or args.reps < 1:
         raise ProtocolError("--clients and --reps must be >= 1")
-    return await measure(args.clients, args.reps)
+    return await measure(args.clients, args.reps, backend)

@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    Backend,
     ServerProcess,
     clients,
+    fresh_database,
     gateway_process,
     raise_fd_limit,
     rss_kib,
@@ -49,7 +51,7 @@ async def per_connection_kib(server: ServerProcess, count: int) -> dict[str, Any
     }
 
 
-async def measure(count: int) -> dict[str, Any]:
+async def measure(count: int, backend: Backend) -> dict[str, Any]:
     limit = raise_fd_limit(2 * count + 512)
     if limit < count + 64:
         raise RuntimeError(f"the open-files limit ({limit}) is too low for {count} connections")
@@ -64,8 +66,9 @@ async def measure(count: int) -> dict[str, Any]:
         ]
         with server_process(minimal_cmd, workdir / "minimal.log", {}) as minimal:
             baseline = await per_connection_kib(minimal, count)
-        with gateway_process(workdir) as gateway:
-            gw = await per_connection_kib(gateway, count)
+        async with fresh_database(backend, workdir) as database:
+            with gateway_process(workdir, database=database) as gateway:
+                gw = await per_connection_kib(gateway, count)
     ratio = gw["kib_per_connection"] / baseline["kib_per_connection"]
     return {
         "figure": 6,
@@ -85,5 +88,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    return await measure(args.connections)
+async def run(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
+    return await measure(args.connections, backend)

@@ -3,7 +3,8 @@
     .venv/bin/python -m bench replay [--events 10000] [--reps 5]
 
 Before the gateway starts, the benchmark writes a thread of `--events` events straight into a
-fresh SQLite file through the gateway's own Store (`Store.write` of `events.append_in`):
+fresh database of the selected backend (`bench.common.fresh_database`) through the gateway's own
+Store (`Store.write` of `events.append_in`):
 demo story runs one after another (`run.started`, `message.started`, one `message.delta` per
 word, `message.completed`, `run.completed`), cut at exactly `--events`. Then, per repetition, a
 fresh connection sends `thread.subscribe` with `after_seq: 0`; the time runs from that send to
@@ -32,7 +33,9 @@ import orjson
 from bench.common import (
     TENANT,
     TIMEOUT_S,
+    Backend,
     connect,
+    fresh_database,
     gateway_process,
     issue_token,
     server_process,
@@ -42,7 +45,7 @@ from bench.common import (
 TARGET_EVENTS_PER_S = 50_000
 
 
-async def build_thread(db_path: Path, count: int) -> tuple[str, list[tuple[str, str]]]:
+async def build_thread(database: str, count: int) -> tuple[str, list[tuple[str, str]]]:
     """A thread with `count` events; returns its id and every (type, data JSON) in order."""
     from persistence.events import NewEvent, append_in
     from persistence.ids import new_id
@@ -51,7 +54,7 @@ async def build_thread(db_path: Path, count: int) -> tuple[str, list[tuple[str, 
     from persistence.threads import ThreadRepository
 
     story = await story_events()
-    store = open_store(f"sqlite:///{db_path}")
+    store = open_store(database)
     try:
         await migrate(store)
         thread = await ThreadRepository(store).create(tenant=TENANT, owner="alice")
@@ -133,41 +136,46 @@ async def from_memory_once(url: str, count: int) -> float:
         await ws.close()
 
 
-async def measure(count: int, reps: int) -> dict[str, Any]:
+async def measure(count: int, reps: int, backend: Backend) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
         workdir = Path(tmp)
-        db_path = workdir / "gateway.db"
-        thread_id, stored = await build_thread(db_path, count)
-        token = issue_token("alice", ["user"])
-        frames_file = workdir / "frames.jsonl"
-        ts = "2026-01-01T00:00:00.000Z"
-        frames_file.write_text(
-            "\n".join(
-                f'{{"type":"event","thread_id":"{thread_id}","seq":{seq},"run_id":null,'
-                f'"event":"{type_}","ts":"{ts}","data":{data}}}'
-                for seq, (type_, data) in enumerate(stored, start=1)
-            )
+        async with fresh_database(backend, workdir) as database:
+            return await measure_on(workdir, database, count, reps)
+
+
+async def measure_on(workdir: Path, database: str, count: int, reps: int) -> dict[str, Any]:
+    """The measurement on `database`, empty until the thread is written into it."""
+    thread_id, stored = await build_thread(database, count)
+    token = issue_token("alice", ["user"])
+    frames_file = workdir / "frames.jsonl"
+    ts = "2026-01-01T00:00:00.000Z"
+    frames_file.write_text(
+        "\n".join(
+            f'{{"type":"event","thread_id":"{thread_id}","seq":{seq},"run_id":null,'
+            f'"event":"{type_}","ts":"{ts}","data":{data}}}'
+            for seq, (type_, data) in enumerate(stored, start=1)
         )
-        ceiling_cmd = [
-            sys.executable,
-            str(Path(__file__).with_name("broadcast_server.py")),
-            str(frames_file),
-        ]
-        with (
-            gateway_process(workdir, database=db_path) as gateway,
-            server_process(ceiling_cmd, workdir / "ceiling.log", {}) as ceiling,
-        ):
-            await replay_once(gateway.ws_url, token, thread_id, count)  # warm-up
-            await from_memory_once(ceiling.ws_url, count)
-            seconds: list[float] = []
-            ceiling_seconds: list[float] = []
-            checks: list[dict[str, Any]] = []
-            # Alternated, so both see the same background load.
-            for _ in range(reps):
-                elapsed, raws = await replay_once(gateway.ws_url, token, thread_id, count)
-                seconds.append(elapsed)
-                checks.append(check(raws, stored, thread_id))
-                ceiling_seconds.append(await from_memory_once(ceiling.ws_url, count))
+    )
+    ceiling_cmd = [
+        sys.executable,
+        str(Path(__file__).with_name("broadcast_server.py")),
+        str(frames_file),
+    ]
+    with (
+        gateway_process(workdir, database=database) as gateway,
+        server_process(ceiling_cmd, workdir / "ceiling.log", {}) as ceiling,
+    ):
+        await replay_once(gateway.ws_url, token, thread_id, count)  # warm-up
+        await from_memory_once(ceiling.ws_url, count)
+        seconds: list[float] = []
+        ceiling_seconds: list[float] = []
+        checks: list[dict[str, Any]] = []
+        # Alternated, so both see the same background load.
+        for _ in range(reps):
+            elapsed, raws = await replay_once(gateway.ws_url, token, thread_id, count)
+            seconds.append(elapsed)
+            checks.append(check(raws, stored, thread_id))
+            ceiling_seconds.append(await from_memory_once(ceiling.ws_url, count))
     rates = [count / s for s in seconds]
     median_rate = statistics.median(rates)
     ceiling_rate = statistics.median(count / s for s in ceiling_seconds)
@@ -192,5 +200,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", type=int, default=10_000, help="thread length (10000)")
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    return await measure(args.events, args.reps)
+async def run(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
+    return await measure(args.events, args.reps, backend)
