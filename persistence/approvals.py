@@ -9,7 +9,7 @@ from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Select, and_, bindparam, select, update
+from sqlalchemy import Select, bindparam, select, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
@@ -96,7 +96,7 @@ class ApprovalRepository:
 
     @staticmethod
     def insert_in(conn: Connection, records: Sequence[ApprovalRecord]) -> None:
-        conn.execute(approvals.insert(), [r.values() for r in records])
+        conn.execute(_INSERT, [r.values() for r in records])
 
     async def get(self, approval_id: str) -> ApprovalRecord | None:
         return await self._store.read(partial(self.get_in, approval_id=approval_id))
@@ -195,33 +195,65 @@ class ApprovalRepository:
         call, so the record never claims an approval that was not applied."""
         if not approval_ids:
             return []
-        open_statuses = (
-            ApprovalStatus.PENDING.value,
-            ApprovalStatus.APPROVED.value,
-            ApprovalStatus.REJECTED.value,
-        )
-        return _supersede(
-            conn,
-            and_(
-                approvals.c.approval_id.in_(list(approval_ids)),
-                approvals.c.status.in_(open_statuses),
-            ),
-            reason=reason,
-        )
+        ids = list(conn.execute(_OPEN_OF, {"b_ids": list(approval_ids)}).scalars())
+        if ids:
+            conn.execute(_SUPERSEDE_FOR, {"b_ids": ids, "b_now": utcnow(), "b_reason": reason})
+        return ids
 
     @staticmethod
     def supersede_pending_in(conn: Connection, run_id: str) -> list[str]:
         """Mark every pending approval of the run superseded; returns their ids."""
-        return _supersede(
-            conn,
-            and_(
-                approvals.c.run_id == run_id,
-                approvals.c.status == ApprovalStatus.PENDING.value,
-            ),
-        )
+        ids = list(conn.execute(_PENDING_OF_RUN, {"b_run": run_id}).scalars())
+        if ids:
+            conn.execute(_SUPERSEDE, {"b_ids": ids, "b_now": utcnow()})
+        return ids
 
 
+_INSERT = approvals.insert()
+# Ids in id order, so concurrent transactions lock the rows in one order.
+_OPEN_OF = (
+    select(approvals.c.approval_id)
+    .where(
+        approvals.c.approval_id.in_(bindparam("b_ids", expanding=True)),
+        approvals.c.status.in_(
+            [
+                ApprovalStatus.PENDING.value,
+                ApprovalStatus.APPROVED.value,
+                ApprovalStatus.REJECTED.value,
+            ]
+        ),
+    )
+    .order_by(approvals.c.approval_id)
+)
+_PENDING_OF_RUN = (
+    select(approvals.c.approval_id)
+    .where(
+        approvals.c.run_id == bindparam("b_run"),
+        approvals.c.status == ApprovalStatus.PENDING.value,
+    )
+    .order_by(approvals.c.approval_id)
+)
+_SUPERSEDE = (
+    update(approvals)
+    .where(approvals.c.approval_id.in_(bindparam("b_ids", expanding=True)))
+    .values(status=ApprovalStatus.SUPERSEDED.value, decided_at=bindparam("b_now"))
+)
+_SUPERSEDE_FOR = _SUPERSEDE.values(reason=bindparam("b_reason"))
 _BY_ID = select(approvals).where(approvals.c.approval_id == bindparam("b_approval"))
+_SETTLE = (
+    update(approvals)
+    .where(
+        approvals.c.approval_id == bindparam("b_approval"),
+        approvals.c.status == ApprovalStatus.PENDING.value,
+        approvals.c.checkpoint_version == bindparam("b_version"),
+    )
+    .values(
+        status=bindparam("b_status"),
+        reviewer=bindparam("b_reviewer"),
+        reason=bindparam("b_reason"),
+        decided_at=bindparam("b_decided_at"),
+    )
+)
 _OF_CHECKPOINT = (
     select(approvals)
     .where(
@@ -239,33 +271,26 @@ def _records(
 
 
 def _settle_pending_in(
-    conn: Connection, approval_id: str, checkpoint_version: int, **values: Any
+    conn: Connection,
+    approval_id: str,
+    checkpoint_version: int,
+    *,
+    status: str,
+    reviewer: str | None,
+    reason: str | None,
+    decided_at: datetime,
 ) -> bool:
-    """Write `values` only while the approval is pending at that checkpoint version, so a
+    """Record the outcome only while the approval is pending at that checkpoint version, so a
     reviewer, a concurrent reviewer and the expiry sweep settle it once between them."""
     result = conn.execute(
-        update(approvals)
-        .where(
-            approvals.c.approval_id == approval_id,
-            approvals.c.status == ApprovalStatus.PENDING.value,
-            approvals.c.checkpoint_version == checkpoint_version,
-        )
-        .values(**values)
+        _SETTLE,
+        {
+            "b_approval": approval_id,
+            "b_version": checkpoint_version,
+            "b_status": status,
+            "b_reviewer": reviewer,
+            "b_reason": reason,
+            "b_decided_at": decided_at,
+        },
     )
     return result.rowcount == 1
-
-
-def _supersede(conn: Connection, which: ColumnElement[bool], **values: Any) -> list[str]:
-    """Mark the approvals `which` picks superseded (with `values`); their ids, in id order."""
-    ids = list(
-        conn.execute(
-            select(approvals.c.approval_id).where(which).order_by(approvals.c.approval_id)
-        ).scalars()
-    )
-    if ids:
-        conn.execute(
-            update(approvals)
-            .where(approvals.c.approval_id.in_(ids))
-            .values(status=ApprovalStatus.SUPERSEDED.value, decided_at=utcnow(), **values)
-        )
-    return ids

@@ -106,6 +106,9 @@ def _utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+_INSERT = insert(audit)
+
+
 class AuditRepository:
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -115,7 +118,7 @@ class AuditRepository:
         """Insert inside the caller's transaction, so the entry commits with what it records."""
         batch = [entries] if isinstance(entries, AuditEntry) else list(entries)
         if batch:
-            conn.execute(insert(audit), [_row(entry) for entry in batch])
+            conn.execute(_INSERT, [_row(entry) for entry in batch])
 
     async def insert(self, entries: AuditEntry | Sequence[AuditEntry]) -> None:
         await self._store.write(partial(self.insert_in, entries=entries))

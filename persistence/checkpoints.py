@@ -93,8 +93,12 @@ class CheckpointRepository:
         return _advance(
             conn,
             checkpoint,
-            update(runs).where(runs.c.status.in_([s.value for s in expected])),
-            {"status": status.value, "updated_at": utcnow()},
+            _ADVANCE_WITH_STATUS,
+            {
+                "b_expected": [s.value for s in expected],
+                "b_status": status.value,
+                "b_now": utcnow(),
+            },
             session_of,
         )
 
@@ -107,13 +111,13 @@ class CheckpointRepository:
         The run's status is set by that transaction; this only advances the version, under
         the same rule as `save_in`: never over a newer checkpoint. `session_of` as in `save_in`.
         """
-        return _advance(conn, checkpoint, update(runs), {}, session_of)
+        return _advance(conn, checkpoint, _ADVANCE, {}, session_of)
 
     @staticmethod
     def drop_in(conn: Connection, run_id: str) -> None:
         """Remove every checkpoint of a run that ended without a final state (cancelled, or
         failed in a state that would not serialize): a terminal run is never resumed."""
-        conn.execute(delete(checkpoints).where(checkpoints.c.run_id == run_id))
+        conn.execute(_DROP, {"b_run": run_id})
 
     async def latest(self, run_id: str) -> CheckpointRecord | None:
         return await self._store.read(partial(self.latest_in, run_id=run_id))
@@ -132,32 +136,42 @@ _LATEST = (
 )
 
 
+_ADVANCE = (
+    update(runs)
+    .where(
+        runs.c.run_id == bindparam("b_run"),
+        runs.c.checkpoint_version == bindparam("b_previous"),
+    )
+    .values(checkpoint_version=bindparam("b_version"))
+)
+_ADVANCE_WITH_STATUS = _ADVANCE.where(
+    runs.c.status.in_(bindparam("b_expected", expanding=True))
+).values(status=bindparam("b_status"), updated_at=bindparam("b_now"))
+_INSERT = checkpoints.insert()
+_PRUNE = delete(checkpoints).where(
+    checkpoints.c.run_id == bindparam("b_run"), checkpoints.c.version < bindparam("b_version")
+)
+_DROP = delete(checkpoints).where(checkpoints.c.run_id == bindparam("b_run"))
+
+
 def _advance(
     conn: Connection,
     checkpoint: CheckpointRecord,
     move: Update,
-    values: dict[str, Any],
+    params: dict[str, Any],
     session_of: str | None,
 ) -> CheckpointRecord:
-    """Move the run from `checkpoint.version - 1` to `checkpoint.version` (with `values`, under
-    `move`'s conditions) and insert the checkpoint; `StaleWrite` if the run is elsewhere."""
+    """Move the run from `checkpoint.version - 1` to `checkpoint.version` (`move`, with
+    `params`) and insert the checkpoint; `StaleWrite` if the run is elsewhere."""
     if session_of is not None:
         checkpoint = replace(checkpoint, session_mark=SessionMarks.head_in(conn, session_of))
-    moved = conn.execute(
-        move.where(
-            runs.c.run_id == checkpoint.run_id,
-            runs.c.checkpoint_version == checkpoint.version - 1,
-        ).values(checkpoint_version=checkpoint.version, **values)
-    )
+    version = {"b_run": checkpoint.run_id, "b_version": checkpoint.version}
+    moved = conn.execute(move, {**params, **version, "b_previous": checkpoint.version - 1})
     if moved.rowcount != 1:
         raise StaleWrite(f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}")
-    conn.execute(checkpoints.insert().values(**_row(checkpoint)))
+    conn.execute(_INSERT, _row(checkpoint))
     # Nothing resumes from an older version once this one is durable (a continuation, a
     # recovery and a decision's binding check all read the run's current version), and each
     # older state repeats the conversation so far: dropped in the same transaction.
-    conn.execute(
-        delete(checkpoints).where(
-            checkpoints.c.run_id == checkpoint.run_id, checkpoints.c.version < checkpoint.version
-        )
-    )
+    conn.execute(_PRUNE, version)
     return checkpoint

@@ -91,6 +91,16 @@ _PAGE = (
     .limit(bindparam("b_limit"))
 )
 
+_OF_RUN = (
+    select(*_COLUMNS)
+    .where(
+        events.c.thread_id == bindparam("b_thread"),
+        events.c.run_id == bindparam("b_run"),
+        events.c.type.in_(bindparam("b_types", expanding=True)),
+    )
+    .order_by(events.c.seq)
+)
+
 
 def append_in(conn: Connection, batch: Sequence[NewEvent]) -> list[EventRecord]:
     """Store `batch` inside the caller's transaction; the records with their seq, in order."""
@@ -174,15 +184,7 @@ class EventRepository:
     async def for_run(self, thread_id: str, run_id: str, types: Sequence[str]) -> list[EventRecord]:
         """The run's events of `types`, through the primary key: a run's events are all in
         its thread (the log has no index by run)."""
-        query = (
-            select(*_COLUMNS)
-            .where(
-                events.c.thread_id == thread_id,
-                events.c.run_id == run_id,
-                events.c.type.in_(list(types)),
-            )
-            .order_by(events.c.seq)
-        )
+        params = {"b_thread": thread_id, "b_run": run_id, "b_types": list(types)}
         return await self._store.read(
-            lambda conn: list(map(EventRecord._make, conn.execute(query)))
+            lambda conn: list(map(EventRecord._make, conn.execute(_OF_RUN, params)))
         )

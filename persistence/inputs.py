@@ -7,7 +7,7 @@ from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, bindparam, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from persistence.clock import utcnow
@@ -47,14 +47,15 @@ class InputRepository:
         sender: str | None = None,
     ) -> None:
         conn.execute(
-            pending_inputs.insert().values(
-                thread_id=thread_id,
-                run_id=run_id,
-                input=text,
-                disposition=disposition.value,
-                sender=sender,
-                created_at=utcnow(),
-            )
+            _INSERT,
+            {
+                "thread_id": thread_id,
+                "run_id": run_id,
+                "input": text,
+                "disposition": disposition.value,
+                "sender": sender,
+                "created_at": utcnow(),
+            },
         )
 
     @staticmethod
@@ -62,12 +63,8 @@ class InputRepository:
         """Mark inputs as admitted (a queued input also records the run it started)."""
         if not input_ids:
             return
-        values: dict[str, object] = {"consumed_at": utcnow()}
-        if run_id is not None:
-            values["run_id"] = run_id
-        conn.execute(
-            update(pending_inputs).where(pending_inputs.c.input_id.in_(input_ids)).values(**values)
-        )
+        params = {"b_ids": input_ids, "b_now": utcnow(), "b_run": run_id}
+        conn.execute(_CONSUME if run_id is None else _CONSUME_FOR_RUN, params)
 
     async def count_open(self, *, thread_id: str, run_id: str) -> int:
         """Inputs still waiting on a thread: all queued ones, and those staged on `run_id`.
@@ -106,14 +103,9 @@ class InputRepository:
         disposition: Disposition,
         run_id: str | None = None,
     ) -> list[PendingInput]:
-        query = select(pending_inputs).where(
-            pending_inputs.c.thread_id == thread_id,
-            pending_inputs.c.disposition == disposition.value,
-            pending_inputs.c.consumed_at.is_(None),
-        )
-        if run_id is not None:
-            query = query.where(pending_inputs.c.run_id == run_id)
-        rows = conn.execute(query.order_by(pending_inputs.c.input_id)).mappings()
+        query = _OPEN if run_id is None else _OPEN_OF_RUN
+        params = {"b_thread": thread_id, "b_disposition": disposition.value, "b_run": run_id}
+        rows = conn.execute(query, params).mappings()
         return [
             PendingInput(
                 input_id=row["input_id"],
@@ -125,3 +117,22 @@ class InputRepository:
             )
             for row in rows
         ]
+
+
+_INSERT = pending_inputs.insert()
+_CONSUME = (
+    update(pending_inputs)
+    .where(pending_inputs.c.input_id.in_(bindparam("b_ids", expanding=True)))
+    .values(consumed_at=bindparam("b_now"))
+)
+_CONSUME_FOR_RUN = _CONSUME.values(run_id=bindparam("b_run"))
+_OPEN = (
+    select(pending_inputs)
+    .where(
+        pending_inputs.c.thread_id == bindparam("b_thread"),
+        pending_inputs.c.disposition == bindparam("b_disposition"),
+        pending_inputs.c.consumed_at.is_(None),
+    )
+    .order_by(pending_inputs.c.input_id)
+)
+_OPEN_OF_RUN = _OPEN.where(pending_inputs.c.run_id == bindparam("b_run"))

@@ -49,12 +49,23 @@ _CURRENT = (
     .order_by(runs.c.run_id)
     .with_for_update(read=True)
 )
+_CURRENT_OF_ONE = (
+    select(runs.c.lease_owner, runs.c.lease_token)
+    .where(runs.c.run_id == bindparam("b_run"))
+    .with_for_update(read=True)
+)
 
 
 def held_of_in(conn: Connection, leases: Sequence[Lease]) -> set[Lease]:
     """Inside a write transaction: which of `leases` are still their run's current lease.
     One read for all of them, and no other writer can change them before this commits."""
     held: set[Lease] = set()
+    if len(leases) == 1:
+        # The usual case (one run's events): without the IN list SQLAlchemy renders anew at
+        # every execution.
+        (lease,) = leases
+        row = conn.execute(_CURRENT_OF_ONE, {"b_run": lease.run_id}).first()
+        return {lease} if row is not None and tuple(row) == (lease.owner, lease.token) else held
     for chunk in slices(sorted(leases, key=lambda lease: lease.run_id), RENEW_CHUNK):
         rows = conn.execute(_CURRENT, {"b_runs": [lease.run_id for lease in chunk]})
         current = {run_id: (owner, token) for run_id, owner, token in rows}
@@ -83,21 +94,13 @@ class LeaseRepository:
     def acquire_in(conn: Connection, run_id: str, owner: str, ttl_s: float) -> Lease | None:
         now = utcnow()
         token = conn.execute(
-            update(runs)
-            .where(
-                runs.c.run_id == run_id,
-                or_(
-                    runs.c.lease_owner.is_(None),
-                    runs.c.lease_owner == owner,
-                    runs.c.lease_expires_at < now,
-                ),
-            )
-            .values(
-                lease_owner=owner,
-                lease_expires_at=now + timedelta(seconds=ttl_s),
-                lease_token=runs.c.lease_token + 1,
-            )
-            .returning(runs.c.lease_token)
+            _ACQUIRE,
+            {
+                "b_run": run_id,
+                "b_owner": owner,
+                "b_now": now,
+                "b_expires": now + timedelta(seconds=ttl_s),
+            },
         ).scalar()
         return None if token is None else Lease(run_id, owner, int(token))
 
@@ -117,13 +120,7 @@ class LeaseRepository:
         for chunk in slices(ordered, RENEW_CHUNK):
             for owner, pairs in _by_owner(chunk).items():
                 rows = conn.execute(
-                    update(runs)
-                    .where(
-                        runs.c.lease_owner == owner,
-                        tuple_(runs.c.run_id, runs.c.lease_token).in_(pairs),
-                    )
-                    .values(lease_expires_at=expires)
-                    .returning(runs.c.run_id, runs.c.lease_token)
+                    _RENEW, {"b_owner": owner, "b_pairs": pairs, "b_expires": expires}
                 )
                 held.update(Lease(run_id, owner, int(token)) for run_id, token in rows)
         return held
@@ -136,11 +133,41 @@ class LeaseRepository:
 
     @staticmethod
     def release_in(conn: Connection, lease: Lease) -> None:
-        conn.execute(
-            update(runs)
-            .where(runs.c.run_id == lease.run_id, runs.c.lease_token == lease.token)
-            .values(lease_owner=None, lease_expires_at=None)
-        )
+        conn.execute(_RELEASE, {"b_run": lease.run_id, "b_token": lease.token})
+
+
+# Free, expired, or held by an earlier incarnation of the same owner (see `acquire`).
+_ACQUIRE = (
+    update(runs)
+    .where(
+        runs.c.run_id == bindparam("b_run"),
+        or_(
+            runs.c.lease_owner.is_(None),
+            runs.c.lease_owner == bindparam("b_owner"),
+            runs.c.lease_expires_at < bindparam("b_now"),
+        ),
+    )
+    .values(
+        lease_owner=bindparam("b_owner"),
+        lease_expires_at=bindparam("b_expires"),
+        lease_token=runs.c.lease_token + 1,
+    )
+    .returning(runs.c.lease_token)
+)
+_RENEW = (
+    update(runs)
+    .where(
+        runs.c.lease_owner == bindparam("b_owner"),
+        tuple_(runs.c.run_id, runs.c.lease_token).in_(bindparam("b_pairs", expanding=True)),
+    )
+    .values(lease_expires_at=bindparam("b_expires"))
+    .returning(runs.c.run_id, runs.c.lease_token)
+)
+_RELEASE = (
+    update(runs)
+    .where(runs.c.run_id == bindparam("b_run"), runs.c.lease_token == bindparam("b_token"))
+    .values(lease_owner=None, lease_expires_at=None)
+)
 
 
 def _by_owner(leases: Sequence[Lease]) -> dict[str, list[tuple[str, int]]]:

@@ -9,7 +9,7 @@ from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, bindparam, select, update
+from sqlalchemy import Select, Update, bindparam, select, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
@@ -105,7 +105,7 @@ class RunRepository:
 
     @staticmethod
     def insert_in(conn: Connection, record: RunRecord) -> None:
-        conn.execute(runs.insert().values(**record.values()))
+        conn.execute(_INSERT, record.values())
 
     async def get(self, run_id: str) -> RunRecord | None:
         return await self._store.read(partial(self.get_in, run_id=run_id))
@@ -181,18 +181,38 @@ class RunRepository:
         checkpoint_version: int | None = None,
         error: dict[str, Any] | None = None,
     ) -> bool:
-        query = update(runs).where(
-            runs.c.run_id == run_id, runs.c.status.in_([s.value for s in expected])
-        )
-        if checkpoint_version is not None:
-            query = query.where(runs.c.checkpoint_version == checkpoint_version)
-        values: dict[str, Any] = {"status": to.value, "updated_at": utcnow()}
-        if error is not None:
-            values["error"] = error
-        return conn.execute(query.values(**values)).rowcount == 1
+        params: dict[str, Any] = {
+            "b_run": run_id,
+            "b_expected": [s.value for s in expected],
+            "b_status": to.value,
+            "b_now": utcnow(),
+            "b_version": checkpoint_version,
+            "b_error": error,
+        }
+        statement = _TRANSITIONS[(checkpoint_version is not None, error is not None)]
+        return conn.execute(statement, params).rowcount == 1
 
 
+_INSERT = runs.insert()
 _BY_ID = select(runs).where(runs.c.run_id == bindparam("b_run"))
+
+
+def _transition(at_version: bool, with_error: bool) -> Update:
+    """The status compare-and-swap: only from an expected status (and checkpoint version)."""
+    statement = update(runs).where(
+        runs.c.run_id == bindparam("b_run"),
+        runs.c.status.in_(bindparam("b_expected", expanding=True)),
+    )
+    if at_version:
+        statement = statement.where(runs.c.checkpoint_version == bindparam("b_version"))
+    values: dict[str, Any] = {"status": bindparam("b_status"), "updated_at": bindparam("b_now")}
+    if with_error:
+        values["error"] = bindparam("b_error", type_=runs.c.error.type)
+    return statement.values(**values)
+
+
+# Built once each: whether the swap also checks the checkpoint version, and records an error.
+_TRANSITIONS = {(v, e): _transition(v, e) for v in (False, True) for e in (False, True)}
 _ACTIVE_ON_THREAD = select(runs).where(
     runs.c.thread_id == bindparam("b_thread"), runs.c.status.in_([s.value for s in ACTIVE])
 )

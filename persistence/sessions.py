@@ -74,13 +74,14 @@ class SessionMarks:
     @staticmethod
     def trim_in(conn: Connection, session_id: str, mark: int) -> int:
         """Remove the session's messages after `mark`, inside the caller's transaction."""
-        result = conn.execute(
-            delete(_messages).where(_messages.c.session_id == session_id, _messages.c.id > mark)
-        )
+        result = conn.execute(_TRIM, {"b_session": session_id, "b_mark": mark})
         return int(result.rowcount or 0)
 
 
 _HEAD = select(func.max(_messages.c.id)).where(_messages.c.session_id == bindparam("b_session"))
+_TRIM = delete(_messages).where(
+    _messages.c.session_id == bindparam("b_session"), _messages.c.id > bindparam("b_mark")
+)
 
 
 class GatewaySession(SQLAlchemySession):

@@ -81,7 +81,7 @@ class ThreadRepository:
     @staticmethod
     def insert_in(conn: Connection, record: ThreadRecord) -> None:
         """Insert a thread made with `ThreadRecord.new`, inside the caller's transaction."""
-        conn.execute(threads.insert().values(**record.values()))
+        conn.execute(_INSERT, record.values())
 
     async def create(
         self, *, tenant: str, owner: str, metadata: dict[str, Any] | None = None
@@ -119,6 +119,7 @@ class ThreadRepository:
         )
 
 
+_INSERT = threads.insert()
 _BY_ID = select(threads).where(threads.c.thread_id == bindparam("b_thread"))
 _HEADS = select(threads.c.thread_id, threads.c.head_seq).where(
     threads.c.thread_id.in_(bindparam("b_threads", expanding=True))

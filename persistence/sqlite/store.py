@@ -117,10 +117,10 @@ class SqliteStore(Store):
         """
         with storage_errors(), _reset_on_failure(self._writes):
             conn = self._writes.connection()
-            busy_retry(lambda: conn.exec_driver_sql("BEGIN IMMEDIATE"), wait)
+            busy_retry(lambda: control(conn, "BEGIN IMMEDIATE"), wait)
             try:
                 result = work(conn)
-                conn.exec_driver_sql("COMMIT")
+                control(conn, "COMMIT")
             except BaseException:
                 _rollback(conn)
                 raise
@@ -167,7 +167,25 @@ def _reset_on_failure(lane: Lane) -> Iterator[None]:
         raise
 
 
+def control(conn: Connection, sql: str) -> None:
+    """A transaction-control statement (BEGIN IMMEDIATE, COMMIT, ROLLBACK), on the driver
+    connection itself: a third of a short transaction's statements are these, and through
+    SQLAlchemy each costs more than SQLite's own work. The engine's statement observers (SQL
+    tracing, the tests' storage faults) are told of it as of every other statement, and a
+    failure reaches the caller as SQLAlchemy's error, as it would from `execute`."""
+    dbapi = conn.connection.driver_connection
+    assert isinstance(dbapi, sqlite3.Connection)
+    try:
+        for before in conn.dispatch.before_cursor_execute:
+            before(conn, None, sql, (), None, False)
+        dbapi.execute(sql)
+        for after in conn.dispatch.after_cursor_execute:
+            after(conn, None, sql, (), None, False)
+    except sqlite3.Error as exc:
+        raise DBAPIError.instance(sql, (), exc, sqlite3.Error) from exc
+
+
 def _rollback(conn: Connection) -> None:
     dbapi = conn.connection.driver_connection
     if dbapi is not None and dbapi.in_transaction:
-        conn.exec_driver_sql("ROLLBACK")
+        control(conn, "ROLLBACK")
