@@ -15,7 +15,9 @@ from gateway.settings import Settings, SettingsError, load_settings
 FLAGS: dict[str, tuple[str, type, str]] = {
     "--host": ("host", str, "listen address (GATEWAY_HOST)"),
     "--port": ("port", int, "listen port, 0 for any free port (GATEWAY_PORT)"),
-    "--database-url": ("database_url", str, "SQLAlchemy async URL (GATEWAY_DATABASE_URL)"),
+    "--database-url": ("database_url", str, "SQLite or PostgreSQL URL (GATEWAY_DATABASE_URL)"),
+    "--bus-url": ("bus_url", str, "memory:// or redis://host:port/db (GATEWAY_BUS_URL)"),
+    "--bus-prefix": ("bus_prefix", str, "Redis channel prefix (GATEWAY_BUS_PREFIX)"),
     "--allowed-origins": (
         "allowed_origins",
         str,

@@ -27,6 +27,7 @@ from gateway.limits import Limits
 from gateway.log_watch import LogWatch
 from gateway.models import build_model_provider, default_model_name
 from gateway.registry import AgentRegistry, load_registry
+from gateway.relay import open_relay
 from gateway.retention import Retention
 from gateway.runs import RunManager
 from gateway.services import Services
@@ -97,7 +98,11 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
         # Before anything can authenticate a request: refusals are recorded from the start.
         audit = AuditTrail(store)
         audit.start()
-        bus = EventBus()
+        instance_id = settings.resolved_instance_id()
+        bus = EventBus(
+            open_relay(settings.bus_url, prefix=settings.bus_prefix, instance_id=instance_id)
+        )
+        await bus.start()
         event_log = EventLog(store, bus)
         await event_log.start()
         log_watch = LogWatch(ThreadRepository(store), bus, settings.log_watch_interval_s)
@@ -120,7 +125,6 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             openai_base_url=settings.openai_base_url,
         )
         verifier = build_verifier(settings, custom_roles=graphs.reviewer_role_names())
-        instance_id = settings.resolved_instance_id()
         runs = RunManager(
             store=store,
             log=event_log,
@@ -172,6 +176,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             await log_watch.close()
             await retention.close()
             await event_log.close()
+            await bus.close()
             await provider.aclose()
             await verifier.aclose()
             await store.close()

@@ -1,8 +1,12 @@
-"""Wake-ups for events written by other gateway processes sharing the database.
+"""The safety net for events written by other gateway processes sharing the database.
 
-The in-process bus only sees this process's commits. Until a shared bus (Redis) is configured,
-one query per interval reads the log heads of every thread this process has watchers on and
-wakes the subscriptions whose thread grew elsewhere; they then read the table from their cursor.
+With a shared relay (Redis) the other processes' commits arrive as wake-ups at once; without
+one, or while it is down or drops a message, this is how they arrive: one query per interval
+reads the log heads of every thread this process has watchers on and wakes the subscriptions
+whose thread grew beyond what they were told of; they then read the table from their cursor.
+A thread seen for the first time is woken too: its subscription may have read the table just
+before the other process's last events, and nothing later would wake it (a run's pause is its
+last event for as long as the pause lasts).
 """
 
 from __future__ import annotations
@@ -20,13 +24,9 @@ log = logging.getLogger(__name__)
 
 class LogWatch:
     def __init__(self, threads: ThreadRepository, bus: EventBus, interval_s: float) -> None:
-        # Given the event log's direct path, the poll is one read on the loop's thread: through
-        # aiosqlite's thread, the GIL handed back and forth for every row held up the loop
-        # itself by tens of milliseconds per poll with many threads watched.
         self._threads = threads
         self._bus = bus
         self._interval_s = interval_s
-        self._heads: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -48,15 +48,8 @@ class LogWatch:
 
     async def poll(self) -> None:
         watched = self._bus.watched_threads()
-        still_watched = set(watched)
-        self._heads = {t: h for t, h in self._heads.items() if t in still_watched}
         for chunk in slices(watched, HEADS_PER_READ):
-            heads = await self._threads.heads(chunk)
-            for thread_id, head in heads.items():
-                previous = self._heads.get(thread_id)
-                self._heads[thread_id] = head
-                # Growth this process published itself reached its subscribers already.
-                seen = max(previous or 0, self._bus.published_head(thread_id))
-                if previous is not None and head > seen:
-                    # A bare wake-up: subscriptions already caught up ignore it cheaply.
-                    self._bus.publish(thread_id, [])
+            for thread_id, head in (await self._threads.heads(chunk)).items():
+                # A bare wake-up unless the thread's listeners were told of this head already
+                # (by this process's own commits or the relay); caught-up ones ignore it cheaply.
+                self._bus.wake(thread_id, head)

@@ -121,6 +121,10 @@ class RunManager:
         self._suspend_grace_s = suspend_grace_s
         self._suspend_timers: dict[str, asyncio.TimerHandle] = {}
         bus.on_watchers_changed(self._watchers_changed)
+        bus.on_remote_inbox(self._remote_inbox)
+        # Inbox changes from other processes are delivered in the order they arrived, each
+        # after its rows were read.
+        self._remote_inbox_turn = asyncio.Lock()
 
     def is_executing(self, run_id: str) -> bool:
         return self._ctx.is_executing(run_id)
@@ -503,6 +507,20 @@ class RunManager:
 
     def _inbox_added(self, tenant: str, views: list[dict[str, Any]]) -> None:
         self._ctx.bus.publish_inbox(tenant, added=views)
+
+    def _remote_inbox(self, tenant: str, added: list[str], removed: list[str]) -> None:
+        self._ctx.spawn(self._deliver_remote_inbox(tenant, added, removed), name="remote-inbox")
+
+    async def _deliver_remote_inbox(
+        self, tenant: str, added: list[str], removed: list[str]
+    ) -> None:
+        async with self._remote_inbox_turn:
+            try:
+                views = await self.views.pending_views(tenant, added) if added else []
+            except StorageUnavailable:
+                log.warning("inbox change from another process not shown: storage unavailable")
+                return
+            self._ctx.bus.deliver_inbox(tenant, views, removed)
 
     async def _finished(self, run: RunRecord, status: RunStatus) -> None:
         if status is RunStatus.CANCELLED:

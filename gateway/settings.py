@@ -76,6 +76,11 @@ class Settings(BaseSettings):
     # How often to look for events other processes appended to watched threads (0: never,
     # for a single process per database).
     log_watch_interval_s: float = Field(0.5, ge=0.0, le=60.0)
+    # How processes on one database wake each other at once: memory:// (one process) or
+    # redis://host:port/db (several); the log watch stays as the safety net.
+    bus_url: str = "memory://"
+    # Prefix of the relay's Redis channel: gateways that share it hear each other.
+    bus_prefix: str = Field("agents-gateway", min_length=1, max_length=128)
     # Keep checkpoints and event logs of ended runs this long (0: forever). Approvals, the
     # operation ledger and conversation history are kept regardless.
     retention_s: float = Field(0.0, ge=0.0)
@@ -115,6 +120,14 @@ class Settings(BaseSettings):
                 "must be a SQLite or PostgreSQL URL such as sqlite:///./gateway.db "
                 "or postgresql://user@host/dbname"
             )
+        return value
+
+    @field_validator("bus_url")
+    @classmethod
+    def _known_bus(cls, value: str) -> str:
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme not in {"memory", "redis", "rediss", "unix"}:
+            raise ValueError("must be memory:// or a Redis URL such as redis://127.0.0.1:6379/0")
         return value
 
     @field_validator("log_level")

@@ -63,6 +63,25 @@ class Views:
             views.append(approval_view(approval, review))
         return self.for_inbox_reader(principal, views)
 
+    async def pending_views(self, tenant: str, approval_ids: list[str]) -> list[dict[str, Any]]:
+        """Inbox views of those of `approval_ids` that are still pending in `tenant` (the
+        approvals another process announced), with who may decide them."""
+        ctx = self._ctx
+        views = []
+        for approval_id in approval_ids:
+            approval = await ctx.approvals.get(approval_id)
+            if approval is None or approval.tenant != tenant:
+                continue
+            if approval.status is not ApprovalStatus.PENDING:
+                continue
+            run = await ctx.runs.get(approval.run_id)
+            views.append(
+                approval_view(
+                    approval, self._review_context(run, approval.tool_name) if run else None
+                )
+            )
+        return views
+
     def for_inbox_reader(
         self, principal: Principal, views: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:

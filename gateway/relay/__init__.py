@@ -1,0 +1,77 @@
+"""The relay seam: what one gateway process tells the others that share its database.
+
+The database is the source of truth; a relay only wakes readers, who then read from their
+cursor (a thread's log) or from the tables (an inbox). So a message the relay drops or delays
+can delay what a client sees, never lose it: the log watch (gateway/log_watch.py) reads the
+heads of every watched thread at its interval as a safety net, and a relay that comes back
+after an outage wakes every watcher once.
+
+Messages (JSON objects, `kind` first):
+- `wake`: `{"threads": {thread_id: head_seq}}`, after a commit grew those threads' logs;
+- `inbox`: `{"tenant", "added": [approval_id], "removed": [approval_id]}`: approval ids only,
+  so no tool arguments cross the relay; receivers read the rows.
+
+Backends, chosen by `GATEWAY_BUS_URL`: `memory://` (the default: one process, nothing to tell)
+and `redis://host:port/db` (Redis pub/sub, for several processes; gateway/relay/redis.py).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+# Handed every message another process published (never this process's own).
+MessageHandler = Callable[[dict[str, Any]], None]
+# Called when the relay is back after an outage: messages may have been missed meanwhile.
+ReconnectHandler = Callable[[], None]
+
+
+class RelayConfigError(ValueError):
+    """The bus URL cannot be used (unknown scheme, missing driver)."""
+
+
+class Relay(ABC):
+    @property
+    def shared(self) -> bool:
+        """Whether other processes hear this one (False for `memory://`)."""
+        return True
+
+    @abstractmethod
+    async def start(self, on_message: MessageHandler, on_reconnect: ReconnectHandler) -> None: ...
+
+    @abstractmethod
+    def publish(self, message: dict[str, Any]) -> None:
+        """Send `message` to the other processes, soon; never blocks, never raises (a message
+        that cannot be sent is dropped: readers catch up from the database)."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+
+class MemoryRelay(Relay):
+    """One process: nobody else to tell."""
+
+    @property
+    def shared(self) -> bool:
+        return False
+
+    async def start(self, on_message: MessageHandler, on_reconnect: ReconnectHandler) -> None:
+        return None
+
+    def publish(self, message: dict[str, Any]) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+def open_relay(url: str, *, prefix: str, instance_id: str) -> Relay:
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme == "memory":
+        return MemoryRelay()
+    if scheme in {"redis", "rediss", "unix"}:
+        from gateway.relay.redis import RedisRelay
+
+        return RedisRelay(url, prefix=prefix, instance_id=instance_id)
+    raise RelayConfigError(f"unsupported bus URL scheme {scheme!r}: use memory:// or redis://")

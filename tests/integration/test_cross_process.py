@@ -1,0 +1,226 @@
+"""Several gateway processes on one database: what one writes reaches subscribers on another.
+
+A subscriber on B that subscribes right after `run.start` on A must get every event of the run
+up to its `run.paused`, within a second, every time: the pause is the run's last event for a
+while, so nothing later would wake a subscriber that missed it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.auth import TokenVerifier
+from tests.support.client import Client
+from tests.support.gateway import TEST_SECRET, GatewayProcess, spawn_gateway
+from tests.support.redis import RedisServer, bus_prefix, require_redis
+
+pytestmark = pytest.mark.both_backends
+
+TOKEN = TokenVerifier(TEST_SECRET)
+REFUND = "refund order 42 for 30 dollars"
+TRIES = 20
+
+
+def pair(
+    tmp_path: Path, database_url: str, processes: list[GatewayProcess], **env: str
+) -> tuple[GatewayProcess, GatewayProcess]:
+    common = {"GATEWAY_DATABASE_URL": database_url, "GATEWAY_DEMO_DELAY_MS": "2", **env}
+    a = spawn_gateway(tmp_path, env={**common, "GATEWAY_INSTANCE_ID": "gw-a"})
+    b = spawn_gateway(tmp_path, env={**common, "GATEWAY_INSTANCE_ID": "gw-b"})
+    processes.extend([a, b])
+    return a, b
+
+
+async def test_a_subscriber_on_another_process_gets_the_pause(
+    tmp_path: Path, database_url: str, processes: list[GatewayProcess]
+) -> None:
+    a, b = pair(tmp_path, database_url, processes)
+    token = TOKEN.issue("alice", "acme", ["user"])
+    starter = await Client.connect(a.ws_url, token)
+    watcher = await Client.connect(b.ws_url, token)
+    late: list[float] = []
+    try:
+        for _ in range(TRIES):
+            ack = await starter.request("run.start", input=REFUND)
+            thread_id = ack["thread_id"]
+            await watcher.request("thread.subscribe", thread_id=thread_id, after_seq=0)
+            paused = await starter.wait_for(
+                lambda f, t=thread_id: f.get("event") == "run.paused" and f.get("thread_id") == t,
+                timeout=10,
+            )
+            stored_at = time.monotonic()
+            await watcher.wait_for(
+                lambda f, t=thread_id: f.get("event") == "run.paused" and f.get("thread_id") == t,
+                timeout=10,
+            )
+            late.append(time.monotonic() - stored_at)
+            seen = watcher.events_of(thread_id)
+            assert [e["seq"] for e in seen] == list(range(1, paused["seq"] + 1))
+        assert max(late) < 1.0, late
+    finally:
+        await starter.close()
+        await watcher.close()
+
+
+def spawn_with_bus(
+    tmp_path: Path,
+    database_url: str,
+    processes: list[GatewayProcess],
+    names: tuple[str, ...],
+    **env: str,
+) -> list[GatewayProcess]:
+    common = {"GATEWAY_DATABASE_URL": database_url, "GATEWAY_DEMO_DELAY_MS": "2", **env}
+    spawned = [
+        spawn_gateway(tmp_path, env={**common, "GATEWAY_INSTANCE_ID": name}) for name in names
+    ]
+    processes.extend(spawned)
+    return spawned
+
+
+def paused_on(thread_id: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda f: f.get("event") == "run.paused" and f.get("thread_id") == thread_id
+
+
+def inbox_change(key: str, approval_id: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda f: (
+        f.get("type") == "inbox.update"
+        and approval_id
+        in [item if isinstance(item, str) else item["approval_id"] for item in f.get(key, [])]
+    )
+
+
+async def test_three_processes_hear_each_other_over_redis(
+    tmp_path: Path, database_url: str, processes: list[GatewayProcess]
+) -> None:
+    """A run on A, its watcher and a reviewer's inbox on B, the decision on C: with the log
+    watch all but off (30 s), everything reaches B through Redis, within a second."""
+    a, b, c = spawn_with_bus(
+        tmp_path,
+        database_url,
+        processes,
+        ("gw-a", "gw-b", "gw-c"),
+        GATEWAY_BUS_URL=require_redis(),
+        GATEWAY_BUS_PREFIX=bus_prefix(),
+        GATEWAY_LOG_WATCH_INTERVAL_S="30",
+    )
+    alice = await Client.connect(a.ws_url, TOKEN.issue("alice", "acme", ["user"]))
+    watcher = await Client.connect(b.ws_url, TOKEN.issue("alice", "acme", ["user"]))
+    inbox = await Client.connect(b.ws_url, TOKEN.issue("rita", "acme", ["reviewer"]))
+    bob = await Client.connect(c.ws_url, TOKEN.issue("bob", "acme", ["reviewer"]))
+    try:
+        await inbox.request("inbox.subscribe")
+        await inbox.wait_for(lambda f: f.get("type") == "inbox")
+        ack = await alice.request("run.start", input=REFUND)
+        thread_id = ack["thread_id"]
+        await watcher.request("thread.subscribe", thread_id=thread_id, after_seq=0)
+        paused = await alice.wait_for(paused_on(thread_id))
+        stored_at = time.monotonic()
+        await watcher.wait_for(paused_on(thread_id), timeout=1.0)
+        requested = await alice.wait_event("approval.requested")
+        approval_id = requested["data"]["approval_id"]
+        added = await inbox.wait_for(inbox_change("added", approval_id), timeout=1.0)
+        assert time.monotonic() - stored_at < 1.0
+        view = next(v for v in added["added"] if v["approval_id"] == approval_id)
+        assert view["tool_name"] == "issue_refund" and view["can_decide"] is True
+
+        decided = await bob.request("approval.decide", approval_id=approval_id, decision="approve")
+        assert decided["approval"]["status"] == "approved"
+        await inbox.wait_for(inbox_change("removed", approval_id), timeout=1.0)
+        done = await watcher.wait_for(
+            lambda f: f.get("event") == "run.completed" and f.get("thread_id") == thread_id,
+            timeout=10,
+        )
+        events = watcher.events_of(thread_id)
+        assert [e["seq"] for e in events] == list(range(1, done["seq"] + 1))
+        assert paused["seq"] < done["seq"]
+        assert [e["event"] for e in events].count("run.paused") == 1
+    finally:
+        for client in (alice, watcher, inbox, bob):
+            await client.close()
+
+
+async def test_redis_going_away_slows_delivery_to_the_safety_net_and_loses_nothing(
+    tmp_path: Path, database_url: str, processes: list[GatewayProcess]
+) -> None:
+    redis = RedisServer(tmp_path)
+    redis.start()
+    try:
+        a, b = spawn_with_bus(
+            tmp_path,
+            database_url,
+            processes,
+            ("gw-a", "gw-b"),
+            GATEWAY_BUS_URL=redis.url,
+            GATEWAY_BUS_PREFIX=bus_prefix(),
+            GATEWAY_LOG_WATCH_INTERVAL_S="5",
+            GATEWAY_DEMO_DELAY_MS="10",
+        )
+        token = TOKEN.issue("alice", "acme", ["user"])
+        starter = await Client.connect(a.ws_url, token)
+        watcher = await Client.connect(b.ws_url, token)
+        try:
+            first = await starter.request("run.start", input="tell me a story")
+            thread_id = first["thread_id"]
+            await watcher.request("thread.subscribe", thread_id=thread_id, after_seq=0)
+            await watcher.wait_event("message.delta")
+            redis.stop()  # mid-stream
+            done = await starter.wait_event("run.completed", timeout=60)
+            await watcher.wait_for(
+                lambda f: f.get("event") == "run.completed" and f.get("run_id") == first["run_id"],
+                timeout=15,
+            )
+            assert [e["seq"] for e in watcher.events_of(thread_id)] == list(
+                range(1, done["seq"] + 1)
+            )
+
+            redis.start()
+            await wait_for_log(a, "bus back")
+            await wait_for_log(b, "bus back")
+            # Redis is back: new events come through it again, not at the log watch's pace
+            # (5 s; four deliveries each within a second by polling: about 1 in 600).
+            for _ in range(4):
+                ack = await starter.request("run.input", thread_id=thread_id, input=REFUND)
+                assert ack["disposition"] == "started"
+                paused = await starter.wait_for(
+                    lambda f, r=ack["run_id"]: (
+                        f.get("event") == "run.paused" and f.get("run_id") == r
+                    )
+                )
+                stored_at = time.monotonic()
+                await watcher.wait_for(
+                    lambda f, r=ack["run_id"]: (
+                        f.get("event") == "run.paused" and f.get("run_id") == r
+                    ),
+                    timeout=10,
+                )
+                assert time.monotonic() - stored_at < 1.0
+                await starter.request("run.cancel", run_id=ack["run_id"])
+                await watcher.wait_for(
+                    lambda f, r=ack["run_id"]: (
+                        f.get("event") == "run.cancelled" and f.get("run_id") == r
+                    ),
+                    timeout=10,
+                )
+            assert paused["seq"] > done["seq"]
+            seen = watcher.events_of(thread_id)
+            assert [e["seq"] for e in seen] == list(range(1, seen[-1]["seq"] + 1))
+        finally:
+            await starter.close()
+            await watcher.close()
+        assert "bus lost" in a.log() and "bus lost" in b.log()
+    finally:
+        redis.stop()
+
+
+async def wait_for_log(process: GatewayProcess, text: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in process.log():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{text!r} not in the log of the gateway on {process.port}")
+        await asyncio.sleep(0.1)
