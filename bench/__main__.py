@@ -7,7 +7,8 @@
     .venv/bin/python -m bench --backend both       # every part on SQLite, then on PostgreSQL
 
 Parts (issue figure in brackets): throughput [1], fanout [2], start [2b], approval [3],
-decision [4], replay [5], memory [6], concurrency [7], checkpoint [8]. `throughput`, `start`,
+decision [4], replay [5], memory [6], concurrency [7], checkpoint [8], crossprocess (delivery
+from one gateway process to another, polling and over Redis). `throughput`, `start`,
 `approval` and `decision` share one gateway (bench/core.py). Every line carries the part, its
 figures, the target and whether it was met, and the machine it ran on (nproc, CPU model, load
 average at the end of the part) and the database backend it ran on (`backend`).
@@ -30,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from bench import concurrency, core, fanout, memory, replay
+from bench import concurrency, core, crossprocess, fanout, memory, replay
 from bench.common import BACKENDS, Backend, backend_info, emit, fresh_database, report_line
 
 CORE_PARTS = ("throughput", "start", "approval", "decision")
@@ -44,6 +45,7 @@ PARTS = (
     "memory",
     "concurrency",
     "checkpoint",
+    "crossprocess",
 )
 QUICK = {
     "runs": 15,
@@ -55,6 +57,7 @@ QUICK = {
     "concurrent_runs": 50,
     "checkpoint_reps": 5,
     "conversation_runs": 5,
+    "crossprocess_runs": 5,
 }
 
 THROUGHPUT_TARGET = 0.9
@@ -150,6 +153,7 @@ async def checkpoint(args: argparse.Namespace, backend: Backend) -> dict[str, An
 
 Runner = Callable[[argparse.Namespace, Backend], Awaitable[dict[str, Any]]]
 STANDALONE: dict[str, Runner] = {
+    "crossprocess": crossprocess.run,
     "fanout": fanout.run,
     "replay": replay.run,
     "memory": memory.run,
@@ -180,6 +184,7 @@ def parser() -> argparse.ArgumentParser:
     replay.add_arguments(root)
     memory.add_arguments(root)
     concurrency.add_arguments(root)
+    crossprocess.add_arguments(root)
     return root
 
 
