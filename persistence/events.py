@@ -15,6 +15,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
 
 from persistence.leases import Lease, LeaseLost, held_of_in
+from persistence.prepared import Prepared
 from persistence.slices import slices
 from persistence.tables import events, threads
 
@@ -58,7 +59,7 @@ FEW_THREADS = 4
 # Thread ids per locking read of heads: within every backend's limit on bound parameters.
 HEADS_PER_STATEMENT = 400
 
-_BUMP_ONE = (
+_BUMP_ONE = Prepared(
     update(threads)
     .where(threads.c.thread_id == bindparam("b_thread"))
     .values(head_seq=threads.c.head_seq + bindparam("b_count"))
@@ -70,12 +71,11 @@ _LOCK_HEADS = (
     .order_by(threads.c.thread_id)
     .with_for_update()
 )
-_SET_HEAD = (
+_SET_HEAD = Prepared(
     update(threads)
     .where(threads.c.thread_id == bindparam("b_thread"))
     .values(head_seq=bindparam("b_head"))
 )
-_INSERT = events.insert()
 _COLUMNS = (
     events.c.thread_id,
     events.c.seq,
@@ -84,7 +84,8 @@ _COLUMNS = (
     events.c.ts,
     events.c.data,
 )
-_PAGE = (
+_INSERT = Prepared(events.insert(), keys=[column.key for column in _COLUMNS])
+_PAGE = Prepared(
     select(*_COLUMNS)
     .where(events.c.thread_id == bindparam("b_thread"), events.c.seq > bindparam("b_after"))
     .order_by(events.c.seq)
@@ -118,7 +119,7 @@ def append_in(conn: Connection, batch: Sequence[NewEvent]) -> list[EventRecord]:
         seq = next_seq[item.thread_id]
         next_seq[item.thread_id] = seq + 1
         records.append(EventRecord(item.thread_id, seq, item.run_id, item.type, item.ts, item.data))
-    conn.execute(_INSERT, [r._asdict() for r in records])
+    _INSERT.many(conn, [r._asdict() for r in records])
     return records
 
 
@@ -148,7 +149,7 @@ def leases_of(batch: Sequence[NewEvent]) -> set[Lease]:
 
 
 def read_in(conn: Connection, thread_id: str, after_seq: int, limit: int) -> list[EventRecord]:
-    rows = conn.execute(_PAGE, {"b_thread": thread_id, "b_after": after_seq, "b_limit": limit})
+    rows = _PAGE.rows(conn, {"b_thread": thread_id, "b_after": after_seq, "b_limit": limit})
     return list(map(EventRecord._make, rows))
 
 
@@ -159,9 +160,9 @@ def _bump_heads(conn: Connection, counts: dict[str, int]) -> dict[str, int]:
     heads: dict[str, int] = {}
     if len(ordered) <= FEW_THREADS:
         for thread_id, n in ordered:
-            head = conn.execute(_BUMP_ONE, {"b_thread": thread_id, "b_count": n}).scalar()
-            if head is not None:
-                heads[thread_id] = int(head)
+            bumped = _BUMP_ONE.rows(conn, {"b_thread": thread_id, "b_count": n})
+            if bumped:
+                heads[thread_id] = int(bumped[0][0])
         return heads
     for chunk in slices(ordered, HEADS_PER_STATEMENT):
         locked = conn.execute(_LOCK_HEADS, {"b_threads": [thread_id for thread_id, _ in chunk]})
@@ -170,7 +171,7 @@ def _bump_heads(conn: Connection, counts: dict[str, int]) -> dict[str, int]:
             if thread_id in current:
                 heads[thread_id] = int(current[thread_id]) + n
     if heads:
-        conn.execute(_SET_HEAD, [{"b_thread": t, "b_head": head} for t, head in heads.items()])
+        _SET_HEAD.many(conn, [{"b_thread": t, "b_head": head} for t, head in heads.items()])
     return heads
 
 

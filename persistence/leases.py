@@ -18,6 +18,7 @@ from sqlalchemy import bindparam, or_, select, tuple_, update
 from sqlalchemy.engine import Connection
 
 from persistence.clock import utcnow
+from persistence.prepared import Prepared
 from persistence.slices import slices
 from persistence.tables import runs
 
@@ -49,7 +50,7 @@ _CURRENT = (
     .order_by(runs.c.run_id)
     .with_for_update(read=True)
 )
-_CURRENT_OF_ONE = (
+_CURRENT_OF_ONE = Prepared(
     select(runs.c.lease_owner, runs.c.lease_token)
     .where(runs.c.run_id == bindparam("b_run"))
     .with_for_update(read=True)
@@ -64,13 +65,13 @@ def held_of_in(conn: Connection, leases: Sequence[Lease]) -> set[Lease]:
         # The usual case (one run's events): without the IN list SQLAlchemy renders anew at
         # every execution.
         (lease,) = leases
-        row = conn.execute(_CURRENT_OF_ONE, {"b_run": lease.run_id}).first()
-        return {lease} if row is not None and tuple(row) == (lease.owner, lease.token) else held
+        current = _CURRENT_OF_ONE.rows(conn, {"b_run": lease.run_id})
+        return {lease} if current and current[0] == (lease.owner, lease.token) else held
     for chunk in slices(sorted(leases, key=lambda lease: lease.run_id), RENEW_CHUNK):
         rows = conn.execute(_CURRENT, {"b_runs": [lease.run_id for lease in chunk]})
-        current = {run_id: (owner, token) for run_id, owner, token in rows}
+        by_run = {run_id: (owner, token) for run_id, owner, token in rows}
         held.update(
-            lease for lease in chunk if current.get(lease.run_id) == (lease.owner, lease.token)
+            lease for lease in chunk if by_run.get(lease.run_id) == (lease.owner, lease.token)
         )
     return held
 

@@ -27,7 +27,6 @@ from sqlalchemy import (
     Column,
     Integer,
     MetaData,
-    Select,
     String,
     Table,
     bindparam,
@@ -40,6 +39,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
+from persistence.prepared import Prepared
 from persistence.sqlite.connect import pin_busy_timeout
 
 if TYPE_CHECKING:
@@ -66,7 +66,8 @@ class SessionMarks:
     @staticmethod
     def head_in(conn: Connection, session_id: str) -> int:
         """The session's newest message id, inside the caller's transaction (0: none)."""
-        return int(conn.execute(_HEAD, {"b_session": session_id}).scalar() or 0)
+        rows = _HEAD.rows(conn, {"b_session": session_id})
+        return int(rows[0][0] or 0) if rows else 0
 
     async def trim(self, session_id: str, mark: int) -> int:
         return await self._store.write(partial(self.trim_in, session_id=session_id, mark=mark))
@@ -78,7 +79,9 @@ class SessionMarks:
         return int(result.rowcount or 0)
 
 
-_HEAD = select(func.max(_messages.c.id)).where(_messages.c.session_id == bindparam("b_session"))
+_HEAD = Prepared(
+    select(func.max(_messages.c.id)).where(_messages.c.session_id == bindparam("b_session"))
+)
 _TRIM = delete(_messages).where(
     _messages.c.session_id == bindparam("b_session"), _messages.c.id > bindparam("b_mark")
 )
@@ -105,24 +108,24 @@ class GatewaySession(SQLAlchemySession):
         # tables for every session.
         messages, sessions = self._messages, self._sessions
         of_session = messages.c.session_id == bindparam("b_session")
-        self._oldest_first = (
+        self._oldest_first = Prepared(
             select(messages.c.message_data)
             .where(of_session)
             .order_by(messages.c.created_at.asc(), messages.c.id.asc())
         )
-        self._latest_first = (
+        self._latest_first = Prepared(
             select(messages.c.message_data)
             .where(of_session)
             .order_by(messages.c.created_at.desc(), messages.c.id.desc())
             .limit(bindparam("b_limit"))
         )
-        self._insert_messages = insert(messages)
-        self._touch = (
+        self._insert_messages = Prepared(insert(messages), keys=["session_id", "message_data"])
+        self._touch = Prepared(
             update(sessions)
             .where(sessions.c.session_id == bindparam("b_session"))
             .values(updated_at=text("CURRENT_TIMESTAMP"))
         )
-        self._insert_session = insert(sessions)
+        self._insert_session = Prepared(insert(sessions), keys=["session_id"])
 
     def for_session(self, session_id: str) -> GatewaySession:
         """This session's twin for another session id, sharing everything else.
@@ -157,9 +160,11 @@ class GatewaySession(SQLAlchemySession):
                 return items
             window *= 2
 
-    async def _rows(self, query: Select[Any], limit: int | None = None) -> list[str]:
-        params = {"b_session": self.session_id, "b_limit": limit}
-        return await self._store.read(lambda conn: list(conn.execute(query, params).scalars()))
+    async def _rows(self, query: Prepared, limit: int | None = None) -> list[str]:
+        params: dict[str, Any] = {"b_session": self.session_id}
+        if limit is not None:
+            params["b_limit"] = limit
+        return await self._store.read(lambda conn: [row[0] for row in query.rows(conn, params)])
 
     async def _decode(self, rows: list[str]) -> list[TResponseInputItem]:
         items: list[TResponseInputItem] = []
@@ -177,13 +182,11 @@ class GatewaySession(SQLAlchemySession):
         await _settled(self._store.write(partial(self._append, payload)))
 
     def _append(self, payload: list[str], conn: Connection) -> None:
-        session = {"b_session": self.session_id}
-        if conn.execute(self._touch, session).rowcount == 0:
+        if self._touch.rowcount(conn, {"b_session": self.session_id}) == 0:
             # The session's first items: its row (one run writes a thread's session at a time).
-            conn.execute(self._insert_session, {"session_id": self.session_id})
-        conn.execute(
-            self._insert_messages,
-            [{"session_id": self.session_id, "message_data": data} for data in payload],
+            self._insert_session.rowcount(conn, {"session_id": self.session_id})
+        self._insert_messages.many(
+            conn, [{"session_id": self.session_id, "message_data": data} for data in payload]
         )
 
 

@@ -35,6 +35,7 @@ from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from persistence.prepared import run_sql
 from persistence.sqlite.connect import async_engine, file_path, open_connection
 from persistence.sqlite.lane import Lane, busy_retry
 from persistence.store import Store, Work, storage_errors
@@ -117,10 +118,10 @@ class SqliteStore(Store):
         """
         with storage_errors(), _reset_on_failure(self._writes):
             conn = self._writes.connection()
-            busy_retry(lambda: control(conn, "BEGIN IMMEDIATE"), wait)
+            busy_retry(lambda: run_sql(conn, "BEGIN IMMEDIATE"), wait)
             try:
                 result = work(conn)
-                control(conn, "COMMIT")
+                run_sql(conn, "COMMIT")
             except BaseException:
                 _rollback(conn)
                 raise
@@ -167,25 +168,7 @@ def _reset_on_failure(lane: Lane) -> Iterator[None]:
         raise
 
 
-def control(conn: Connection, sql: str) -> None:
-    """A transaction-control statement (BEGIN IMMEDIATE, COMMIT, ROLLBACK), on the driver
-    connection itself: a third of a short transaction's statements are these, and through
-    SQLAlchemy each costs more than SQLite's own work. The engine's statement observers (SQL
-    tracing, the tests' storage faults) are told of it as of every other statement, and a
-    failure reaches the caller as SQLAlchemy's error, as it would from `execute`."""
-    dbapi = conn.connection.driver_connection
-    assert isinstance(dbapi, sqlite3.Connection)
-    try:
-        for before in conn.dispatch.before_cursor_execute:
-            before(conn, None, sql, (), None, False)
-        dbapi.execute(sql)
-        for after in conn.dispatch.after_cursor_execute:
-            after(conn, None, sql, (), None, False)
-    except sqlite3.Error as exc:
-        raise DBAPIError.instance(sql, (), exc, sqlite3.Error) from exc
-
-
 def _rollback(conn: Connection) -> None:
     dbapi = conn.connection.driver_connection
     if dbapi is not None and dbapi.in_transaction:
-        control(conn, "ROLLBACK")
+        run_sql(conn, "ROLLBACK")
