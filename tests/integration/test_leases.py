@@ -4,23 +4,28 @@ a dead process's runs are taken over when its lease expires, and a stale lease c
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import update
 
 from gateway.auth import TokenVerifier
 from persistence.leases import LeaseLost, LeaseRepository
+from persistence.store import open_store
+from persistence.tables import runs
 from persistence.threads import ThreadRepository
 from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, spawn_gateway
-from tests.support.sqlite_file import sql
 from tests.support.storage import (
     expire_lease,
     insert_running_run,
     migrated_store,
     running_event_log,
 )
+
+pytestmark = pytest.mark.both_backends
 
 TOKEN = TokenVerifier(TEST_SECRET)
 
@@ -36,9 +41,13 @@ async def events_of(process, thread_id: str) -> list[dict]:
 
 
 async def test_second_process_leaves_a_live_run_alone_then_takes_it_over_when_its_owner_dies(
-    tmp_path: Path, processes
+    tmp_path: Path, database_url: str, processes
 ) -> None:
-    env = {"GATEWAY_LEASE_TTL_S": "2", "GATEWAY_DEMO_DELAY_MS": "80"}
+    env = {
+        "GATEWAY_DATABASE_URL": database_url,
+        "GATEWAY_LEASE_TTL_S": "2",
+        "GATEWAY_DEMO_DELAY_MS": "80",
+    }
     a = spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-a"})
     processes.append(a)
     alice = await Client.connect(a.ws_url, TOKEN.issue("alice", "acme", ["user"]))
@@ -46,7 +55,12 @@ async def test_second_process_leaves_a_live_run_alone_then_takes_it_over_when_it
     await alice.wait_event("message.delta")
 
     b = spawn_gateway(
-        tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-b", "GATEWAY_DEMO_DELAY_MS": "2"}
+        tmp_path,
+        env={
+            **env,
+            "GATEWAY_INSTANCE_ID": "gw-b",
+            "GATEWAY_DEMO_DELAY_MS": "2",
+        },
     )
     processes.append(b)
     await asyncio.sleep(3)  # more than a lease TTL: A renews, so B must not take over
@@ -69,21 +83,34 @@ async def test_second_process_leaves_a_live_run_alone_then_takes_it_over_when_it
 
 
 async def test_a_process_whose_lease_was_taken_over_stops_streaming_within_a_renewal(
-    tmp_path: Path, processes
+    tmp_path: Path, database_url: str, processes
 ) -> None:
-    env = {"GATEWAY_LEASE_TTL_S": "1.5", "GATEWAY_DEMO_DELAY_MS": "40"}
+    env = {
+        "GATEWAY_DATABASE_URL": database_url,
+        "GATEWAY_LEASE_TTL_S": "1.5",
+        "GATEWAY_DEMO_DELAY_MS": "40",
+    }
     a = spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-a"})
     processes.append(a)
     alice = await Client.connect(a.ws_url, TOKEN.issue("alice", "acme", ["user"]))
     ack = await alice.request("run.start", input="tell me a story about a stolen lease")
     await alice.wait_event("message.delta")
     # Another process takes the run over (as after A stalled past the lease's expiry).
-    sql(
-        tmp_path / "gateway.db",
-        "UPDATE runs SET lease_owner = 'gw-thief', lease_token = lease_token + 1,"
-        " lease_expires_at = '2999-01-01 00:00:00.000000' WHERE run_id = ?",
-        (ack["run_id"],),
-    )
+    thief = open_store(database_url)
+    try:
+        await thief.write(
+            lambda conn: conn.execute(
+                update(runs)
+                .where(runs.c.run_id == ack["run_id"])
+                .values(
+                    lease_owner="gw-thief",
+                    lease_token=runs.c.lease_token + 1,
+                    lease_expires_at=datetime(2999, 1, 1, tzinfo=UTC),
+                )
+            )
+        )
+    finally:
+        await thief.close()
     # A finds out at its next renewal (every 0.5 s) and stops writing for the run.
     for _ in range(100):
         if "lost the lease of run" in a.log():
@@ -99,8 +126,10 @@ async def test_a_process_whose_lease_was_taken_over_stops_streaming_within_a_ren
     await alice.close()
 
 
-async def test_decisions_on_two_processes_start_one_continuation(tmp_path: Path, processes) -> None:
-    env = {"GATEWAY_LEASE_TTL_S": "5"}
+async def test_decisions_on_two_processes_start_one_continuation(
+    tmp_path: Path, database_url: str, processes
+) -> None:
+    env = {"GATEWAY_DATABASE_URL": database_url, "GATEWAY_LEASE_TTL_S": "5"}
     a = spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-a"})
     b = spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-b"})
     processes.extend([a, b])
@@ -143,9 +172,9 @@ async def test_decisions_on_two_processes_start_one_continuation(tmp_path: Path,
         await client.close()
 
 
-async def test_a_stale_lease_cannot_append_or_checkpoint(tmp_path: Path) -> None:
+async def test_a_stale_lease_cannot_append_or_checkpoint(database_url: str) -> None:
     async with (
-        migrated_store(f"sqlite:///{tmp_path / 'fence.db'}") as store,
+        migrated_store(database_url) as store,
         running_event_log(store) as log,
     ):
         thread = await ThreadRepository(store).create(tenant="acme", owner="alice")
