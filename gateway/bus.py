@@ -76,7 +76,7 @@ class EventBus:
         """Hand committed events to the thread's listeners (and tell the other processes the
         thread's new head); an empty batch is a bare wake-up ("the log may have grown":
         listeners read it from the table)."""
-        if events:
+        if events and self._relay.shared:
             self._relay.publish({"kind": "wake", "threads": {thread_id: events[-1].seq}})
         listeners = self._threads.get(thread_id)
         if not listeners:
@@ -142,7 +142,7 @@ class EventBus:
         removed: list[str] | None = None,
     ) -> None:
         """Tell the tenant's inbox listeners here, and the other processes (by approval id)."""
-        if added or removed:
+        if (added or removed) and self._relay.shared:
             self._relay.publish(
                 {
                     "kind": "inbox",

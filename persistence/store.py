@@ -140,8 +140,3 @@ def open_store(url: str | URL) -> Store:
         f"unsupported database {parsed.drivername!r}: use sqlite:///path/to/gateway.db or "
         "postgresql://user@host/dbname"
     )
-
-
-def describe(url: str) -> str:
-    """The URL without its password, for logs and messages."""
-    return make_url(url).render_as_string(hide_password=True)

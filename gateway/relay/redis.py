@@ -42,10 +42,6 @@ class RedisRelay(Relay):
         self._up = False
         self.dropped = 0
 
-    @property
-    def up(self) -> bool:
-        return self._up
-
     async def start(self, on_message: MessageHandler, on_reconnect: ReconnectHandler) -> None:
         connected = asyncio.Event()
         self._tasks = [
@@ -85,7 +81,11 @@ class RedisRelay(Relay):
                 connected.set()
                 failures = 0
                 if lost:
-                    log.warning("bus back: Redis answers again; waking every watcher once")
+                    log.warning(
+                        "bus back: Redis answers again (%d message(s) not sent meanwhile); "
+                        "waking every watcher once",
+                        self.dropped,
+                    )
                     lost = False
                     on_reconnect()
                 async for item in pubsub.listen():
