@@ -62,10 +62,6 @@ class EventBus:
     def watchers(self, thread_id: str) -> int:
         return len(self._threads.get(thread_id, ()))
 
-    @property
-    def relay(self) -> Relay:
-        return self._relay
-
     async def start(self) -> None:
         await self._relay.start(self._on_relayed, self.wake_all)
 

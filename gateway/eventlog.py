@@ -29,7 +29,7 @@ import orjson
 from gateway.bus import EventBus
 from gateway.eventlog_types import LoggedEvent, encode_page
 from persistence.errors import StorageUnavailable
-from persistence.events import NewEvent, leases_of
+from persistence.events import NewEvent
 from persistence.leases import Lease, LeaseLost
 from persistence.store import Store, Work
 
@@ -256,7 +256,7 @@ class EventLog:
             if delay:
                 await asyncio.sleep(delay)
             try:
-                records, lost = await self._store.append(events, leases_of(events))
+                records, lost = await self._store.append(events)
             except StorageUnavailable as exc:
                 log.warning("event log write failed (attempt %d): %s", attempt + 1, exc)
                 continue

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
 
-from persistence.leases import Lease, LeaseLost, held_of_in
+from persistence.leases import Lease, LeaseLost, lost_in
 from persistence.prepared import Prepared
 from persistence.slices import slices
 from persistence.tables import events, threads
@@ -124,10 +124,10 @@ def append_in(conn: Connection, batch: Sequence[NewEvent]) -> list[EventRecord]:
 
 
 def append_fenced_in(
-    conn: Connection, batch: Sequence[NewEvent], leases: set[Lease]
+    conn: Connection, batch: Sequence[NewEvent]
 ) -> tuple[list[EventRecord], set[Lease]]:
     """Store the events whose lease is still current; the records and the leases found lost."""
-    lost = leases - held_of_in(conn, list(leases)) if leases else set()
+    lost = lost_in(conn, leases_of(batch))
     kept = [e for e in batch if e.lease not in lost] if lost else batch
     return append_in(conn, kept), lost
 
@@ -136,8 +136,7 @@ def commit_in(
     conn: Connection, batch: Sequence[NewEvent], work: Callable[[Connection], T] | None
 ) -> tuple[T | None, list[EventRecord]]:
     """Every lease of `batch` must hold (else `LeaseLost`), then `work`, then the events."""
-    leases = leases_of(batch)
-    lost = leases - held_of_in(conn, list(leases)) if leases else set()
+    lost = lost_in(conn, leases_of(batch))
     if lost:
         raise LeaseLost(next(iter(lost)).run_id)
     result = work(conn) if work is not None else None

@@ -76,6 +76,11 @@ def held_of_in(conn: Connection, leases: Sequence[Lease]) -> set[Lease]:
     return held
 
 
+def lost_in(conn: Connection, leases: set[Lease]) -> set[Lease]:
+    """Inside a write transaction: which of `leases` are no longer their run's current lease."""
+    return leases - held_of_in(conn, list(leases)) if leases else set()
+
+
 class LeaseRepository:
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -129,7 +134,7 @@ class LeaseRepository:
     @staticmethod
     def fence_in(conn: Connection, lease: Lease) -> None:
         """Inside a write transaction: fail unless `lease` is still the run's current lease."""
-        if lease not in held_of_in(conn, [lease]):
+        if lost_in(conn, {lease}):
             raise LeaseLost(lease.run_id)
 
     @staticmethod

@@ -86,12 +86,10 @@ class Store(ABC):
 
     # -- the event log's operations, the same on every backend ------------------------------
 
-    async def append(
-        self, batch: Sequence[NewEvent], leases: set[Lease]
-    ) -> tuple[list[EventRecord], set[Lease]]:
-        """Store the events whose lease still holds, in one transaction; the stored records (in
-        batch order) and the leases found lost."""
-        return await self.write(partial(append_fenced_in, batch=list(batch), leases=leases))
+    async def append(self, batch: Sequence[NewEvent]) -> tuple[list[EventRecord], set[Lease]]:
+        """Store the events whose lease (`NewEvent.lease`) still holds, in one transaction; the
+        stored records (in batch order) and the leases found lost."""
+        return await self.write(partial(append_fenced_in, batch=list(batch)))
 
     async def commit(
         self, batch: Sequence[NewEvent], work: Work[T] | None

@@ -92,7 +92,7 @@ async def test_seq_stays_dense_with_two_writer_processes(
     first = writer(database_url, batches, thread_ids)
     second = writer(database_url, batches, thread_ids[::-1])
     for n in range(batches):
-        await store.append([event(t, n) for t in thread_ids], set())
+        await store.append([event(t, n) for t in thread_ids])
         await asyncio.sleep(0)
     assert finish(first).strip() == f"done {batches * thread_count}"
     assert finish(second).strip() == f"done {batches * thread_count}"
@@ -118,7 +118,7 @@ async def test_processes_committing_over_overlapping_threads_do_not_deadlock(
 async def test_replay_reads_pages_in_order(store: Store) -> None:
     (thread_id,) = await new_threads(store, 1)
     for start in range(0, 1200, 300):
-        await store.append([event(thread_id, n) for n in range(start, start + 300)], set())
+        await store.append([event(thread_id, n) for n in range(start, start + 300)])
     seen: list[int] = []
     after = 0
     while page := await store.read_events(thread_id, after_seq=after, limit=500):
@@ -133,7 +133,7 @@ async def test_replay_reads_pages_in_order(store: Store) -> None:
 async def test_a_batch_naming_a_missing_thread_stores_nothing(store: Store) -> None:
     (thread_id,) = await new_threads(store, 1)
     with pytest.raises(LookupError):
-        await store.append([event(thread_id), event("t_missing")], set())
+        await store.append([event(thread_id), event("t_missing")])
     assert await seqs(store, thread_id) == []
     assert await head(store, thread_id) == 0
 
@@ -152,7 +152,7 @@ async def test_fencing_refuses_a_lost_lease(store: Store) -> None:
     new = await leases.acquire("r_fenced", "gw-b", ttl_s=30)
     assert new is not None and new.token > old.token
     records, lost = await store.append(
-        [event(thread_id, 1, old), event(thread_id, 2, new), event(thread_id, 3)], {old, new}
+        [event(thread_id, 1, old), event(thread_id, 2, new), event(thread_id, 3)]
     )
     assert lost == {old}
     assert [r.data for r in records] == ['{"n":2}', '{"n":3}']
@@ -259,15 +259,14 @@ async def test_retention_cuts_the_prefix_of_ended_runs(store: Store) -> None:
     assert before is not None
     await insert_running_run(store, "r_old", thread_id)
     await store.append(
-        [NewEvent(thread_id, "r_old", "test.event", TS, f'{{"n":{n}}}') for n in range(5)], set()
+        [NewEvent(thread_id, "r_old", "test.event", TS, f'{{"n":{n}}}') for n in range(5)]
     )
     await RunRepository(store).transition(
         "r_old", RunStatus.COMPLETED, expected=(RunStatus.RUNNING,)
     )
     await insert_running_run(store, "r_live", thread_id)
     await store.append(
-        [NewEvent(thread_id, "r_live", "test.event", TS, f'{{"n":{n}}}') for n in range(5, 8)],
-        set(),
+        [NewEvent(thread_id, "r_live", "test.event", TS, f'{{"n":{n}}}') for n in range(5, 8)]
     )
     result = await RetentionRepository(store).sweep(utcnow() + timedelta(seconds=1))
     assert (result.runs, result.threads, result.events) == (1, 1, 5)
@@ -311,6 +310,6 @@ async def test_counts_agree(store: Store) -> None:
     """Reads see every committed write at once (no stale snapshot across calls)."""
     thread_ids = await new_threads(store, 3)
     for thread_id in thread_ids:
-        await store.append([event(thread_id, n) for n in range(4)], set())
+        await store.append([event(thread_id, n) for n in range(4)])
     query = select(func.count()).select_from(events)
     assert await store.read(lambda conn: conn.execute(query).scalar_one()) == 12

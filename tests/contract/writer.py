@@ -24,7 +24,7 @@ async def main(url: str, batches: int, thread_ids: list[str]) -> int:
                 NewEvent(thread_id, None, "test.event", "2026-01-01T00:00:00.000Z", f'{{"n":{n}}}')
                 for thread_id in thread_ids
             ]
-            records, _ = await store.append(batch, set())
+            records, _ = await store.append(batch)
             stored += len(records)
     finally:
         await store.close()
