@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from enum import StrEnum
 from functools import partial
@@ -13,6 +13,7 @@ from sqlalchemy import Select, bindparam, select, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
+from persistence.prepared import Prepared
 from persistence.tables import approvals
 
 if TYPE_CHECKING:
@@ -96,14 +97,14 @@ class ApprovalRepository:
 
     @staticmethod
     def insert_in(conn: Connection, records: Sequence[ApprovalRecord]) -> None:
-        conn.execute(_INSERT, [r.values() for r in records])
+        _INSERT.many(conn, [r.values() for r in records])
 
     async def get(self, approval_id: str) -> ApprovalRecord | None:
         return await self._store.read(partial(self.get_in, approval_id=approval_id))
 
     @staticmethod
     def get_in(conn: Connection, approval_id: str) -> ApprovalRecord | None:
-        row = conn.execute(_BY_ID, {"b_approval": approval_id}).mappings().first()
+        row = _BY_ID.record(conn, {"b_approval": approval_id})
         return ApprovalRecord.from_row(row) if row else None
 
     async def for_checkpoint(self, run_id: str, checkpoint_version: int) -> list[ApprovalRecord]:
@@ -115,7 +116,8 @@ class ApprovalRepository:
     def for_checkpoint_in(
         conn: Connection, run_id: str, checkpoint_version: int
     ) -> list[ApprovalRecord]:
-        return _records(conn, _OF_CHECKPOINT, {"b_run": run_id, "b_version": checkpoint_version})
+        rows = _OF_CHECKPOINT.records(conn, {"b_run": run_id, "b_version": checkpoint_version})
+        return [ApprovalRecord.from_row(row) for row in rows]
 
     async def pending_for_tenant(self, tenant: str, limit: int = 500) -> list[ApprovalRecord]:
         query = (
@@ -196,20 +198,24 @@ class ApprovalRepository:
         if not approval_ids:
             return []
         ids = list(conn.execute(_OPEN_OF, {"b_ids": list(approval_ids)}).scalars())
-        if ids:
-            conn.execute(_SUPERSEDE_FOR, {"b_ids": ids, "b_now": utcnow(), "b_reason": reason})
+        now = utcnow()
+        _SUPERSEDE_FOR.many(
+            conn,
+            [{"b_approval": approval_id, "b_now": now, "b_reason": reason} for approval_id in ids],
+        )
         return ids
 
     @staticmethod
     def supersede_pending_in(conn: Connection, run_id: str) -> list[str]:
         """Mark every pending approval of the run superseded; returns their ids."""
-        ids = list(conn.execute(_PENDING_OF_RUN, {"b_run": run_id}).scalars())
-        if ids:
-            conn.execute(_SUPERSEDE, {"b_ids": ids, "b_now": utcnow()})
+        ids = [approval_id for (approval_id,) in _PENDING_OF_RUN.rows(conn, {"b_run": run_id})]
+        now = utcnow()
+        _SUPERSEDE.many(conn, [{"b_approval": approval_id, "b_now": now} for approval_id in ids])
         return ids
 
 
-_INSERT = approvals.insert()
+# A new approval's row: every field of the record (`ApprovalRecord.values`).
+_INSERT = Prepared(approvals.insert(), keys=[field.name for field in fields(ApprovalRecord)])
 # Ids in id order, so concurrent transactions lock the rows in one order.
 _OPEN_OF = (
     select(approvals.c.approval_id)
@@ -225,7 +231,7 @@ _OPEN_OF = (
     )
     .order_by(approvals.c.approval_id)
 )
-_PENDING_OF_RUN = (
+_PENDING_OF_RUN = Prepared(
     select(approvals.c.approval_id)
     .where(
         approvals.c.run_id == bindparam("b_run"),
@@ -233,14 +239,16 @@ _PENDING_OF_RUN = (
     )
     .order_by(approvals.c.approval_id)
 )
-_SUPERSEDE = (
+# One approval at a time (an executemany over the ids, in id order): the SQL stays the same.
+_SUPERSEDE_ONE = (
     update(approvals)
-    .where(approvals.c.approval_id.in_(bindparam("b_ids", expanding=True)))
+    .where(approvals.c.approval_id == bindparam("b_approval"))
     .values(status=ApprovalStatus.SUPERSEDED.value, decided_at=bindparam("b_now"))
 )
-_SUPERSEDE_FOR = _SUPERSEDE.values(reason=bindparam("b_reason"))
-_BY_ID = select(approvals).where(approvals.c.approval_id == bindparam("b_approval"))
-_SETTLE = (
+_SUPERSEDE = Prepared(_SUPERSEDE_ONE)
+_SUPERSEDE_FOR = Prepared(_SUPERSEDE_ONE.values(reason=bindparam("b_reason")))
+_BY_ID = Prepared(select(approvals).where(approvals.c.approval_id == bindparam("b_approval")))
+_SETTLE = Prepared(
     update(approvals)
     .where(
         approvals.c.approval_id == bindparam("b_approval"),
@@ -254,7 +262,7 @@ _SETTLE = (
         decided_at=bindparam("b_decided_at"),
     )
 )
-_OF_CHECKPOINT = (
+_OF_CHECKPOINT = Prepared(
     select(approvals)
     .where(
         approvals.c.run_id == bindparam("b_run"),
@@ -282,8 +290,8 @@ def _settle_pending_in(
 ) -> bool:
     """Record the outcome only while the approval is pending at that checkpoint version, so a
     reviewer, a concurrent reviewer and the expiry sweep settle it once between them."""
-    result = conn.execute(
-        _SETTLE,
+    settled = _SETTLE.rowcount(
+        conn,
         {
             "b_approval": approval_id,
             "b_version": checkpoint_version,
@@ -293,4 +301,4 @@ def _settle_pending_in(
             "b_decided_at": decided_at,
         },
     )
-    return result.rowcount == 1
+    return settled == 1

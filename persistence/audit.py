@@ -15,6 +15,7 @@ from sqlalchemy import Column, String, insert, select
 from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
+from persistence.prepared import Prepared
 from persistence.tables import audit
 
 if TYPE_CHECKING:
@@ -106,7 +107,10 @@ def _utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-_INSERT = insert(audit)
+_INSERT = Prepared(
+    insert(audit),
+    keys=["at", "tenant", "actor", "action", "outcome", "target", "source", "details"],
+)
 
 
 class AuditRepository:
@@ -117,8 +121,7 @@ class AuditRepository:
     def insert_in(conn: Connection, entries: AuditEntry | Sequence[AuditEntry]) -> None:
         """Insert inside the caller's transaction, so the entry commits with what it records."""
         batch = [entries] if isinstance(entries, AuditEntry) else list(entries)
-        if batch:
-            conn.execute(_INSERT, [_row(entry) for entry in batch])
+        _INSERT.many(conn, [_row(entry) for entry in batch])
 
     async def insert(self, entries: AuditEntry | Sequence[AuditEntry]) -> None:
         await self._store.write(partial(self.insert_in, entries=entries))

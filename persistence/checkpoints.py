@@ -7,17 +7,18 @@ approvals it raises and their events), guarded by the run's current checkpoint v
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Update, bindparam, delete, select, update
+from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
 from persistence.errors import StaleWrite
-from persistence.runs import RunStatus
+from persistence.prepared import Prepared
+from persistence.runs import EXPECTED_STATUS, RunStatus
 from persistence.sessions import SessionMarks
 from persistence.tables import checkpoints, runs
 
@@ -95,7 +96,7 @@ class CheckpointRepository:
             checkpoint,
             _ADVANCE_WITH_STATUS,
             {
-                "b_expected": [s.value for s in expected],
+                **EXPECTED_STATUS.params([s.value for s in expected]),
                 "b_status": status.value,
                 "b_now": utcnow(),
             },
@@ -117,18 +118,18 @@ class CheckpointRepository:
     def drop_in(conn: Connection, run_id: str) -> None:
         """Remove every checkpoint of a run that ended without a final state (cancelled, or
         failed in a state that would not serialize): a terminal run is never resumed."""
-        conn.execute(_DROP, {"b_run": run_id})
+        _DROP.rowcount(conn, {"b_run": run_id})
 
     async def latest(self, run_id: str) -> CheckpointRecord | None:
         return await self._store.read(partial(self.latest_in, run_id=run_id))
 
     @staticmethod
     def latest_in(conn: Connection, run_id: str) -> CheckpointRecord | None:
-        row = conn.execute(_LATEST, {"b_run": run_id}).mappings().first()
+        row = _LATEST.record(conn, {"b_run": run_id})
         return CheckpointRecord.from_row(row) if row else None
 
 
-_LATEST = (
+_LATEST = Prepared(
     select(checkpoints)
     .where(checkpoints.c.run_id == bindparam("b_run"))
     .order_by(checkpoints.c.version.desc())
@@ -136,7 +137,7 @@ _LATEST = (
 )
 
 
-_ADVANCE = (
+_MOVE = (
     update(runs)
     .where(
         runs.c.run_id == bindparam("b_run"),
@@ -144,20 +145,25 @@ _ADVANCE = (
     )
     .values(checkpoint_version=bindparam("b_version"))
 )
-_ADVANCE_WITH_STATUS = _ADVANCE.where(
-    runs.c.status.in_(bindparam("b_expected", expanding=True))
-).values(status=bindparam("b_status"), updated_at=bindparam("b_now"))
-_INSERT = checkpoints.insert()
-_PRUNE = delete(checkpoints).where(
-    checkpoints.c.run_id == bindparam("b_run"), checkpoints.c.version < bindparam("b_version")
+_ADVANCE = Prepared(_MOVE)
+_ADVANCE_WITH_STATUS = Prepared(
+    _MOVE.where(EXPECTED_STATUS.of(runs.c.status)).values(
+        status=bindparam("b_status"), updated_at=bindparam("b_now")
+    )
 )
-_DROP = delete(checkpoints).where(checkpoints.c.run_id == bindparam("b_run"))
+_INSERT = Prepared(checkpoints.insert(), keys=[field.name for field in fields(CheckpointRecord)])
+_PRUNE = Prepared(
+    delete(checkpoints).where(
+        checkpoints.c.run_id == bindparam("b_run"), checkpoints.c.version < bindparam("b_version")
+    )
+)
+_DROP = Prepared(delete(checkpoints).where(checkpoints.c.run_id == bindparam("b_run")))
 
 
 def _advance(
     conn: Connection,
     checkpoint: CheckpointRecord,
-    move: Update,
+    move: Prepared,
     params: dict[str, Any],
     session_of: str | None,
 ) -> CheckpointRecord:
@@ -166,12 +172,12 @@ def _advance(
     if session_of is not None:
         checkpoint = replace(checkpoint, session_mark=SessionMarks.head_in(conn, session_of))
     version = {"b_run": checkpoint.run_id, "b_version": checkpoint.version}
-    moved = conn.execute(move, {**params, **version, "b_previous": checkpoint.version - 1})
-    if moved.rowcount != 1:
+    moved = move.rowcount(conn, {**params, **version, "b_previous": checkpoint.version - 1})
+    if moved != 1:
         raise StaleWrite(f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}")
-    conn.execute(_INSERT, _row(checkpoint))
+    _INSERT.rowcount(conn, _row(checkpoint))
     # Nothing resumes from an older version once this one is durable (a continuation, a
     # recovery and a decision's binding check all read the run's current version), and each
     # older state repeats the conversation so far: dropped in the same transaction.
-    conn.execute(_PRUNE, version)
+    _PRUNE.rowcount(conn, version)
     return checkpoint

@@ -11,6 +11,7 @@ from sqlalchemy import and_, bindparam, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from persistence.clock import utcnow
+from persistence.prepared import Prepared
 from persistence.tables import pending_inputs
 
 if TYPE_CHECKING:
@@ -46,8 +47,8 @@ class InputRepository:
         disposition: Disposition,
         sender: str | None = None,
     ) -> None:
-        conn.execute(
-            _INSERT,
+        _INSERT.rowcount(
+            conn,
             {
                 "thread_id": thread_id,
                 "run_id": run_id,
@@ -105,7 +106,7 @@ class InputRepository:
     ) -> list[PendingInput]:
         query = _OPEN if run_id is None else _OPEN_OF_RUN
         params = {"b_thread": thread_id, "b_disposition": disposition.value, "b_run": run_id}
-        rows = conn.execute(query, params).mappings()
+        rows = query.records(conn, params)
         return [
             PendingInput(
                 input_id=row["input_id"],
@@ -119,14 +120,17 @@ class InputRepository:
         ]
 
 
-_INSERT = pending_inputs.insert()
+_INSERT = Prepared(
+    pending_inputs.insert(),
+    keys=["thread_id", "run_id", "input", "disposition", "sender", "created_at"],
+)
 _CONSUME = (
     update(pending_inputs)
     .where(pending_inputs.c.input_id.in_(bindparam("b_ids", expanding=True)))
     .values(consumed_at=bindparam("b_now"))
 )
 _CONSUME_FOR_RUN = _CONSUME.values(run_id=bindparam("b_run"))
-_OPEN = (
+_OPEN_ANY = (
     select(pending_inputs)
     .where(
         pending_inputs.c.thread_id == bindparam("b_thread"),
@@ -135,4 +139,5 @@ _OPEN = (
     )
     .order_by(pending_inputs.c.input_id)
 )
-_OPEN_OF_RUN = _OPEN.where(pending_inputs.c.run_id == bindparam("b_run"))
+_OPEN = Prepared(_OPEN_ANY)
+_OPEN_OF_RUN = Prepared(_OPEN_ANY.where(pending_inputs.c.run_id == bindparam("b_run")))

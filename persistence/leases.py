@@ -99,16 +99,16 @@ class LeaseRepository:
     @staticmethod
     def acquire_in(conn: Connection, run_id: str, owner: str, ttl_s: float) -> Lease | None:
         now = utcnow()
-        token = conn.execute(
-            _ACQUIRE,
+        taken = _ACQUIRE.rows(
+            conn,
             {
                 "b_run": run_id,
                 "b_owner": owner,
                 "b_now": now,
                 "b_expires": now + timedelta(seconds=ttl_s),
             },
-        ).scalar()
-        return None if token is None else Lease(run_id, owner, int(token))
+        )
+        return Lease(run_id, owner, int(taken[0][0])) if taken else None
 
     async def renew(self, lease: Lease, ttl_s: float) -> bool:
         return lease in await self.renew_all([lease], ttl_s)
@@ -139,11 +139,11 @@ class LeaseRepository:
 
     @staticmethod
     def release_in(conn: Connection, lease: Lease) -> None:
-        conn.execute(_RELEASE, {"b_run": lease.run_id, "b_token": lease.token})
+        _RELEASE.rowcount(conn, {"b_run": lease.run_id, "b_token": lease.token})
 
 
 # Free, expired, or held by an earlier incarnation of the same owner (see `acquire`).
-_ACQUIRE = (
+_ACQUIRE = Prepared(
     update(runs)
     .where(
         runs.c.run_id == bindparam("b_run"),
@@ -169,7 +169,7 @@ _RENEW = (
     .values(lease_expires_at=bindparam("b_expires"))
     .returning(runs.c.run_id, runs.c.lease_token)
 )
-_RELEASE = (
+_RELEASE = Prepared(
     update(runs)
     .where(runs.c.run_id == bindparam("b_run"), runs.c.lease_token == bindparam("b_token"))
     .values(lease_owner=None, lease_expires_at=None)

@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from persistence.clock import utcnow
+from persistence.prepared import Prepared
 from persistence.tables import operations
 
 if TYPE_CHECKING:
@@ -42,24 +43,19 @@ class OperationRepository:
         else the existing record (the call was attempted before)."""
 
         try:
-            await self._store.write(
-                lambda conn: conn.execute(
-                    operations.insert().values(
-                        scope=scope,
-                        call_id=call_id,
-                        tool_name=tool_name,
-                        status=OperationStatus.STARTED.value,
-                        started_at=utcnow(),
-                    )
-                )
-            )
+            started = {
+                "scope": scope,
+                "call_id": call_id,
+                "tool_name": tool_name,
+                "status": OperationStatus.STARTED.value,
+                "started_at": utcnow(),
+            }
+            await self._store.write(lambda conn: _BEGIN.rowcount(conn, started))
             return None
         except IntegrityError:
             pass  # attempted before: the row says how far it got
-        query = select(operations).where(
-            operations.c.scope == scope, operations.c.call_id == call_id
-        )
-        row = await self._store.read(lambda conn: conn.execute(query).mappings().one())
+        key = {"b_scope": scope, "b_call": call_id}
+        row = await self._store.read(lambda conn: _BY_KEY.records(conn, key)[0])
         return OperationRecord(
             scope=row["scope"],
             call_id=row["call_id"],
@@ -71,13 +67,14 @@ class OperationRepository:
     async def finish(
         self, scope: str, call_id: str, status: OperationStatus, result: str | None
     ) -> None:
-        await self._store.write(
-            lambda conn: conn.execute(
-                update(operations)
-                .where(operations.c.scope == scope, operations.c.call_id == call_id)
-                .values(status=status.value, result=result, finished_at=utcnow())
-            )
-        )
+        params = {
+            "b_scope": scope,
+            "b_call": call_id,
+            "b_status": status.value,
+            "b_result": result,
+            "b_now": utcnow(),
+        }
+        await self._store.write(lambda conn: _FINISH.rowcount(conn, params))
 
     async def count(
         self, tool_name: str | None = None, status: OperationStatus | None = None
@@ -88,3 +85,17 @@ class OperationRepository:
         if status is not None:
             query = query.where(operations.c.status == status.value)
         return await self._store.read(lambda conn: int(conn.execute(query).scalar_one()))
+
+
+_BEGIN = Prepared(
+    operations.insert(), keys=["scope", "call_id", "tool_name", "status", "started_at"]
+)
+_OF_CALL = (operations.c.scope == bindparam("b_scope"), operations.c.call_id == bindparam("b_call"))
+_BY_KEY = Prepared(select(operations).where(*_OF_CALL))
+_FINISH = Prepared(
+    update(operations)
+    .where(*_OF_CALL)
+    .values(
+        status=bindparam("b_status"), result=bindparam("b_result"), finished_at=bindparam("b_now")
+    )
+)

@@ -1,39 +1,51 @@
-"""The hottest statements, run on SQLite's own cursor in the SQL SQLAlchemy compiles for them.
+"""The repositories' statements, run on SQLite's own cursor in the SQL SQLAlchemy compiles.
 
-A story run executes about forty statements, most of them the event log's (a head bump, an
-insert, a lease check per group commit) and the session's. Through SQLAlchemy each costs some
-30 µs of execution bookkeeping on top of SQLite's own few microseconds: more than a millisecond
-a run. `Prepared` keeps a statement's Core form (written once, as every statement is) and, on
-SQLite, the SQL and parameter order SQLAlchemy compiles it to, once; executing it there is one
-call on the driver's cursor. Only statements whose values SQLite takes and gives back as they
-are (strings, integers: no type processing either way) and whose SQL does not depend on the
-values (no expanding IN lists) are prepared; any other statement, and every backend but SQLite,
-runs through `conn.execute` as usual. The engine's statement observers (SQL tracing, the tests'
-storage faults) are told of each execution as SQLAlchemy tells them, and driver errors reach the
-caller as SQLAlchemy's, so nothing above this module can tell the two paths apart.
+A refund run executes about seventy statements (the event log's head bumps, inserts and lease
+checks, the session's, the run's status swaps, its checkpoint, approvals and audit rows).
+Through SQLAlchemy's execution each costs some 20-30 µs of bookkeeping on top of SQLite's own
+few microseconds: well over a millisecond a run. `Prepared` keeps a statement's Core form
+(written once, as every statement is) and, for each SQLite dialect it meets, the SQL and
+parameter order SQLAlchemy compiles it to, with the type processors SQLAlchemy would apply to
+each parameter and each returned column (datetimes as text, JSON encoded and decoded) and the
+scalar column defaults it would fill in; executing it there is one call on the driver's cursor.
+Statements whose SQL depends on the values (expanding IN lists: use `OneOf`, or one statement
+per value with `many`) or whose defaults are computed at execution are not prepared: they, and
+every statement on any backend but SQLite, run through `conn.execute` as usual. The engine's
+statement observers (SQL tracing, the tests' storage faults) are told of each execution as
+SQLAlchemy tells them, and driver errors reach the caller as SQLAlchemy's, so nothing above
+this module can tell the two paths apart.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
+from weakref import WeakKeyDictionary
 
+from sqlalchemy import ColumnElement, bindparam
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import Executable
 
 Params = Mapping[str, Any]
-_SQLITE = sqlite.dialect()
+Record = dict[str, Any]
+Convert = Callable[[Any], Any]
 
 
 class _Compiled(NamedTuple):
     sql: str
     names: tuple[str, ...]
-    # The value of each parameter the caller need not give (literals compiled as parameters).
+    # The value of each parameter the caller need not give (literals compiled as parameters,
+    # scalar column defaults of an INSERT or UPDATE).
     defaults: dict[str, Any]
     required: frozenset[str]
+    # (position, bind processor) of each parameter SQLAlchemy converts on the way in.
+    binds: tuple[tuple[int, Convert], ...]
+    # The keys of the returned columns, and (position, result processor) of those it converts.
+    keys: tuple[str, ...]
+    results: tuple[tuple[int, Convert], ...]
 
 
 class Prepared:
@@ -41,57 +53,126 @@ class Prepared:
         """`keys`: for an INSERT, the columns its rows give (the others take their defaults)."""
         self.statement = statement
         self._keys = list(keys) if keys is not None else None
-        self._sqlite = _compile(statement, self._keys)
+        # One compilation per SQLite dialect (each engine has its own, with its own JSON
+        # serializer); forgotten with the engine.
+        self._compiled: WeakKeyDictionary[Dialect, _Compiled | None] = WeakKeyDictionary()
 
     def rows(self, conn: Connection, params: Params) -> list[tuple[Any, ...]]:
         """The rows it returns (a SELECT, or a statement with RETURNING)."""
-        if self._sqlite is None or conn.dialect.name != "sqlite":
+        compiled = self._for(conn)
+        if compiled is None:
             return [tuple(row) for row in conn.execute(self.statement, dict(params))]
-        return _run(conn, self._sqlite, [params], many=False).fetchall()
+        return _converted(compiled, _run(conn, compiled, [params], many=False).fetchall())
+
+    def records(self, conn: Connection, params: Params) -> list[Record]:
+        """The rows it returns, each as a dict by column key."""
+        compiled = self._for(conn)
+        if compiled is None:
+            return [dict(row) for row in conn.execute(self.statement, dict(params)).mappings()]
+        rows = _converted(compiled, _run(conn, compiled, [params], many=False).fetchall())
+        return [dict(zip(compiled.keys, row, strict=True)) for row in rows]
+
+    def record(self, conn: Connection, params: Params) -> Record | None:
+        """The first row it returns as a dict by column key, or None."""
+        found = self.records(conn, params)
+        return found[0] if found else None
 
     def rowcount(self, conn: Connection, params: Params) -> int:
         """How many rows it changed."""
-        if self._sqlite is None or conn.dialect.name != "sqlite":
+        compiled = self._for(conn)
+        if compiled is None:
             return int(conn.execute(self.statement, dict(params)).rowcount)
-        return int(_run(conn, self._sqlite, [params], many=False).rowcount)
+        return int(_run(conn, compiled, [params], many=False).rowcount)
 
     def many(self, conn: Connection, rows: Sequence[Params]) -> None:
         """Once per parameter set (an executemany)."""
         if not rows:
             return
-        if self._sqlite is None or conn.dialect.name != "sqlite":
+        compiled = self._for(conn)
+        if compiled is None:
             conn.execute(self.statement, [dict(row) for row in rows])
             return
-        _run(conn, self._sqlite, rows, many=True)
+        _run(conn, compiled, rows, many=True)
+
+    @property
+    def prepared_on_sqlite(self) -> bool:
+        """Whether SQLite runs it on the driver's cursor (for tests and reviews)."""
+        return _compile(self.statement, self._keys, sqlite.dialect()) is not None
+
+    def _for(self, conn: Connection) -> _Compiled | None:
+        dialect = conn.dialect
+        if dialect.name != "sqlite":
+            return None
+        try:
+            return self._compiled[dialect]
+        except KeyError:
+            compiled = self._compiled[dialect] = _compile(self.statement, self._keys, dialect)
+            return compiled
+
+
+class OneOf:
+    """`column IN (...)` over a fixed number of parameters, so the SQL does not change with
+    how many values a call gives (an expanding IN list is rendered anew at every execution
+    and cannot be prepared): the values fill the slots, the last repeated into the rest."""
+
+    def __init__(self, name: str, slots: int) -> None:
+        self._names = [f"{name}_{slot}" for slot in range(slots)]
+
+    def of(self, column: ColumnElement[Any]) -> ColumnElement[bool]:
+        return column.in_([bindparam(name) for name in self._names])
+
+    def params(self, values: Sequence[Any]) -> dict[str, Any]:
+        if not values or len(values) > len(self._names):
+            raise ValueError(f"between 1 and {len(self._names)} values, not {len(values)}")
+        return {name: values[min(n, len(values) - 1)] for n, name in enumerate(self._names)}
 
 
 def run_sql(conn: Connection, sql: str) -> None:
     """A statement without parameters (transaction control: BEGIN IMMEDIATE, COMMIT,
     ROLLBACK) on SQLite's own cursor, observers told as for every other."""
-    _run(conn, _Compiled(sql, (), {}, frozenset()), [{}], many=False)
+    _run(conn, _Compiled(sql, (), {}, frozenset(), (), (), ()), [{}], many=False)
 
 
-def _compile(statement: Executable, keys: list[str] | None) -> _Compiled | None:
-    compiled = statement.compile(dialect=_SQLITE, column_keys=keys)  # type: ignore[attr-defined]
+def _compile(statement: Executable, keys: list[str] | None, dialect: Dialect) -> _Compiled | None:
+    compiled: Any = statement.compile(dialect=dialect, column_keys=keys)  # type: ignore[attr-defined]
     if compiled.post_compile_params or compiled.literal_execute_params:
         return None  # the SQL depends on the values
+    defaults: dict[str, Any] = {}
+    for column in [*compiled.insert_prefetch, *compiled.update_prefetch]:
+        default = column.default if column in compiled.insert_prefetch else column.onupdate
+        if default is None or not default.is_scalar:
+            return None  # computed at each execution
+        defaults[column.key] = default.arg
     names = tuple(compiled.positiontup or ())
-    binds = [compiled.binds[name] for name in names]
-    if any(bind.type.dialect_impl(_SQLITE).bind_processor(_SQLITE) is not None for bind in binds):
-        return None
+    required: set[str] = set()
+    binds: list[tuple[int, Convert]] = []
+    for position, name in enumerate(names):
+        bind = compiled.binds[name]
+        if bind.required and name not in defaults:
+            required.add(name)
+        elif name not in defaults:
+            # By compiled name: an anonymous parameter's key is not its name in the SQL.
+            defaults[name] = bind.value
+        process = bind.type._cached_bind_processor(dialect)
+        if process is not None:
+            binds.append((position, process))
     # What it returns: a SELECT's columns, or a statement's RETURNING columns.
     columns: Any = getattr(statement, "selected_columns", None) or getattr(
         statement, "exported_columns", ()
     )
-    for column in columns:
-        if column.type.dialect_impl(_SQLITE).result_processor(_SQLITE, None) is not None:
-            return None
+    results = [
+        (position, process)
+        for position, column in enumerate(columns)
+        if (process := column.type._cached_result_processor(dialect, None)) is not None
+    ]
     return _Compiled(
         compiled.string,
         names,
-        # By compiled name: an anonymous parameter's key is not its name in the SQL.
-        {name: bind.value for name, bind in zip(names, binds, strict=True) if not bind.required},
-        frozenset(name for name, bind in zip(names, binds, strict=True) if bind.required),
+        defaults,
+        frozenset(required),
+        tuple(binds),
+        tuple(column.key for column in columns),
+        tuple(results),
     )
 
 
@@ -121,4 +202,19 @@ def _values(compiled: _Compiled, row: Params) -> tuple[Any, ...]:
     if missing:
         raise KeyError(f"no value for parameter(s) {', '.join(sorted(missing))}")
     defaults = compiled.defaults
-    return tuple(row[name] if name in row else defaults[name] for name in compiled.names)
+    values = [row[name] if name in row else defaults[name] for name in compiled.names]
+    for position, process in compiled.binds:
+        values[position] = process(values[position])
+    return tuple(values)
+
+
+def _converted(compiled: _Compiled, rows: list[Any]) -> list[tuple[Any, ...]]:
+    if not compiled.results:
+        return rows
+    converted = []
+    for row in rows:
+        values = list(row)
+        for position, process in compiled.results:
+            values[position] = process(values[position])
+        converted.append(tuple(values))
+    return converted

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, Update, bindparam, select, update
+from sqlalchemy import Select, bindparam, select, text, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
-from persistence.tables import approvals, runs
+from persistence.prepared import OneOf, Prepared
+from persistence.tables import ACTIVE_RUN_SQL, approvals, runs
 
 if TYPE_CHECKING:
     from persistence.store import Store
@@ -105,14 +106,14 @@ class RunRepository:
 
     @staticmethod
     def insert_in(conn: Connection, record: RunRecord) -> None:
-        conn.execute(_INSERT, record.values())
+        _INSERT.rowcount(conn, record.values())
 
     async def get(self, run_id: str) -> RunRecord | None:
         return await self._store.read(partial(self.get_in, run_id=run_id))
 
     @staticmethod
     def get_in(conn: Connection, run_id: str) -> RunRecord | None:
-        row = conn.execute(_BY_ID, {"b_run": run_id}).mappings().first()
+        row = _BY_ID.record(conn, {"b_run": run_id})
         return RunRecord.from_row(row) if row else None
 
     async def active_for_thread(self, thread_id: str) -> RunRecord | None:
@@ -120,7 +121,7 @@ class RunRepository:
 
     @staticmethod
     def active_for_thread_in(conn: Connection, thread_id: str) -> RunRecord | None:
-        row = conn.execute(_ACTIVE_ON_THREAD, {"b_thread": thread_id}).mappings().first()
+        row = _ACTIVE_ON_THREAD.record(conn, {"b_thread": thread_id})
         return RunRecord.from_row(row) if row else None
 
     async def with_status(self, statuses: Iterable[RunStatus]) -> list[RunRecord]:
@@ -183,38 +184,43 @@ class RunRepository:
     ) -> bool:
         params: dict[str, Any] = {
             "b_run": run_id,
-            "b_expected": [s.value for s in expected],
+            **EXPECTED_STATUS.params([s.value for s in expected]),
             "b_status": to.value,
             "b_now": utcnow(),
             "b_version": checkpoint_version,
             "b_error": error,
         }
         statement = _TRANSITIONS[(checkpoint_version is not None, error is not None)]
-        return conn.execute(statement, params).rowcount == 1
+        return statement.rowcount(conn, params) == 1
 
 
-_INSERT = runs.insert()
-_BY_ID = select(runs).where(runs.c.run_id == bindparam("b_run"))
+# The statuses a compare-and-swap moves a run from.
+EXPECTED_STATUS = OneOf("b_expected", len(RunStatus))
+# A new run's row: every field of the record (`RunRecord.values`).
+_INSERT = Prepared(runs.insert(), keys=[field.name for field in fields(RunRecord)])
+_BY_ID = Prepared(select(runs).where(runs.c.run_id == bindparam("b_run")))
 
 
-def _transition(at_version: bool, with_error: bool) -> Update:
+def _transition(at_version: bool, with_error: bool) -> Prepared:
     """The status compare-and-swap: only from an expected status (and checkpoint version)."""
     statement = update(runs).where(
         runs.c.run_id == bindparam("b_run"),
-        runs.c.status.in_(bindparam("b_expected", expanding=True)),
+        EXPECTED_STATUS.of(runs.c.status),
     )
     if at_version:
         statement = statement.where(runs.c.checkpoint_version == bindparam("b_version"))
     values: dict[str, Any] = {"status": bindparam("b_status"), "updated_at": bindparam("b_now")}
     if with_error:
         values["error"] = bindparam("b_error", type_=runs.c.error.type)
-    return statement.values(**values)
+    return Prepared(statement.values(**values))
 
 
 # Built once each: whether the swap also checks the checkpoint version, and records an error.
 _TRANSITIONS = {(v, e): _transition(v, e) for v in (False, True) for e in (False, True)}
-_ACTIVE_ON_THREAD = select(runs).where(
-    runs.c.thread_id == bindparam("b_thread"), runs.c.status.in_([s.value for s in ACTIVE])
+# The active-run predicate as the partial index on thread_id states it (a literal IN list
+# would be rendered anew at every execution).
+_ACTIVE_ON_THREAD = Prepared(
+    select(runs).where(runs.c.thread_id == bindparam("b_thread"), text(ACTIVE_RUN_SQL))
 )
 
 

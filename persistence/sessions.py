@@ -75,15 +75,16 @@ class SessionMarks:
     @staticmethod
     def trim_in(conn: Connection, session_id: str, mark: int) -> int:
         """Remove the session's messages after `mark`, inside the caller's transaction."""
-        result = conn.execute(_TRIM, {"b_session": session_id, "b_mark": mark})
-        return int(result.rowcount or 0)
+        return _TRIM.rowcount(conn, {"b_session": session_id, "b_mark": mark})
 
 
 _HEAD = Prepared(
     select(func.max(_messages.c.id)).where(_messages.c.session_id == bindparam("b_session"))
 )
-_TRIM = delete(_messages).where(
-    _messages.c.session_id == bindparam("b_session"), _messages.c.id > bindparam("b_mark")
+_TRIM = Prepared(
+    delete(_messages).where(
+        _messages.c.session_id == bindparam("b_session"), _messages.c.id > bindparam("b_mark")
+    )
 )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
 from persistence.ids import new_id
+from persistence.prepared import Prepared
 from persistence.tables import threads
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ class ThreadRecord:
             "metadata": self.metadata,
             "epoch": self.epoch,
             "head_seq": 0,
+            "truncated_seq": 0,
         }
 
     @classmethod
@@ -81,7 +83,7 @@ class ThreadRepository:
     @staticmethod
     def insert_in(conn: Connection, record: ThreadRecord) -> None:
         """Insert a thread made with `ThreadRecord.new`, inside the caller's transaction."""
-        conn.execute(_INSERT, record.values())
+        _INSERT.rowcount(conn, record.values())
 
     async def create(
         self, *, tenant: str, owner: str, metadata: dict[str, Any] | None = None
@@ -95,7 +97,7 @@ class ThreadRepository:
 
     @staticmethod
     def get_in(conn: Connection, thread_id: str) -> ThreadRecord | None:
-        row = conn.execute(_BY_ID, {"b_thread": thread_id}).mappings().first()
+        row = _BY_ID.record(conn, {"b_thread": thread_id})
         return ThreadRecord.from_row(row) if row else None
 
     async def heads(self, thread_ids: Sequence[str]) -> dict[str, int]:
@@ -119,8 +121,9 @@ class ThreadRepository:
         )
 
 
-_INSERT = threads.insert()
-_BY_ID = select(threads).where(threads.c.thread_id == bindparam("b_thread"))
+# A new thread's row: every field of the record (`ThreadRecord.values`).
+_INSERT = Prepared(threads.insert(), keys=[field.name for field in fields(ThreadRecord)])
+_BY_ID = Prepared(select(threads).where(threads.c.thread_id == bindparam("b_thread")))
 _HEADS = select(threads.c.thread_id, threads.c.head_seq).where(
     threads.c.thread_id.in_(bindparam("b_threads", expanding=True))
 )
