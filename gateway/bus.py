@@ -10,6 +10,9 @@ tables.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,12 +25,29 @@ InboxListener = Callable[[list[dict[str, Any]], list[str]], None]
 WatchListener = Callable[[str, int], None]
 # Told (tenant, added approval ids, removed approval ids) published by another process.
 RemoteInboxListener = Callable[[str, list[str], list[str]], None]
+# Told the id of a run another process cancelled (and fenced off) while it may stream here.
+RevokedListener = Callable[[str], None]
+# Told the ids of the runs a process shutting down handed over.
+HandoverListener = Callable[[list[str]], None]
+
+# How often a process repeats, over a shared relay, which threads it has watchers on. The
+# others forget a process's watchers once they have not heard of them for `WATCH_EXPIRY_S`
+# (it died, or lost the relay): a run is then suspended on their side as if nobody watched.
+WATCH_REFRESH_S = 5.0
+WATCH_EXPIRY_S = 3 * WATCH_REFRESH_S
+# Thread ids per `watch` message.
+WATCH_CHUNK = 500
 
 
 class EventBus:
     def __init__(self, relay: Relay | None = None) -> None:
         self._relay = relay or MemoryRelay()
         self._remote_inbox: RemoteInboxListener | None = None
+        self._remote_revoked: RevokedListener | None = None
+        self._remote_handover: HandoverListener | None = None
+        # Threads other processes have watchers on: thread -> {process: when that expires}.
+        self._watched_elsewhere: dict[str, dict[str, float]] = {}
+        self._refresh: asyncio.Task[None] | None = None
         self._threads: dict[str, set[EventListener]] = {}
         self._inboxes: dict[str, set[InboxListener]] = {}
         self._watch_listeners: list[WatchListener] = []
@@ -44,7 +64,10 @@ class EventBus:
             listener(thread_id, count)
 
     def subscribe(self, thread_id: str, listener: EventListener) -> Callable[[], None]:
-        self._threads.setdefault(thread_id, set()).add(listener)
+        listeners = self._threads.setdefault(thread_id, set())
+        if not listeners:
+            self._tell_watching([thread_id])
+        listeners.add(listener)
         self._watchers_changed(thread_id)
 
         def unsubscribe() -> None:
@@ -55,18 +78,60 @@ class EventBus:
             if not listeners:
                 del self._threads[thread_id]
                 self._published.pop(thread_id, None)
+                self._tell_watching([], gone=[thread_id])
             self._watchers_changed(thread_id)
 
         return unsubscribe
 
     def watchers(self, thread_id: str) -> int:
+        """Watchers of the thread on this process."""
         return len(self._threads.get(thread_id, ()))
 
+    def watched(self, thread_id: str) -> bool:
+        """Whether the thread has a watcher on this process or, as far as the relay has said
+        lately, on another one."""
+        if self.watchers(thread_id):
+            return True
+        elsewhere = self._watched_elsewhere.get(thread_id)
+        if not elsewhere:
+            return False
+        now = time.monotonic()
+        for process in [p for p, until in elsewhere.items() if until <= now]:
+            del elsewhere[process]
+        if not elsewhere:
+            del self._watched_elsewhere[thread_id]
+        return bool(elsewhere)
+
     async def start(self) -> None:
-        await self._relay.start(self._on_relayed, self.wake_all)
+        await self._relay.start(self._on_relayed, self._relay_back)
+        if self._relay.shared:
+            self._refresh = asyncio.create_task(self._refresh_watching(), name="watch-refresh")
 
     async def close(self) -> None:
+        if self._refresh is not None:
+            self._refresh.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresh
         await self._relay.close()
+
+    def _relay_back(self) -> None:
+        """The relay is back after an outage: messages may have been missed both ways."""
+        self.wake_all()
+        self._tell_watching(list(self._threads))
+
+    async def _refresh_watching(self) -> None:
+        while True:
+            await asyncio.sleep(WATCH_REFRESH_S)
+            self._tell_watching(list(self._threads))
+
+    def _tell_watching(self, threads: list[str], gone: Sequence[str] = ()) -> None:
+        if not self._relay.shared:
+            return
+        if gone:
+            self._relay.publish({"kind": "watch", "threads": [], "gone": list(gone)})
+        for start in range(0, len(threads), WATCH_CHUNK):
+            chunk = threads[start : start + WATCH_CHUNK]
+            self._relay.publish({"kind": "watch", "threads": chunk, "gone": []})
 
     def publish(self, thread_id: str, events: Sequence[LoggedEvent]) -> None:
         """Hand committed events to the thread's listeners (and tell the other processes the
@@ -100,6 +165,24 @@ class EventBus:
     def on_remote_inbox(self, listener: RemoteInboxListener) -> None:
         self._remote_inbox = listener
 
+    def on_remote_revoked(self, listener: RevokedListener) -> None:
+        self._remote_revoked = listener
+
+    def on_remote_handover(self, listener: HandoverListener) -> None:
+        self._remote_handover = listener
+
+    def publish_handover(self, run_ids: list[str]) -> None:
+        """Tell the other processes that this one, shutting down, left these runs for them to
+        continue now (suspended at a turn boundary, or cut with their leases released)."""
+        if run_ids and self._relay.shared:
+            self._relay.publish({"kind": "handover", "run_ids": run_ids})
+
+    def publish_revoked(self, run_id: str) -> None:
+        """Tell the other processes that `run_id` ended here without its lease holder (its
+        lease is revoked): the one streaming it stops at once rather than at its next write."""
+        if self._relay.shared:
+            self._relay.publish({"kind": "revoked", "run_id": run_id})
+
     def has_inbox_listeners(self, tenant: str) -> bool:
         return bool(self._inboxes.get(tenant))
 
@@ -108,12 +191,34 @@ class EventBus:
         if kind == "wake":
             for thread_id, head in message.get("threads", {}).items():
                 self.wake(thread_id, int(head))
+        elif kind == "watch":
+            self._heard_watching(message)
+        elif kind == "revoked" and self._remote_revoked is not None:
+            run_id = message.get("run_id")
+            if isinstance(run_id, str):
+                self._remote_revoked(run_id)
+        elif kind == "handover" and self._remote_handover is not None:
+            self._remote_handover([str(run_id) for run_id in message.get("run_ids", [])])
         elif kind == "inbox" and self._remote_inbox is not None:
             tenant = message.get("tenant")
             if isinstance(tenant, str) and self.has_inbox_listeners(tenant):
                 self._remote_inbox(
                     tenant, list(message.get("added", [])), list(message.get("removed", []))
                 )
+
+    def _heard_watching(self, message: dict[str, Any]) -> None:
+        process = message.get("from")
+        if not isinstance(process, str):
+            return
+        until = time.monotonic() + WATCH_EXPIRY_S
+        for thread_id in message.get("threads", []):
+            self._watched_elsewhere.setdefault(str(thread_id), {})[process] = until
+        for thread_id in message.get("gone", []):
+            elsewhere = self._watched_elsewhere.get(str(thread_id))
+            if elsewhere is not None:
+                elsewhere.pop(process, None)
+                if not elsewhere:
+                    del self._watched_elsewhere[str(thread_id)]
 
     def watched_threads(self) -> list[str]:
         return list(self._threads)

@@ -29,6 +29,9 @@ from persistence.runs import RunRecord, RunRepository, RunStatus
 
 log = logging.getLogger(__name__)
 
+# The statuses of a run some process was executing: taken over when that process is gone.
+TAKEN_OVER = (RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.RECOVERING)
+
 
 class Recovery:
     def __init__(self, ctx: RunContext, continuer: Continuer) -> None:
@@ -43,9 +46,7 @@ class Recovery:
         """
         ctx = self._ctx
         recovered = 0
-        for run in await ctx.runs.with_status(
-            (RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.RECOVERING)
-        ):
+        for run in await ctx.runs.with_status(TAKEN_OVER):
             if run.run_id in ctx.executions:
                 continue
             if (
@@ -72,16 +73,43 @@ class Recovery:
         if not startup:
             return recovered
         for run in await ctx.runs.with_status((RunStatus.SUSPENDED,)):
-            checkpoint = await ctx.checkpoints.latest(run.run_id)
-            if checkpoint is None or checkpoint.reason != "shutdown":
-                continue  # suspended for lack of watchers: a watcher continues it
-            try:
-                async with ctx.lock(run.thread_id):
-                    if await self._continuer.resume_suspended(run):
-                        recovered += 1
-            except Exception:
-                log.error("continuing run %s after shutdown failed", run.run_id, exc_info=True)
+            recovered += await self._continue_after_shutdown(run)
         return recovered
+
+    async def take_over(self, run_ids: list[str]) -> int:
+        """Continue now the runs another process handed over as it shut down (suspended at a
+        turn boundary, or cut with their leases released). Every process that hears of them
+        tries; the run's compare-and-swap and lease let one win."""
+        taken = 0
+        for run_id in run_ids:
+            if run_id in self._ctx.executions:
+                continue
+            try:
+                run = await self._ctx.runs.get(run_id)
+                if run is None:
+                    continue
+                if run.status is RunStatus.SUSPENDED:
+                    taken += await self._continue_after_shutdown(run)
+                elif run.status in TAKEN_OVER:
+                    taken += await self._recover_one(run)
+            except Exception:
+                log.error("taking over run %s failed", run_id, exc_info=True)
+        if taken:
+            log.info("took over %d run(s) handed over by a process shutting down", taken)
+        return taken
+
+    async def _continue_after_shutdown(self, run: RunRecord) -> bool:
+        """Continue a suspended run if a graceful shutdown suspended it (one suspended for lack
+        of watchers waits for a watcher); True when this process continues it."""
+        checkpoint = await self._ctx.checkpoints.latest(run.run_id)
+        if checkpoint is None or checkpoint.reason != "shutdown":
+            return False
+        try:
+            async with self._ctx.lock(run.thread_id):
+                return await self._continuer.resume_suspended(run)
+        except Exception:
+            log.error("continuing run %s after shutdown failed", run.run_id, exc_info=True)
+            return False
 
     def start(self) -> None:
         """Recover in the background, then keep taking over runs whose lease expired.
@@ -125,7 +153,7 @@ class Recovery:
                     conn,
                     run.run_id,
                     RunStatus.RECOVERING,
-                    expected=(RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.RECOVERING),
+                    expected=TAKEN_OVER,
                 ):
                     raise StaleWrite(run.run_id)
 

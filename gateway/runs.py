@@ -122,6 +122,8 @@ class RunManager:
         self._suspend_timers: dict[str, asyncio.TimerHandle] = {}
         bus.on_watchers_changed(self._watchers_changed)
         bus.on_remote_inbox(self._remote_inbox)
+        bus.on_remote_revoked(self._revoked_elsewhere)
+        bus.on_remote_handover(self._handed_over)
         # Inbox changes from other processes are delivered in the order they arrived, each
         # after its rows were read.
         self._remote_inbox_turn = asyncio.Lock()
@@ -426,6 +428,9 @@ class RunManager:
             )
             if not moved:
                 raise StaleWrite(run.run_id)
+            # Streamed by another process (this one has no execution of it): fenced off, so
+            # nothing it writes lands after `run.cancelled`; told over the bus to stop at once.
+            LeaseRepository.revoke_in(conn, run.run_id)
             removed.extend(ApprovalRepository.supersede_pending_in(conn, run.run_id))
             CheckpointRepository.drop_in(conn, run.run_id)
             AuditRepository.insert_in(conn, audit)
@@ -437,9 +442,22 @@ class RunManager:
             )
         except StaleWrite:
             raise conflict("the run changed while cancelling; try again") from None
+        self._ctx.bus.publish_revoked(run.run_id)
         if removed:
             self._ctx.bus.publish_inbox(run.tenant, removed=removed)
         self._ctx.spawn(self._start_next_queued(run.thread_id), name="next-queued")
+
+    def _handed_over(self, run_ids: list[str]) -> None:
+        if not self._ctx.closing:
+            self._ctx.spawn(self.recovery.take_over(run_ids), name="take-over")
+
+    def _revoked_elsewhere(self, run_id: str) -> None:
+        """Another process cancelled a run this one streams: its writes are refused from now
+        on (the lease was revoked with the cancel), so stop the stream without waiting."""
+        execution = self._ctx.executions.get(run_id)
+        if execution is not None and execution.result is not None:
+            log.info("run %s was cancelled through another process; stopping it", run_id)
+            execution.result.cancel("immediate")
 
     async def resume(self, principal: Principal, run_id: str) -> None:
         run, thread = await self._ctx.run_for(principal, run_id)
@@ -478,7 +496,14 @@ class RunManager:
 
     def _suspend_unwatched(self, thread_id: str) -> None:
         self._suspend_timers.pop(thread_id, None)
-        if self._ctx.bus.watchers(thread_id):
+        bus = self._ctx.bus
+        if bus.watchers(thread_id):
+            return
+        if bus.watched(thread_id):
+            # Watched through another process: look again after another grace period.
+            self._suspend_timers[thread_id] = asyncio.get_running_loop().call_later(
+                self._suspend_grace_s, self._suspend_unwatched, thread_id
+            )
             return
         for execution in self._ctx.executions.values():
             if execution.thread_id == thread_id and execution.on_disconnect == "suspend":
@@ -486,7 +511,7 @@ class RunManager:
 
     async def _suspended(self, run: RunRecord, reason: str) -> None:
         """A watcher may have arrived after the grace timer fired: continue at once then."""
-        if reason == "disconnect" and self._ctx.bus.watchers(run.thread_id):
+        if reason == "disconnect" and self._ctx.bus.watched(run.thread_id):
             self._ctx.spawn(self._resume_on_watch(run.thread_id), name=f"resume-{run.run_id}")
 
     async def _resume_on_watch(self, thread_id: str) -> None:
@@ -571,9 +596,12 @@ class RunManager:
     async def close(self, grace_s: float = 10.0) -> None:
         """Graceful stop: bring streaming runs to a turn boundary and checkpoint them.
 
-        Each run is suspended with reason "shutdown" and continued by the next process
-        (`Recovery.recover`). Runs that cannot reach a boundary within `grace_s` are cut; they stay
-        active in the database and are recovered like after a crash.
+        Each run is suspended with reason "shutdown". Runs that cannot reach a boundary within
+        `grace_s` are cut; they stay active in the database and are recovered like after a
+        crash. Then the leases still held are released and, over a shared bus, the runs handed
+        over: another process continues them at once (`Recovery.take_over`); otherwise the next
+        start of a process does (`Recovery.recover`), or, for cut runs, the lease scan of
+        another.
         """
         self._ctx.closing = True
         for timer in self._suspend_timers.values():
@@ -592,3 +620,15 @@ class RunManager:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._ctx.segments.close()
+        if executions:
+            await self._hand_over([e.run_id for e in executions])
+
+    async def _hand_over(self, run_ids: list[str]) -> None:
+        owner = self._ctx.instance_id
+        try:
+            await self._ctx.log.commit(
+                action=lambda conn: LeaseRepository.release_owned_in(conn, owner, run_ids)
+            )
+        except StorageUnavailable:
+            log.warning("could not release %d run lease(s) at shutdown", len(run_ids))
+        self._ctx.bus.publish_handover(run_ids)

@@ -141,6 +141,19 @@ class LeaseRepository:
     def release_in(conn: Connection, lease: Lease) -> None:
         _RELEASE.rowcount(conn, {"b_run": lease.run_id, "b_token": lease.token})
 
+    @staticmethod
+    def release_owned_in(conn: Connection, owner: str, run_ids: Sequence[str]) -> None:
+        """Inside a write transaction: free the leases `owner` still holds on these runs (a
+        process shutting down, whose streams have stopped), so another takes them at once."""
+        _RELEASE_OWNED.many(conn, [{"b_run": run_id, "b_owner": owner} for run_id in run_ids])
+
+    @staticmethod
+    def revoke_in(conn: Connection, run_id: str) -> None:
+        """Inside a write transaction: take the run's lease from whoever holds it (a new token,
+        no owner), so a holder on another process fails its next fenced write (`LeaseLost`)
+        and stops; used when the run ends without its holder (a cancel from elsewhere)."""
+        _REVOKE.rowcount(conn, {"b_run": run_id})
+
 
 # Free, expired, or held by an earlier incarnation of the same owner (see `acquire`).
 _ACQUIRE = Prepared(
@@ -173,6 +186,18 @@ _RELEASE = Prepared(
     update(runs)
     .where(runs.c.run_id == bindparam("b_run"), runs.c.lease_token == bindparam("b_token"))
     .values(lease_owner=None, lease_expires_at=None)
+)
+
+
+_RELEASE_OWNED = Prepared(
+    update(runs)
+    .where(runs.c.run_id == bindparam("b_run"), runs.c.lease_owner == bindparam("b_owner"))
+    .values(lease_owner=None, lease_expires_at=None)
+)
+_REVOKE = Prepared(
+    update(runs)
+    .where(runs.c.run_id == bindparam("b_run"))
+    .values(lease_owner=None, lease_expires_at=None, lease_token=runs.c.lease_token + 1)
 )
 
 

@@ -9,7 +9,15 @@ after an outage wakes every watcher once.
 Messages (JSON objects, `kind` first):
 - `wake`: `{"threads": {thread_id: head_seq}}`, after a commit grew those threads' logs;
 - `inbox`: `{"tenant", "added": [approval_id], "removed": [approval_id]}`: approval ids only,
-  so no tool arguments cross the relay; receivers read the rows.
+  so no tool arguments cross the relay; receivers read the rows;
+- `watch`: `{"threads": [thread_id], "gone": [thread_id]}`: the threads the sender has
+  watchers on (repeated every few seconds, forgotten when not repeated) and those it no longer
+  has: a run with `on_disconnect: "suspend"` is suspended only when no process has a watcher;
+- `revoked`: `{"run_id"}`: the sender cancelled a run it does not stream and revoked its lease;
+  the process streaming it stops at once (its writes are refused from then on anyway);
+- `handover`: `{"run_ids": [run_id]}`: the sender is shutting down and left these runs
+  (suspended at a turn boundary, or cut with their leases released): the others continue
+  them at once rather than after the lease expiry or the sender's restart.
 
 Backends, chosen by `GATEWAY_BUS_URL`: `memory://` (the default: one process, nothing to tell)
 and `redis://host:port/db` (Redis pub/sub, for several processes; gateway/relay/redis.py).

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install 'agents-ws-gateway[redis]' (or: pip install redis)"
 MAX_QUEUED = 10_000
+# How long `close` waits for queued messages to go out.
+CLOSE_FLUSH_S = 2.0
 RETRY_S = (0.1, 0.2, 0.5, 1.0, 2.0)
 
 
@@ -63,6 +65,10 @@ class RedisRelay(Relay):
             self.dropped += 1
 
     async def close(self) -> None:
+        # What was published last (a shutdown's hand-over) goes out before the connection.
+        if self._up and self._tasks:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._queue.join(), CLOSE_FLUSH_S)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -138,6 +144,9 @@ class RedisRelay(Relay):
             except Exception:
                 # The listener notices the outage too and reconnects; these are dropped.
                 self.dropped += len(payloads)
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
 
 
 def _merged(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:

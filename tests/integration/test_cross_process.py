@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from gateway.auth import TokenVerifier
@@ -224,3 +225,169 @@ async def wait_for_log(process: GatewayProcess, text: str, timeout: float = 15) 
         if time.monotonic() > deadline:
             raise TimeoutError(f"{text!r} not in the log of the gateway on {process.port}")
         await asyncio.sleep(0.1)
+
+
+STORY = "tell me a story"
+STATUS_INPUT = "status of orders 11, 12, 13, 14 and 15"
+
+
+def bus_env(bus: str) -> dict[str, str]:
+    if bus == "memory":
+        return {"GATEWAY_BUS_URL": "memory://"}
+    return {"GATEWAY_BUS_URL": require_redis(), "GATEWAY_BUS_PREFIX": bus_prefix()}
+
+
+async def run_status(process: GatewayProcess, run_id: str) -> str:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{process.port}") as http:
+        response = await http.get(
+            f"/v1/runs/{run_id}",
+            headers={"Authorization": f"Bearer {TOKEN.issue('alice', 'acme', ['user'])}"},
+        )
+    assert response.status_code == 200, response.text
+    return str(response.json()["run"]["status"])
+
+
+async def wait_status(process: GatewayProcess, run_id: str, status: str) -> None:
+    deadline = time.monotonic() + 20
+    while (now := await run_status(process, run_id)) != status:
+        assert time.monotonic() < deadline, f"run stayed {now}"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("bus", ["memory", "redis"])
+async def test_a_cancel_through_another_process_ends_the_run_where_it_streams(
+    tmp_path: Path, database_url: str, processes: list[GatewayProcess], bus: str
+) -> None:
+    """B cancels a run A is streaming: B's cancel revokes the run's lease, so A's next write
+    is refused and nothing follows `run.cancelled` in the log; over Redis, A is told to stop
+    at once."""
+    a, b = spawn_with_bus(
+        tmp_path,
+        database_url,
+        processes,
+        ("gw-a", "gw-b"),
+        GATEWAY_DEMO_DELAY_MS="20",
+        **bus_env(bus),
+    )
+    token = TOKEN.issue("alice", "acme", ["user"])
+    starter = await Client.connect(a.ws_url, token)
+    canceller = await Client.connect(b.ws_url, token)
+    try:
+        ack = await starter.request("run.start", input=STORY)
+        thread_id, run_id = ack["thread_id"], ack["run_id"]
+        await starter.wait_event("message.delta")
+        await canceller.request("run.cancel", run_id=run_id)
+        await starter.wait_event("run.cancelled", timeout=10)
+        await wait_status(a, run_id, "cancelled")
+        await asyncio.sleep(1.0)  # A had every chance to write more
+        events = starter.events_of(thread_id)
+        assert events[-1]["event"] == "run.cancelled"
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        assert not any(e["event"] == "run.completed" for e in events)
+
+        replay = await Client.connect(b.ws_url, token)
+        try:
+            await replay.request("thread.subscribe", thread_id=thread_id, after_seq=0)
+            await replay.wait_event("run.cancelled")
+            assert [(e["seq"], e["event"]) for e in replay.events_of(thread_id)] == [
+                (e["seq"], e["event"]) for e in events
+            ]
+        finally:
+            await replay.close()
+        assert "Traceback" not in a.log()
+        if bus == "redis":
+            assert f"run {run_id} was cancelled through another process" in a.log()
+    finally:
+        await starter.close()
+        await canceller.close()
+
+
+async def test_a_suspend_run_watched_through_another_process_keeps_going(
+    tmp_path: Path, database_url: str, processes: list[GatewayProcess]
+) -> None:
+    """A run with `on_disconnect: "suspend"` streams on A; its starter leaves. While a watcher
+    on B remains, A does not suspend it; once that watcher leaves too, A suspends it, and a
+    new watcher on B continues it to the end."""
+    a, b = spawn_with_bus(
+        tmp_path,
+        database_url,
+        processes,
+        ("gw-a", "gw-b"),
+        GATEWAY_DEMO_DELAY_MS="15",
+        GATEWAY_SUSPEND_GRACE_S="0.3",
+        **bus_env("redis"),
+    )
+    token = TOKEN.issue("alice", "acme", ["user"])
+
+    async def started_and_left(watcher: Client) -> tuple[str, str]:
+        starter = await Client.connect(a.ws_url, token)
+        ack = await starter.request("run.start", input=STATUS_INPUT, on_disconnect="suspend")
+        await watcher.request("thread.subscribe", thread_id=ack["thread_id"], after_seq=0)
+        await watcher.wait_event("tool.output")
+        await starter.close()
+        return ack["thread_id"], ack["run_id"]
+
+    watcher = await Client.connect(b.ws_url, token)
+    try:
+        thread_id, _ = await started_and_left(watcher)
+        await watcher.wait_event("run.completed", timeout=30)
+        events = watcher.events_of(thread_id)
+        assert not any(e["event"] == "run.paused" for e in events)
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+
+        thread_id, run_id = await started_and_left(watcher)
+        await watcher.close()
+        await wait_status(a, run_id, "suspended")
+    finally:
+        await watcher.close()
+    again = await Client.connect(b.ws_url, token)
+    try:
+        await again.request("thread.subscribe", thread_id=thread_id, after_seq=0)
+        await again.wait_event("run.completed", timeout=30)
+        events = again.events_of(thread_id)
+        paused = [e for e in events if e["event"] == "run.paused"]
+        assert [p["data"]["reason"] for p in paused] == ["disconnect"]
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    finally:
+        await again.close()
+
+
+async def test_a_process_shutting_down_hands_its_runs_over_at_once(
+    tmp_path: Path, database_url: str, processes: list[GatewayProcess]
+) -> None:
+    """SIGTERM to A while it streams a run watched on B: A suspends the run at a turn
+    boundary and hands it over on the bus; B or C continues it at once (without the hand-over
+    it would wait for A's restart), repeating no tool call."""
+    a, b, c = spawn_with_bus(
+        tmp_path,
+        database_url,
+        processes,
+        ("gw-a", "gw-b", "gw-c"),
+        GATEWAY_DEMO_DELAY_MS="15",
+        **bus_env("redis"),
+    )
+    token = TOKEN.issue("alice", "acme", ["user"])
+    starter = await Client.connect(a.ws_url, token)
+    watcher = await Client.connect(b.ws_url, token)
+    try:
+        ack = await starter.request("run.start", input=STATUS_INPUT)
+        thread_id = ack["thread_id"]
+        await watcher.request("thread.subscribe", thread_id=thread_id, after_seq=0)
+        await watcher.wait_event("tool.output")
+        await asyncio.to_thread(a.terminate)
+        paused = await watcher.wait_event("run.paused", timeout=15)
+        paused_at = time.monotonic()
+        assert paused["data"]["reason"] == "shutdown"
+        await watcher.wait_event("run.resumed", timeout=10)
+        handed_over_s = time.monotonic() - paused_at
+        await watcher.wait_event("run.completed", timeout=30)
+        events = watcher.events_of(thread_id)
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        calls = [e["data"]["arguments"]["order_id"] for e in events if e["event"] == "tool.called"]
+        assert calls == [11, 12, 13, 14, 15]
+        assert "handed over by a process shutting down" in b.log() + c.log()
+        # Well within the lease's time to live (15 s), which a crash would have to wait out.
+        assert handed_over_s < 5.0, handed_over_s
+    finally:
+        await starter.close()
+        await watcher.close()
