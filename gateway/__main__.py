@@ -7,6 +7,7 @@ import asyncio
 import gc
 import logging
 import sys
+from typing import Any
 
 from gateway.settings import Settings, SettingsError, load_settings
 
@@ -93,6 +94,11 @@ FLAGS: dict[str, tuple[str, type, str]] = {
     "--retention-sweep-s": ("retention_sweep_s", float, "GATEWAY_RETENTION_SWEEP_S"),
     "--instance-id": ("instance_id", str, "this process's id for run leases (GATEWAY_INSTANCE_ID)"),
     "--lease-ttl-s": ("lease_ttl_s", float, "run lease time-to-live (GATEWAY_LEASE_TTL_S)"),
+    "--workers": (
+        "workers",
+        int,
+        "gateway processes sharing the port, kept running (GATEWAY_WORKERS)",
+    ),
     "--log-watch-interval-s": (
         "log_watch_interval_s",
         float,
@@ -130,7 +136,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return load_settings(**overrides)
 
 
-def serve(settings: Settings) -> None:
+def serve(settings: Settings, argv: list[str]) -> None:
+    """Serve; `argv`: the command's flags (a supervisor hands them on to its workers)."""
     import uvicorn
 
     from gateway.app import create_app
@@ -143,16 +150,31 @@ def serve(settings: Settings) -> None:
     # aiosqlite's debug lines print every statement's parameters: conversation text, tool
     # arguments (sensitive ones included). Kept quiet even when the gateway logs at debug.
     logging.getLogger("aiosqlite").setLevel(max(logging.INFO, logging.getLogger().level))
+    if settings.workers > 1 and settings.listen_fd is None:
+        from gateway.workers import Supervisor
+
+        # Once, before the workers start: they would otherwise race to create the schema.
+        migrate(settings)
+        sys.exit(Supervisor(settings, argv).run())
     app = create_app(settings)
     # Everything imported so far (the SDK, the OpenAI types, pydantic's schemas: most of the
     # heap) lives as long as the process. Frozen, a full collection no longer walks it: with the
     # SDK loaded one took ~200 ms, stalling every run and socket, ~25 ms once frozen.
     gc.collect()
     gc.freeze()
+    if settings.listen_fd is not None:
+        from gateway.workers import stop_with_supervisor
+
+        stop_with_supervisor()
+    # A worker of `serve --workers` accepts on the socket its supervisor bound.
+    where: dict[str, Any] = (
+        {"fd": settings.listen_fd}
+        if settings.listen_fd is not None
+        else {"host": settings.host, "port": settings.port}
+    )
     uvicorn.run(
         app,
-        host=settings.host,
-        port=settings.port,
+        **where,
         ws_max_size=settings.max_frame_bytes,
         log_level=settings.log_level,
         log_config=uvicorn_log_config(),
@@ -177,14 +199,15 @@ def migrate(settings: Settings) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    raw = sys.argv[1:] if argv is None else argv
+    args = parser().parse_args(raw)
     try:
         settings = settings_from(args)
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.command == "serve":
-        serve(settings)
+        serve(settings, raw[1:])
     else:
         migrate(settings)
     return 0

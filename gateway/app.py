@@ -76,7 +76,12 @@ def build_verifier(settings: Settings, custom_roles: Iterable[str] = ()) -> Toke
             "GATEWAY_SECRET is unset: development tokens are enabled at POST /v1/dev/token "
             "and the gateway only listens on loopback. Set GATEWAY_SECRET in production."
         )
-        secret = secrets.token_urlsafe(48)
+        # Shared by the worker processes of `serve --workers`, else this process's own.
+        secret = (
+            settings.dev_secret.get_secret_value()
+            if settings.dev_secret is not None
+            else secrets.token_urlsafe(48)
+        )
     return TokenVerifier(
         secret,
         keys=keys,
