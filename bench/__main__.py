@@ -8,7 +8,9 @@
 
 Parts (issue figure in brackets): throughput [1], fanout [2], start [2b], approval [3],
 decision [4], replay [5], memory [6], concurrency [7], checkpoint [8], crossprocess (delivery
-from one gateway process to another, polling and over Redis). `throughput`, `start`,
+from one gateway process to another, polling and over Redis), workers (figure 7's load at a
+faster pace, two worker processes against one), takeover (a run going on in another gateway
+after SIGTERM and after SIGKILL of the one streaming it). `throughput`, `start`,
 `approval` and `decision` share one gateway (bench/core.py). Every line carries the part, its
 figures, the target and whether it was met, and the machine it ran on (nproc, CPU model, load
 average at the end of the part) and the database backend it ran on (`backend`).
@@ -31,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from bench import concurrency, core, crossprocess, fanout, memory, replay
+from bench import concurrency, core, crossprocess, fanout, memory, replay, takeover
 from bench.common import BACKENDS, Backend, backend_info, emit, fresh_database, report_line
 
 CORE_PARTS = ("throughput", "start", "approval", "decision")
@@ -46,6 +48,8 @@ PARTS = (
     "concurrency",
     "checkpoint",
     "crossprocess",
+    "workers",
+    "takeover",
 )
 QUICK = {
     "runs": 15,
@@ -58,6 +62,8 @@ QUICK = {
     "checkpoint_reps": 5,
     "conversation_runs": 5,
     "crossprocess_runs": 5,
+    "workers_runs": 50,
+    "takeover_tries": 2,
 }
 
 THROUGHPUT_TARGET = 0.9
@@ -158,6 +164,8 @@ STANDALONE: dict[str, Runner] = {
     "replay": replay.run,
     "memory": memory.run,
     "concurrency": concurrency.run,
+    "workers": concurrency.run_workers,
+    "takeover": takeover.run,
     "checkpoint": checkpoint,
 }
 
@@ -185,6 +193,7 @@ def parser() -> argparse.ArgumentParser:
     memory.add_arguments(root)
     concurrency.add_arguments(root)
     crossprocess.add_arguments(root)
+    takeover.add_arguments(root)
     return root
 
 

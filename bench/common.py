@@ -160,6 +160,23 @@ def process_cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def process_tree_cpu_seconds(pid: int) -> float | None:
+    """`process_cpu_seconds` of a process and all its descendants (a supervisor and its
+    workers), as they are now."""
+    total = process_cpu_seconds(pid)
+    if total is None:
+        return None
+    try:
+        children = [
+            int(child)
+            for task in Path(f"/proc/{pid}/task").iterdir()
+            for child in (task / "children").read_text().split()
+        ]
+    except OSError:
+        return total
+    return total + sum(process_tree_cpu_seconds(child) or 0.0 for child in children)
+
+
 def report_line(part: str, backend: str, figures: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """The shape of every part's JSON line: what, on which database backend, when, on what
     machine, then the figures."""

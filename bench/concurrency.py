@@ -40,7 +40,7 @@ from bench.common import (
     fresh_database,
     gateway_process,
     latency_summary,
-    process_cpu_seconds,
+    process_tree_cpu_seconds,
     raise_fd_limit,
 )
 
@@ -112,21 +112,26 @@ def analyse(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def measure(runs: int, delta_ms: int, backend: Backend) -> dict[str, Any]:
+async def measure(runs: int, delta_ms: int, backend: Backend, workers: int = 1) -> dict[str, Any]:
     raise_fd_limit(2 * runs + 512)
+    # Several workers (`serve --workers`): each run and its watcher share a connection, so
+    # nothing needs to cross between them; the CPU figures add up every worker's.
+    env = {"GATEWAY_WORKERS": str(workers)}
     with tempfile.TemporaryDirectory(prefix="bench-concurrency-") as tmp:
         workdir = Path(tmp)
         async with fresh_database(backend, workdir) as database:
-            with gateway_process(workdir, database=database, demo_delay_ms=delta_ms) as gateway:
+            with gateway_process(
+                workdir, database=database, demo_delay_ms=delta_ms, env=env
+            ) as gateway:
                 async with clients(gateway.ws_url, runs) as conns:
-                    cpu_before = process_cpu_seconds(gateway.pid)
+                    cpu_before = process_tree_cpu_seconds(gateway.pid)
                     begin = time.perf_counter()
                     results = await asyncio.wait_for(
                         asyncio.gather(*(watch(ws, i) for i, ws in enumerate(conns))),
                         COMPLETION_TIMEOUT_S,
                     )
                     elapsed = time.perf_counter() - begin
-                    cpu_after = process_cpu_seconds(gateway.pid)
+                    cpu_after = process_tree_cpu_seconds(gateway.pid)
     runs_seen = [analyse(r) for r in results]
     paces = [r["pace"] for r in runs_seen if r["pace"]]
     firsts = [r["first_ts"] for r in runs_seen if r["first_ts"]]
@@ -144,6 +149,7 @@ async def measure(runs: int, delta_ms: int, backend: Backend) -> dict[str, Any]:
     all_summary = latency_summary([lag for lags in by_event.values() for lag in lags])
     return {
         "figure": 7,
+        "workers": workers,
         "concurrent_runs": runs,
         "demo_delay_ms": delta_ms,
         "target_pace_per_run": round(1000 / delta_ms, 1) if delta_ms else None,
@@ -194,7 +200,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--delta-ms", type=int, default=20, help="demo model delay per delta (default 20)"
     )
+    parser.add_argument(
+        "--workers-runs", type=int, default=200, help="workers: runs at once (default 200)"
+    )
+    parser.add_argument(
+        "--workers-delta-ms", type=int, default=5, help="workers: delay per delta (default 5)"
+    )
 
 
 async def run(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
     return await measure(args.concurrent_runs, args.delta_ms, backend)
+
+
+WORKERS_TARGET_RATIO = 1.6
+
+
+async def run_workers(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
+    """Figure 7 with two worker processes against one, in the same run, at a load one
+    process cannot keep up with (`--workers-runs` runs at `--workers-delta-ms`): the model
+    deltas per second all runs sustained, and whether anything was dropped."""
+    one = await measure(args.workers_runs, args.workers_delta_ms, backend, workers=1)
+    two = await measure(args.workers_runs, args.workers_delta_ms, backend, workers=2)
+    rate_one, rate_two = one["model_deltas_per_s_all_runs"], two["model_deltas_per_s_all_runs"]
+    ratio = round(rate_two / rate_one, 2) if rate_one and rate_two else None
+    return {
+        "figure": "7w",
+        "offered_deltas_per_s": round(args.workers_runs * 1000 / args.workers_delta_ms),
+        "one_worker": _brief(one),
+        "two_workers": _brief(two),
+        "ratio_deltas_per_s": ratio,
+        "target": f"two workers >= {WORKERS_TARGET_RATIO}x one, nothing dropped",
+        "met": ratio is not None
+        and ratio >= WORKERS_TARGET_RATIO
+        and one["nothing_dropped"]
+        and two["nothing_dropped"],
+    }
+
+
+def _brief(result: dict[str, Any]) -> dict[str, Any]:
+    keys = (
+        "model_deltas_per_s_all_runs",
+        "pace_per_run_median",
+        "delivery_lag_message_delta",
+        "server_cpu_s",
+        "elapsed_s",
+        "nothing_dropped",
+    )
+    return {key: result[key] for key in keys}
