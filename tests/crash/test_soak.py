@@ -5,7 +5,10 @@ reviewer connection): approval runs on the `effects` agent (one approval-gated `
 the operation ledger per run), long demo stories and multi-turn demo status runs (several runs
 share a lane's demo thread). A killer task SIGKILLs the gateway at random moments — after a random
 delay, after a random number of received events, when a given event type arrives, or right
-after a decision — and restarts it on the same SQLite file. Every lane then reconnects,
+after a decision — and restarts it on the same SQLite file. A second soak runs three gateways
+on one PostgreSQL database and one Redis and kills one of them, chosen at random, each time
+(restarting it under its instance id while the others serve). Every lane then reconnects (to a
+gateway that is up),
 re-subscribes with `after_seq` = the last seq it saw, re-sends decisions for approvals still
 pending (GET /v1/approvals) and carries on until its run ends.
 
@@ -18,7 +21,7 @@ as `reconcile` by design); no thread has two `tool.output` events for one call_i
 The randomness is seeded (timing is not), the number of kills, runs and steps is bounded and
 every wait has a timeout, so the test always stops by itself.
 
-Part of the default run (about 2.5 min). On its own, with a summary line of what happened:
+Part of the default run (about 2.5 and 2 min). On its own, with a summary line of what happened:
 `python3 dev.py test tests/crash/test_soak.py -s`.
 """
 
@@ -47,13 +50,15 @@ from tests.support.crash import (
     assert_dense,
     charges,
     http,
-    operations,
     read_log,
     request_or_closed,
     token,
     ws_url,
 )
 from tests.support.gateway import GatewayProcess, spawn_gateway
+from tests.support.postgres import postgres_database
+from tests.support.redis import bus_prefix, require_redis
+from tests.support.storage import rows
 
 SEED = 20261129
 CRASHES = 30
@@ -92,57 +97,104 @@ CRASH_ERRORS = (
 
 
 class Harness:
-    """The one gateway process of the moment, its generation, and the kill switch."""
+    """The gateway processes of the moment (one per slot, each with its generation), and the
+    kill switch. One slot: a gateway killed and restarted on the same database. Several: as
+    many processes on one database and one bus, one of them killed (and restarted under its
+    slot's instance id) at a time, while clients use any that is up."""
 
-    def __init__(self, workdir: Path, env: dict[str, str]) -> None:
+    def __init__(self, workdir: Path, env: dict[str, str], slots: int = 1) -> None:
         self.workdir = workdir
         self.env = env
-        self.gw: GatewayProcess | None = None
+        self.gws: list[GatewayProcess | None] = [None] * slots
+        self.generations = [0] * slots
+        self.up = [False] * slots
         self.spawned: list[GatewayProcess] = []
-        self.generation = 0
-        self.up = False
-        self.clients: list[Client] = []  # this generation's user clients (kill triggers)
+        self.clients: list[Client] = []  # every live connection's user client (kill triggers)
         self.decisions = 0
         self.kills: list[str] = []
         self.stop_crashing = False
         self.restart_s: list[float] = []
-        self.spawning = False
+        self.restarts: list[asyncio.Task[None]] = []
+        self.spawning = 0
 
-    def _spawn(self) -> GatewayProcess:
+    @property
+    def slots(self) -> int:
+        return len(self.gws)
+
+    def _spawn(self, slot: int) -> GatewayProcess:
         # Recorded from the spawning thread itself: if the soak is torn down meanwhile, the
         # thread still finishes and the process must not outlive the test.
-        self.spawning = True
+        self.spawning += 1
         try:
-            gw = spawn_gateway(self.workdir, env=self.env, args=AGENTS_ARGS)
+            # One instance id per slot for every incarnation: a restarted gateway takes over
+            # the runs of its dead predecessor at once instead of waiting for their leases.
+            env = {**self.env, "GATEWAY_INSTANCE_ID": f"soak-gateway-{slot}"}
+            gw = spawn_gateway(self.workdir, env=env, args=AGENTS_ARGS)
             self.spawned.append(gw)
             return gw
         finally:
-            self.spawning = False
+            self.spawning -= 1
 
-    async def start(self) -> None:
+    async def start(self, slot: int) -> None:
         began = time.monotonic()
-        gw = await asyncio.to_thread(self._spawn)
+        gw = await asyncio.to_thread(self._spawn, slot)
         self.restart_s.append(time.monotonic() - began)
-        self.gw = gw
-        self.clients = []
-        self.generation += 1
-        self.up = True
+        self.gws[slot] = gw
+        self.generations[slot] += 1
+        self.up[slot] = True
 
-    async def crash(self, why: str) -> None:
-        assert self.gw is not None
-        self.up = False  # first: every error from here on is the crash's doing
-        self.gw.kill()
-        self.kills.append(f"{time.monotonic():.3f} {time.strftime('%H:%M:%S')} {why}")
-        await self.start()
+    async def start_all(self) -> None:
+        await asyncio.gather(*(self.start(slot) for slot in range(self.slots)))
 
-    def live(self, generation: int) -> bool:
-        return self.up and self.generation == generation
+    async def crash(self, slot: int, why: str) -> None:
+        gw = self.gws[slot]
+        assert gw is not None
+        self.up[slot] = False  # first: every error from here on is the crash's doing
+        gw.kill()
+        where = f" (gateway {slot})" if self.slots > 1 else ""
+        self.kills.append(f"{time.monotonic():.3f} {time.strftime('%H:%M:%S')} {why}{where}")
+        if self.slots == 1:
+            await self.start(slot)
+        else:
+            # The others serve meanwhile: the next kill need not wait for this restart.
+            self.restarts.append(asyncio.create_task(self.start(slot)))
 
-    async def next_generation(self, generation: int) -> None:
+    async def victim(self, rng: random.Random) -> int:
+        """The slot to kill next: the only one, or one of those up while another is up too
+        (clients always have a gateway to go to)."""
+        if self.slots == 1:
+            return 0
         deadline = time.monotonic() + TIMEOUT
-        while not (self.up and self.generation > generation):
-            assert time.monotonic() < deadline, "the gateway did not come back"
+        while len(up := [slot for slot in range(self.slots) if self.up[slot]]) < 2:
+            assert time.monotonic() < deadline, "the gateways did not come back"
             await asyncio.sleep(0.02)
+        return rng.choice(up)
+
+    def live(self, slot: int, generation: int) -> bool:
+        return self.up[slot] and self.generations[slot] == generation
+
+    async def pick(self, rng: random.Random) -> int:
+        """A slot whose gateway is up, once one is."""
+        deadline = time.monotonic() + TIMEOUT
+        while not (up := [slot for slot in range(self.slots) if self.up[slot]]):
+            assert time.monotonic() < deadline, "no gateway came back"
+            await asyncio.sleep(0.02)
+        return up[0] if len(up) == 1 else rng.choice(up)
+
+    async def serving(self, slot: int, generation: int) -> None:
+        """Until a gateway other than `slot`'s dead `generation` is up to connect to."""
+        deadline = time.monotonic() + TIMEOUT
+        while not any(
+            self.up[other] and (other != slot or self.generations[other] > generation)
+            for other in range(self.slots)
+        ):
+            assert time.monotonic() < deadline, "no gateway came back"
+            await asyncio.sleep(0.02)
+
+    @property
+    def gw(self) -> GatewayProcess | None:
+        """A gateway that is up, if any."""
+        return next((gw for gw, up in zip(self.gws, self.up, strict=True) if up), None)
 
     async def received(
         self, predicate: Callable[[dict[str, Any]], bool], count: int, cap: float
@@ -172,7 +224,11 @@ class Harness:
         return True
 
     def log_tail(self, chars: int = 6000) -> str:
-        return self.gw.log()[-chars:] if self.gw else ""
+        return "\n".join(
+            f"--- gateway {slot} ---\n{gw.log()[-chars:]}"
+            for slot, gw in enumerate(self.gws)
+            if gw is not None
+        )
 
 
 @dataclass
@@ -200,6 +256,7 @@ class Lane:
     reviewers: list[Client] = field(default_factory=list)
     user: Client | None = None
     reviewer: Client | None = None
+    slot: int = 0  # the gateway this lane's clients are connected to, and its generation
     generation: int = 0
     demo_thread: str | None = None  # story and status runs of a lane share one thread
     decided: set[str] = field(default_factory=set)
@@ -207,7 +264,7 @@ class Lane:
     trace: list[str] = field(default_factory=list)  # printed when the soak fails
 
     def note(self, what: str) -> None:
-        self.trace.append(f"{time.monotonic():.3f} g{self.generation} {what}")
+        self.trace.append(f"{time.monotonic():.3f} s{self.slot}g{self.generation} {what}")
 
     # -- what this lane saw ---------------------------------------------------------------
 
@@ -249,16 +306,16 @@ class Lane:
                 return
             except CRASH_ERRORS as exc:
                 self.note(f"run {run.number}: {type(exc).__name__} {exc}")
-                if self.harness.live(self.generation):
+                if self.harness.live(self.slot, self.generation):
                     # Not a crash: the gateway is up and this connection is current.
                     raise AssertionError(
                         f"lane {self.index} run {run.number} ({run.kind}, {run.run_id}): "
-                        f"{type(exc).__name__}: {exc} while gateway generation "
+                        f"{type(exc).__name__}: {exc} while gateway {self.slot} generation "
                         f"{self.generation} was up (see its log)"
                     ) from exc
             run.interruptions += 1
             await self.drop_clients()
-            await self.harness.next_generation(self.generation)
+            await self.harness.serving(self.slot, self.generation)
         raise AssertionError(f"run {run} did not get through {CRASHES + 10} attempts")
 
     async def drop_clients(self) -> None:
@@ -269,7 +326,7 @@ class Lane:
         self.user = self.reviewer = None
 
     async def advance(self, run: Run) -> None:
-        if self.user is None or self.generation != self.harness.generation:
+        if self.user is None or not self.harness.live(self.slot, self.generation):
             await self.reconnect(run)
         user = self.user
         assert user is not None
@@ -337,8 +394,9 @@ class Lane:
 
     async def reconnect(self, run: Run) -> None:
         harness = self.harness
-        self.generation = harness.generation
-        gw = harness.gw
+        self.slot = await harness.pick(self.rng)
+        self.generation = harness.generations[self.slot]
+        gw = harness.gws[self.slot]
         assert gw is not None
         self.user = self.reviewer = None
         user = await Client.connect(ws_url(gw), token(f"user{self.index}", "user"))
@@ -380,7 +438,7 @@ class Lane:
 
     async def redecide(self, run: Run) -> None:
         """Decide this run's approvals still pending (a decision may have died with the gateway)."""
-        gw = self.harness.gw
+        gw = self.harness.gws[self.slot]
         assert gw is not None
         async with http(gw, f"reviewer{self.index}", "reviewer") as client:
             response = await client.get("/v1/approvals")
@@ -430,7 +488,7 @@ async def killer(harness: Harness, rng: random.Random, idle: Callable[[], bool])
             delay = rng.choice((0.0, 0.0, rng.uniform(0.0, 0.05), rng.uniform(0.05, 0.3)))
             await asyncio.sleep(delay)
             why = f"{delay:.3f}s after a decision" + ("" if hit else " (cap)")
-        await harness.crash(f"#{number + 1} {why}")
+        await harness.crash(await harness.victim(rng), f"#{number + 1} {why}")
     harness.stop_crashing = True
 
 
@@ -481,21 +539,40 @@ def check_thread(lane: Lane, thread_id: str, events: list[dict[str, Any]], head:
 
 
 async def test_soak_kill9_random_points(tmp_path: Path) -> None:
+    """One gateway on a SQLite file, killed and restarted."""
+    database = f"sqlite:///{tmp_path / 'gateway.db'}"
+    await soak(tmp_path, database, slots=1)
+
+
+async def test_soak_kill9_across_three_processes(tmp_path: Path) -> None:
+    """Three gateways on one PostgreSQL database and one Redis; each kill takes down one of
+    them, chosen at random, and clients use whichever are up."""
+    async with postgres_database() as database:
+        await soak(
+            tmp_path,
+            database,
+            slots=3,
+            env={"GATEWAY_BUS_URL": require_redis(), "GATEWAY_BUS_PREFIX": bus_prefix()},
+        )
+
+
+async def soak(
+    tmp_path: Path, database: str, *, slots: int, env: dict[str, str] | None = None
+) -> None:
     rng = random.Random(SEED)
     effects = tmp_path / "effects.jsonl"
-    env = {
+    gateway_env = {
         "TEST_EFFECTS_FILE": str(effects),
         "GATEWAY_DEMO_DELAY_MS": DEMO_DELAY_MS,
-        # One instance id for every incarnation: a restarted gateway takes over the runs of
-        # its dead predecessor at once instead of waiting for their leases to expire.
-        "GATEWAY_INSTANCE_ID": "soak-gateway",
+        "GATEWAY_DATABASE_URL": database,
+        **(env or {}),
     }
-    harness = Harness(tmp_path, env)
+    harness = Harness(tmp_path, gateway_env, slots)
     lanes = [Lane(i, harness, random.Random(rng.random())) for i in range(LANES)]
     began = time.monotonic()
     tasks: list[asyncio.Task[None]] = []
     try:
-        await harness.start()
+        await harness.start_all()
         tasks = [asyncio.create_task(lane.main(), name=f"lane-{lane.index}") for lane in lanes]
         lanes_done = list(tasks)
         tasks.append(
@@ -558,10 +635,15 @@ async def test_soak_kill9_random_points(tmp_path: Path) -> None:
         assert per_run == dict.fromkeys(effect_runs, 1), per_run
         approved_calls = set(requested.values())
 
-        rows = [row for row in operations(tmp_path / "gateway.db") if row["tool_name"] == "charge"]
-        assert {(row["scope"], row["call_id"]) for row in rows} == approved_calls, rows
-        assert len(rows) == len(approved_calls), rows
-        statuses = Counter(row["status"] for row in rows)
+        ledger = await rows(
+            database, "SELECT scope, call_id, status FROM operations WHERE tool_name = ?", "charge"
+        )
+        charged = [
+            {"scope": scope, "call_id": call, "status": status} for scope, call, status in ledger
+        ]
+        assert {(row["scope"], row["call_id"]) for row in charged} == approved_calls, charged
+        assert len(charged) == len(approved_calls), charged
+        statuses = Counter(row["status"] for row in charged)
         done_, reconcile_ = OperationStatus.DONE.value, OperationStatus.NEEDS_RECONCILIATION.value
         assert set(statuses) <= {done_, reconcile_}, statuses
         done, reconcile = statuses[done_], statuses[reconcile_]
@@ -577,7 +659,7 @@ async def test_soak_kill9_random_points(tmp_path: Path) -> None:
 
         kinds = Counter(r.kind for r in runs)
         print(
-            f"\n[soak] seed={SEED} crashes={len(harness.kills)} runs={len(runs)} "
+            f"\n[soak] seed={SEED} gateways={slots} crashes={len(harness.kills)} runs={len(runs)} "
             f"(effects={kinds['effects']} story={kinds['story']} status={kinds['status']}) "
             f"threads={len(logs)} events={len(all_events)} "
             f"effects={executed} ledger_done={done} needs_reconciliation={reconcile} "
@@ -590,7 +672,7 @@ async def test_soak_kill9_random_points(tmp_path: Path) -> None:
     finally:
         for task in tasks:
             task.cancel()
-        for task in tasks:
+        for task in [*tasks, *harness.restarts]:
             with contextlib.suppress(BaseException):
                 await task
         for lane in lanes:
@@ -619,7 +701,7 @@ async def report_failure(harness: Harness, lanes: list[Lane], began: float) -> N
             print(f"[soak] lane {lane.index}: {line}")
         for run in lane.runs:
             print(f"[soak] {run}")
-            if run.outcome is not None or run.run_id is None or gw is None or not harness.up:
+            if run.outcome is not None or run.run_id is None or gw is None:
                 continue
             with contextlib.suppress(Exception):
                 async with http(gw, "auditor", "viewer") as auditor:
