@@ -32,6 +32,7 @@ from gateway.retention import Retention
 from gateway.runs import RunManager
 from gateway.services import Services
 from gateway.settings import Settings
+from gateway.shared_usage import SharedUsage
 from gateway.specs.serve import routes as spec_routes
 from gateway.static import demo_app, demo_fallback
 from gateway.ws_endpoint import GatewaySocket
@@ -152,6 +153,10 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             approval_ttl_s=settings.approval_ttl_s,
             approval_sweep_s=settings.approval_sweep_s,
         )
+        limits = Limits.from_settings(settings)
+        # The per-user limits across processes, when a shared bus joins them.
+        usage = SharedUsage(bus, limits)
+        usage.start()
         services = Services(
             settings=settings,
             store=store,
@@ -160,7 +165,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             registry=graphs,
             runs=runs,
             verifier=verifier,
-            limits=Limits.from_settings(settings),
+            limits=limits,
             audit=audit,
             server_name="agents-ws-gateway",
             server_version=server_version(),
@@ -177,6 +182,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             for connection in list(services.connections):
                 connection.close_soon(CLOSE_RESTART)
             await runs.close()
+            await usage.close()
             await audit.close()
             await log_watch.close()
             await retention.close()

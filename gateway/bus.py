@@ -48,6 +48,8 @@ class EventBus:
         # Threads other processes have watchers on: thread -> {process: when that expires}.
         self._watched_elsewhere: dict[str, dict[str, float]] = {}
         self._refresh: asyncio.Task[None] | None = None
+        # Handlers of message kinds other parts of the gateway exchange over the relay.
+        self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {}
         self._threads: dict[str, set[EventListener]] = {}
         self._inboxes: dict[str, set[InboxListener]] = {}
         self._watch_listeners: list[WatchListener] = []
@@ -168,6 +170,20 @@ class EventBus:
     def on_remote_revoked(self, listener: RevokedListener) -> None:
         self._remote_revoked = listener
 
+    @property
+    def shared(self) -> bool:
+        """Whether other processes hear this one (a relay other than `memory://`)."""
+        return self._relay.shared
+
+    def on_message(self, kind: str, handler: Callable[[dict[str, Any]], None]) -> None:
+        """Messages of `kind` from other processes (with `from`, the sender's instance id)."""
+        self._handlers[kind] = handler
+
+    def tell(self, message: dict[str, Any]) -> None:
+        """Send `message` (with its `kind`) to the other processes, if any hear this one."""
+        if self._relay.shared:
+            self._relay.publish(message)
+
     def on_remote_handover(self, listener: HandoverListener) -> None:
         self._remote_handover = listener
 
@@ -199,6 +215,8 @@ class EventBus:
                 self._remote_revoked(run_id)
         elif kind == "handover" and self._remote_handover is not None:
             self._remote_handover([str(run_id) for run_id in message.get("run_ids", [])])
+        elif isinstance(kind, str) and kind in self._handlers:
+            self._handlers[kind](message)
         elif kind == "inbox" and self._remote_inbox is not None:
             tenant = message.get("tenant")
             if isinstance(tenant, str) and self.has_inbox_listeners(tenant):

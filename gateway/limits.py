@@ -2,8 +2,11 @@
 
 Nothing here touches sockets or storage. A `Limits` is created once in the app lifespan and
 reaches connections through `Services`; connections turn its answers into `rate_limited`
-error frames or close codes (docs/protocol.md §7). The per-user counters live in this process
-only: several processes on one database each apply their own.
+error frames or close codes (docs/protocol.md §7). The per-user counters live in this process;
+with a shared bus, each process also counts what the others report (gateway/shared_usage.py):
+run starts as they happen, open connections as their numbers change. So the per-user limits
+hold across processes, give or take what starts in two processes within the bus's delivery
+time of each other.
 
 A limit of 0 turns that limit off.
 """
@@ -147,6 +150,13 @@ class SlidingWindow:
 
     def acquire(self, key: Hashable) -> float:
         """Record one event for `key`: 0.0 when allowed, else the seconds until it would be."""
+        return self._add(key, refuse=True)
+
+    def record(self, key: Hashable) -> None:
+        """Count an event for `key` that happened elsewhere (it is not refused here)."""
+        self._add(key, refuse=False)
+
+    def _add(self, key: Hashable, *, refuse: bool) -> float:
         now = self._clock()
         self._forget_idle(now)
         times = self._events.get(key)
@@ -154,7 +164,7 @@ class SlidingWindow:
             times = self._events[key] = deque(maxlen=self._limit)
         while times and times[0] <= now - self._window_s:
             times.popleft()
-        if len(times) >= self._limit:
+        if refuse and len(times) >= self._limit:
             return retry_hint(times[0] + self._window_s - now)
         times.append(now)
         self._events.move_to_end(key)
@@ -174,18 +184,35 @@ class SlidingWindow:
 
 
 class ConnectionCounter:
-    """Open connections per key; a key whose count drops to zero is forgotten."""
+    """Open connections per key; a key whose count drops to zero is forgotten.
 
-    def __init__(self, limit: int) -> None:
+    Besides its own, it holds what other processes last reported (`heard`), each report
+    forgotten `REPORT_TTL_S` after it was made unless repeated: a process that died stops
+    counting once its reports expire."""
+
+    REPORT_TTL_S = 15.0
+
+    def __init__(
+        self,
+        limit: int,
+        clock: Clock = time.monotonic,
+        on_change: Callable[[Hashable, int], None] | None = None,
+    ) -> None:
         self._limit = limit
+        self._clock = clock
+        self._on_change = on_change
         self._open: dict[Hashable, int] = {}
+        # Per other process: its counts by key, and until when they hold.
+        self._elsewhere: dict[str, tuple[dict[Hashable, int], float]] = {}
 
     def acquire(self, key: Hashable) -> ConnectionSlot | None:
         """A slot to release when the connection ends, or None when `key` is at the limit."""
         count = self._open.get(key, 0)
-        if self._limit and count >= self._limit:
+        if self._limit and count + self.count_elsewhere(key) >= self._limit:
             return None
         self._open[key] = count + 1
+        if self._on_change is not None:
+            self._on_change(key, count + 1)
         return ConnectionSlot(self, key)
 
     def _release(self, key: Hashable) -> None:
@@ -194,9 +221,30 @@ class ConnectionCounter:
             self._open[key] = count
         else:
             self._open.pop(key, None)
+        if self._on_change is not None:
+            self._on_change(key, max(count, 0))
 
     def count(self, key: Hashable) -> int:
         return self._open.get(key, 0)
+
+    def count_elsewhere(self, key: Hashable) -> int:
+        now = self._clock()
+        for source in [s for s, (_, until) in self._elsewhere.items() if until <= now]:
+            del self._elsewhere[source]
+        return sum(counts.get(key, 0) for counts, _ in self._elsewhere.values())
+
+    def heard(self, source: str, counts: dict[Hashable, int], *, complete: bool) -> None:
+        """Another process's open connections: all of them (`complete`), or changed keys."""
+        known, _ = self._elsewhere.get(source, ({}, 0.0))
+        merged = dict(counts) if complete else {**known, **counts}
+        self._elsewhere[source] = (
+            {key: n for key, n in merged.items() if n > 0},
+            self._clock() + self.REPORT_TTL_S,
+        )
+
+    def counts(self) -> dict[Hashable, int]:
+        """This process's open connections by key."""
+        return dict(self._open)
 
     @property
     def tracked(self) -> int:
@@ -242,7 +290,21 @@ class Limits:
             if settings.runs_per_minute
             else None
         )
-        self.connections = ConnectionCounter(settings.connections_per_user)
+        # Told of each run start admitted here and each change of a user's open connections
+        # here (gateway/shared_usage.py reports them to the other processes).
+        self.on_run_started: Callable[[Hashable], None] | None = None
+        self.on_connections_changed: Callable[[Hashable, int], None] | None = None
+        self.connections = ConnectionCounter(
+            settings.connections_per_user, clock, on_change=self._connections_changed
+        )
+
+    def _connections_changed(self, key: Hashable, count: int) -> None:
+        if self.on_connections_changed is not None:
+            self.on_connections_changed(key, count)
+
+    def run_started_elsewhere(self, tenant: str, user: str) -> None:
+        if self._run_starts is not None:
+            self._run_starts.record((tenant, user))
 
     @classmethod
     def from_settings(cls, settings: Settings, clock: Clock = time.monotonic) -> Limits:
@@ -268,7 +330,10 @@ class Limits:
         """Count one run start: 0.0 when allowed, else seconds until one would be."""
         if self._run_starts is None:
             return 0.0
-        return self._run_starts.acquire((tenant, user))
+        wait_s = self._run_starts.acquire((tenant, user))
+        if not wait_s and self.on_run_started is not None:
+            self.on_run_started((tenant, user))
+        return wait_s
 
     def subscription_allowed(self, current: int) -> bool:
         limit = self.settings.subscriptions_per_connection

@@ -61,7 +61,7 @@ class Settings(BaseSettings):
     send_timeout_s: float = Field(5.0, gt=0)
     max_input_chars: int = Field(32_000, ge=1)
     # Abuse limits (gateway/limits.py, docs/protocol.md §7); 0 turns one off. Per-user counts
-    # are kept per process.
+    # are kept per process, and shared with the others over a Redis bus.
     frames_per_s: float = Field(20.0, ge=0)
     frame_burst: int = Field(100, ge=1)
     runs_per_minute: int = Field(30, ge=0)

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from gateway.auth import TokenVerifier
-from tests.support.client import Client
+from tests.support.client import Client, ProtocolFailure
 from tests.support.gateway import TEST_SECRET, GatewayProcess, spawn_gateway
 from tests.support.redis import RedisServer, bus_prefix, require_redis
 
@@ -391,3 +391,79 @@ async def test_a_process_shutting_down_hands_its_runs_over_at_once(
     finally:
         await starter.close()
         await watcher.close()
+
+
+async def eventually(attempt: Callable[[], Any], what: str, timeout: float = 5.0) -> Any:
+    """`attempt()` until it returns something other than None (the relay's delivery)."""
+    deadline = time.monotonic() + timeout
+    while (outcome := await attempt()) is None:
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.05)
+    return outcome
+
+
+async def test_per_user_limits_count_every_process_over_redis(
+    tmp_path: Path, database_url: str, processes: list[GatewayProcess]
+) -> None:
+    """Two connections and two runs a minute per user, on two processes together: alice's
+    third connection and third run are refused wherever they go, bob is not affected, and a
+    connection closed on one process frees a slot on the other."""
+    a, b = spawn_with_bus(
+        tmp_path,
+        database_url,
+        processes,
+        ("gw-a", "gw-b"),
+        GATEWAY_MAX_CONNECTIONS_PER_USER="2",
+        GATEWAY_RUNS_PER_MINUTE="2",
+        **bus_env("redis"),
+    )
+    alice = TOKEN.issue("alice", "acme", ["user"])
+    on_a = await Client.connect(a.ws_url, alice)
+    on_b = await Client.connect(b.ws_url, alice)
+    opened = [on_a, on_b]
+
+    def connecting(url: str) -> Callable[[], Any]:
+        async def attempt() -> Client | dict[str, Any]:
+            try:
+                client = await Client.connect(url, alice)
+            except ProtocolFailure as refused:
+                return refused.frame
+            opened.append(client)
+            return client
+
+        return attempt
+
+    async def refused_on(url: str) -> dict[str, Any] | None:
+        outcome = await connecting(url)()
+        if isinstance(outcome, Client):
+            await outcome.close()
+            return None
+        return outcome
+
+    async def admitted_on(url: str) -> Client | None:
+        outcome = await connecting(url)()
+        return outcome if isinstance(outcome, Client) else None
+
+    try:
+        refusal = await eventually(lambda: refused_on(a.ws_url), "a third connection on A")
+        assert refusal["code"] == "rate_limited"
+        bob = await Client.connect(a.ws_url, TOKEN.issue("bob", "acme", ["user"]))
+        opened.append(bob)
+
+        # A connection closed on B frees a slot on A, and the other way round.
+        await on_b.close()
+        extra = await eventually(lambda: admitted_on(a.ws_url), "B's closed connection counted")
+        await extra.close()
+        on_b = await eventually(lambda: admitted_on(b.ws_url), "A's closed connection counted")
+
+        await on_a.request("run.start", input=STORY)
+        await on_b.request("run.start", input=STORY)
+        # One run admitted by each process: the refusals are the shared count's.
+        for client in (on_a, on_b):
+            with pytest.raises(ProtocolFailure) as limited:
+                await client.request("run.start", input=STORY)
+            assert limited.value.code == "rate_limited"
+        assert (await bob.request("run.start", input=STORY))["run_id"]
+    finally:
+        for client in opened:
+            await client.close()

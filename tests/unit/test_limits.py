@@ -314,3 +314,41 @@ def test_production_defaults_are_on(monkeypatch) -> None:
         monkeypatch.delenv(f"GATEWAY_{name}", raising=False)
     limits = Limits.from_settings(load_settings())
     assert limits.settings == LimitSettings(20.0, 100, 30, 20, 100, 10)
+
+
+# -- usage reported by other processes ------------------------------------------------------------
+
+
+def test_connections_reported_elsewhere_count_until_their_reports_stop() -> None:
+    clock = FakeClock()
+    changes: list[tuple[object, int]] = []
+    counter = ConnectionCounter(2, clock, on_change=lambda key, n: changes.append((key, n)))
+    alice = ("acme", "alice")
+    counter.heard("gw-b", {alice: 1}, complete=True)
+    slot = counter.acquire(alice)
+    assert slot is not None and counter.acquire(alice) is None  # one here, one on gw-b
+    assert changes == [(alice, 1)]
+    # A partial report changes only the keys it names; a complete one replaces them all.
+    counter.heard("gw-b", {("acme", "bob"): 1}, complete=False)
+    assert counter.count_elsewhere(alice) == 1
+    counter.heard("gw-b", {}, complete=True)
+    assert counter.count_elsewhere(alice) == 0
+    counter.heard("gw-c", {alice: 1}, complete=True)
+    clock.advance(ConnectionCounter.REPORT_TTL_S)  # gw-c stopped reporting: it is gone
+    assert counter.count_elsewhere(alice) == 0
+    assert counter.acquire(alice) is not None
+    slot.release()
+    assert changes == [(alice, 1), (alice, 2), (alice, 1)]
+
+
+def test_runs_started_elsewhere_fill_the_window_here() -> None:
+    clock = FakeClock()
+    limits = Limits(LimitSettings(runs_per_minute=2), clock)
+    started: list[object] = []
+    limits.on_run_started = started.append
+    limits.run_started_elsewhere("acme", "alice")
+    assert limits.start_run("acme", "alice") == 0.0
+    assert limits.start_run("acme", "alice") == pytest.approx(60.0)
+    assert started == [("acme", "alice")]  # only what this process admitted is reported
+    clock.advance(60.0)
+    assert limits.start_run("acme", "alice") == 0.0
