@@ -94,6 +94,11 @@ FLAGS: dict[str, tuple[str, type, str]] = {
     "--retention-sweep-s": ("retention_sweep_s", float, "GATEWAY_RETENTION_SWEEP_S"),
     "--instance-id": ("instance_id", str, "this process's id for run leases (GATEWAY_INSTANCE_ID)"),
     "--lease-ttl-s": ("lease_ttl_s", float, "run lease time-to-live (GATEWAY_LEASE_TTL_S)"),
+    "--lease-scan-s": (
+        "lease_scan_s",
+        float,
+        "look for expired run leases this often, default half the TTL (GATEWAY_LEASE_SCAN_S)",
+    ),
     "--workers": (
         "workers",
         int,

@@ -149,6 +149,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             suspend_grace_s=settings.suspend_grace_s,
             instance_id=instance_id,
             lease_ttl_s=settings.lease_ttl_s,
+            lease_scan_s=settings.lease_scan_s,
             four_eyes=settings.four_eyes,
             approval_ttl_s=settings.approval_ttl_s,
             approval_sweep_s=settings.approval_sweep_s,

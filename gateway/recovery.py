@@ -34,9 +34,12 @@ TAKEN_OVER = (RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.RECOVERING)
 
 
 class Recovery:
-    def __init__(self, ctx: RunContext, continuer: Continuer) -> None:
+    def __init__(self, ctx: RunContext, continuer: Continuer, scan_s: float | None = None) -> None:
         self._ctx = ctx
         self._continuer = continuer
+        # The lease scan's interval: the runs of a process that died go on elsewhere within
+        # the lease TTL plus this.
+        self._scan_s = scan_s if scan_s is not None else ctx.lease_ttl_s / 2
 
     async def recover(self, *, startup: bool = True) -> int:
         """Take over runs whose process is gone (lease free or expired).
@@ -127,7 +130,7 @@ class Recovery:
                 if recovered:
                     log.info("recovered %d run(s) left active by a previous process", recovered)
             while not self._ctx.closing:
-                await asyncio.sleep(self._ctx.lease_ttl_s / 2)
+                await asyncio.sleep(self._scan_s)
                 try:
                     taken = await self.recover(startup=False)
                 except Exception:

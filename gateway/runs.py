@@ -85,6 +85,7 @@ class RunManager:
         suspend_grace_s: float = 15.0,
         instance_id: str = "gateway",
         lease_ttl_s: float = 15.0,
+        lease_scan_s: float | None = None,
         four_eyes: bool = False,
         approval_ttl_s: float = 0.0,
         approval_sweep_s: float = 5.0,
@@ -113,7 +114,7 @@ class RunManager:
             approval_ttl_s=approval_ttl_s,
             approval_sweep_s=approval_sweep_s,
         )
-        self.recovery = Recovery(ctx, self._continuer)
+        self.recovery = Recovery(ctx, self._continuer, lease_scan_s)
         self.views = Views(ctx, four_eyes=four_eyes)
         # Read by the transports: a thread's head and epoch, an approval's real arguments.
         self.threads = ctx.threads

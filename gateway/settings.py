@@ -73,6 +73,8 @@ class Settings(BaseSettings):
     # runs one process at a time; default: host name and port.
     instance_id: str | None = Field(None, min_length=1, max_length=64)
     lease_ttl_s: float = Field(15.0, ge=1.0, le=3600.0)
+    # How often each process looks for runs whose lease expired (default: half the TTL).
+    lease_scan_s: float | None = Field(None, ge=0.1, le=3600.0)
     # `serve --workers N` (gateway/workers.py): N processes on one port. Each worker is told
     # the listening socket it inherited and, in development mode, the signing secret they share.
     workers: int = Field(1, ge=1, le=64)

@@ -467,3 +467,43 @@ async def test_per_user_limits_count_every_process_over_redis(
     finally:
         for client in opened:
             await client.close()
+
+
+async def test_a_killed_process_s_run_is_taken_over_within_the_lease_ttl_and_scan(
+    tmp_path: Path, database_url: str, processes: list[GatewayProcess]
+) -> None:
+    """kill -9 of A mid-run: nothing tells B, whose lease scan (`GATEWAY_LEASE_SCAN_S`) takes
+    the run over once A's lease (`GATEWAY_LEASE_TTL_S`) has expired; a watcher on B sees it
+    go on and end, every seq once."""
+    ttl_s, scan_s = 2.0, 0.5
+    a, b = spawn_with_bus(
+        tmp_path,
+        database_url,
+        processes,
+        ("gw-a", "gw-b"),
+        GATEWAY_DEMO_DELAY_MS="15",
+        GATEWAY_LEASE_TTL_S=str(ttl_s),
+        GATEWAY_LEASE_SCAN_S=str(scan_s),
+        **bus_env("redis"),
+    )
+    token = TOKEN.issue("alice", "acme", ["user"])
+    starter = await Client.connect(a.ws_url, token)
+    watcher = await Client.connect(b.ws_url, token)
+    try:
+        ack = await starter.request("run.start", input=STATUS_INPUT)
+        thread_id = ack["thread_id"]
+        await watcher.request("thread.subscribe", thread_id=thread_id, after_seq=0)
+        await watcher.wait_event("tool.output")
+        a.kill()
+        killed_at = time.monotonic()
+        await watcher.wait_event("run.recovered", timeout=30)
+        taken_over_s = time.monotonic() - killed_at
+        await watcher.wait_event("run.completed", timeout=30)
+        events = watcher.events_of(thread_id)
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        assert "took over 1 run(s) whose lease had expired" in b.log()
+        # The lease runs out, the next scan finds it; restoring the run takes the rest.
+        assert taken_over_s < ttl_s + scan_s + 5.0, taken_over_s
+    finally:
+        await starter.close()
+        await watcher.close()
