@@ -25,10 +25,8 @@ InboxListener = Callable[[list[dict[str, Any]], list[str]], None]
 WatchListener = Callable[[str, int], None]
 # Told (tenant, added approval ids, removed approval ids) published by another process.
 RemoteInboxListener = Callable[[str, list[str], list[str]], None]
-# Told the id of a run another process cancelled (and fenced off) while it may stream here.
-RevokedListener = Callable[[str], None]
-# Told the ids of the runs a process shutting down handed over.
-HandoverListener = Callable[[list[str]], None]
+# Told a message of a kind registered with `on_message`, as another process published it.
+MessageListener = Callable[[dict[str, Any]], None]
 
 # How often a process repeats, over a shared relay, which threads it has watchers on. The
 # others forget a process's watchers once they have not heard of them for `WATCH_EXPIRY_S`
@@ -43,13 +41,11 @@ class EventBus:
     def __init__(self, relay: Relay | None = None) -> None:
         self._relay = relay or MemoryRelay()
         self._remote_inbox: RemoteInboxListener | None = None
-        self._remote_revoked: RevokedListener | None = None
-        self._remote_handover: HandoverListener | None = None
         # Threads other processes have watchers on: thread -> {process: when that expires}.
         self._watched_elsewhere: dict[str, dict[str, float]] = {}
         self._refresh: asyncio.Task[None] | None = None
         # Handlers of message kinds other parts of the gateway exchange over the relay.
-        self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {}
+        self._handlers: dict[str, MessageListener] = {}
         self._threads: dict[str, set[EventListener]] = {}
         self._inboxes: dict[str, set[InboxListener]] = {}
         self._watch_listeners: list[WatchListener] = []
@@ -167,15 +163,15 @@ class EventBus:
     def on_remote_inbox(self, listener: RemoteInboxListener) -> None:
         self._remote_inbox = listener
 
-    def on_remote_revoked(self, listener: RevokedListener) -> None:
-        self._remote_revoked = listener
+    def has_inbox_listeners(self, tenant: str) -> bool:
+        return bool(self._inboxes.get(tenant))
 
     @property
     def shared(self) -> bool:
         """Whether other processes hear this one (a relay other than `memory://`)."""
         return self._relay.shared
 
-    def on_message(self, kind: str, handler: Callable[[dict[str, Any]], None]) -> None:
+    def on_message(self, kind: str, handler: MessageListener) -> None:
         """Messages of `kind` from other processes (with `from`, the sender's instance id)."""
         self._handlers[kind] = handler
 
@@ -184,24 +180,6 @@ class EventBus:
         if self._relay.shared:
             self._relay.publish(message)
 
-    def on_remote_handover(self, listener: HandoverListener) -> None:
-        self._remote_handover = listener
-
-    def publish_handover(self, run_ids: list[str]) -> None:
-        """Tell the other processes that this one, shutting down, left these runs for them to
-        continue now (suspended at a turn boundary, or cut with their leases released)."""
-        if run_ids and self._relay.shared:
-            self._relay.publish({"kind": "handover", "run_ids": run_ids})
-
-    def publish_revoked(self, run_id: str) -> None:
-        """Tell the other processes that `run_id` ended here without its lease holder (its
-        lease is revoked): the one streaming it stops at once rather than at its next write."""
-        if self._relay.shared:
-            self._relay.publish({"kind": "revoked", "run_id": run_id})
-
-    def has_inbox_listeners(self, tenant: str) -> bool:
-        return bool(self._inboxes.get(tenant))
-
     def _on_relayed(self, message: dict[str, Any]) -> None:
         kind = message.get("kind")
         if kind == "wake":
@@ -209,12 +187,6 @@ class EventBus:
                 self.wake(thread_id, int(head))
         elif kind == "watch":
             self._heard_watching(message)
-        elif kind == "revoked" and self._remote_revoked is not None:
-            run_id = message.get("run_id")
-            if isinstance(run_id, str):
-                self._remote_revoked(run_id)
-        elif kind == "handover" and self._remote_handover is not None:
-            self._remote_handover([str(run_id) for run_id in message.get("run_ids", [])])
         elif isinstance(kind, str) and kind in self._handlers:
             self._handlers[kind](message)
         elif kind == "inbox" and self._remote_inbox is not None:

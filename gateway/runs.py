@@ -123,8 +123,8 @@ class RunManager:
         self._suspend_timers: dict[str, asyncio.TimerHandle] = {}
         bus.on_watchers_changed(self._watchers_changed)
         bus.on_remote_inbox(self._remote_inbox)
-        bus.on_remote_revoked(self._revoked_elsewhere)
-        bus.on_remote_handover(self._handed_over)
+        bus.on_message("revoked", self._revoked_elsewhere)
+        bus.on_message("handover", self._handed_over)
         # Inbox changes from other processes are delivered in the order they arrived, each
         # after its rows were read.
         self._remote_inbox_turn = asyncio.Lock()
@@ -443,18 +443,22 @@ class RunManager:
             )
         except StaleWrite:
             raise conflict("the run changed while cancelling; try again") from None
-        self._ctx.bus.publish_revoked(run.run_id)
+        # The process streaming it stops at once rather than at its next (refused) write.
+        self._ctx.bus.tell({"kind": "revoked", "run_id": run.run_id})
         if removed:
             self._ctx.bus.publish_inbox(run.tenant, removed=removed)
         self._ctx.spawn(self._start_next_queued(run.thread_id), name="next-queued")
 
-    def _handed_over(self, run_ids: list[str]) -> None:
-        if not self._ctx.closing:
+    def _handed_over(self, message: dict[str, Any]) -> None:
+        """Another process, shutting down, left these runs for the others to continue now."""
+        run_ids = [str(run_id) for run_id in message.get("run_ids", [])]
+        if run_ids and not self._ctx.closing:
             self._ctx.spawn(self.recovery.take_over(run_ids), name="take-over")
 
-    def _revoked_elsewhere(self, run_id: str) -> None:
+    def _revoked_elsewhere(self, message: dict[str, Any]) -> None:
         """Another process cancelled a run this one streams: its writes are refused from now
         on (the lease was revoked with the cancel), so stop the stream without waiting."""
+        run_id = str(message.get("run_id"))
         execution = self._ctx.executions.get(run_id)
         if execution is not None and execution.result is not None:
             log.info("run %s was cancelled through another process; stopping it", run_id)
@@ -632,4 +636,6 @@ class RunManager:
             )
         except StorageUnavailable:
             log.warning("could not release %d run lease(s) at shutdown", len(run_ids))
-        self._ctx.bus.publish_handover(run_ids)
+        # Suspended at a turn boundary, or cut with their leases released: another process
+        # continues them at once rather than after the lease expiry or this one's restart.
+        self._ctx.bus.tell({"kind": "handover", "run_ids": run_ids})
