@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -17,6 +18,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -145,10 +147,19 @@ class GatewayProcess:
         return f"ws://127.0.0.1:{self.port}/v1/ws"
 
 
+def _limit_files(count: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
+
+
 def spawn_gateway(
-    workdir: Path, *, env: dict[str, str] | None = None, args: list[str] | None = None
+    workdir: Path,
+    *,
+    env: dict[str, str] | None = None,
+    args: list[str] | None = None,
+    max_open_files: int | None = None,
 ) -> GatewayProcess:
-    """`python -m gateway serve --port 0` in a subprocess; returns once it listens."""
+    """`python -m gateway serve --port 0` in a subprocess; returns once it listens.
+    `max_open_files`: the process's descriptor limit (soft and hard)."""
     log_path = workdir / f"gateway-{time.monotonic_ns()}.log"
     full_env = {
         **os.environ,
@@ -170,6 +181,7 @@ def spawn_gateway(
         stdout=log_file,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=None if max_open_files is None else partial(_limit_files, max_open_files),
     )
     deadline = time.monotonic() + 30
     pattern = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
