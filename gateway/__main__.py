@@ -54,6 +54,29 @@ FLAGS: dict[str, tuple[str, type, str]] = {
     "--send-queue-size": ("send_queue_size", int, "GATEWAY_SEND_QUEUE_SIZE"),
     "--send-timeout-s": ("send_timeout_s", float, "GATEWAY_SEND_TIMEOUT_S"),
     "--max-input-chars": ("max_input_chars", int, "GATEWAY_MAX_INPUT_CHARS"),
+    "--idle-timeout-s": (
+        "idle_timeout_s",
+        float,
+        "close a connection silent this long (GATEWAY_IDLE_TIMEOUT_S)",
+    ),
+    "--header-timeout-s": (
+        "header_timeout_s",
+        float,
+        "a request head must arrive within this (GATEWAY_HEADER_TIMEOUT_S)",
+    ),
+    "--body-timeout-s": (
+        "body_timeout_s",
+        float,
+        "a request body must arrive within this (GATEWAY_BODY_TIMEOUT_S)",
+    ),
+    "--max-header-bytes": ("max_header_bytes", int, "GATEWAY_MAX_HEADER_BYTES"),
+    "--max-headers": ("max_headers", int, "GATEWAY_MAX_HEADERS"),
+    "--max-connections": (
+        "max_connections",
+        int,
+        "open connections per process, 0 = no bound (GATEWAY_MAX_CONNECTIONS)",
+    ),
+    "--backlog": ("backlog", int, "listen queue length (GATEWAY_BACKLOG)"),
     "--frames-per-s": (
         "frames_per_s",
         float,
@@ -135,6 +158,7 @@ def serve(settings: Settings) -> None:
 
     from gateway.app import create_app
     from gateway.log_noise import uvicorn_log_config
+    from gateway.server import gateway_config
 
     logging.basicConfig(
         level=settings.log_level.upper(),
@@ -149,16 +173,10 @@ def serve(settings: Settings) -> None:
     # SDK loaded one took ~200 ms, stalling every run and socket, ~25 ms once frozen.
     gc.collect()
     gc.freeze()
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        ws_max_size=settings.max_frame_bytes,
-        log_level=settings.log_level,
-        log_config=uvicorn_log_config(),
-        lifespan="on",
-        timeout_graceful_shutdown=10,
+    config = gateway_config(
+        app, settings, log_level=settings.log_level, log_config=uvicorn_log_config()
     )
+    uvicorn.Server(config).run()
 
 
 def migrate(settings: Settings) -> None:

@@ -60,6 +60,15 @@ class Settings(BaseSettings):
     send_queue_size: int = Field(1024, ge=16)
     send_timeout_s: float = Field(5.0, gt=0)
     max_input_chars: int = Field(32_000, ge=1)
+    # Connection limits of the server (gateway/server_limits.py, docs/configuration.md).
+    idle_timeout_s: float = Field(5.0, gt=0, le=3600)
+    header_timeout_s: float = Field(10.0, gt=0, le=3600)
+    body_timeout_s: float = Field(30.0, gt=0, le=3600)
+    max_header_bytes: int = Field(16 * 1024, ge=1024, le=1024 * 1024)
+    max_headers: int = Field(100, ge=8, le=10_000)
+    max_connections: int = Field(1000, ge=0)
+    # The listen queue; also how many connections asyncio accepts at one wake-up.
+    backlog: int = Field(511, ge=1, le=65535)
     # Abuse limits (gateway/limits.py, docs/protocol.md §7); 0 turns one off. Per-user counts
     # are kept per process.
     frames_per_s: float = Field(20.0, ge=0)

@@ -28,6 +28,7 @@ import uvicorn
 from gateway.app import create_app
 from gateway.auth import TokenVerifier
 from gateway.registry import AgentRegistry
+from gateway.server import gateway_config
 from gateway.settings import Settings, load_settings
 
 TEST_SECRET = "test-secret-" + "x" * 52
@@ -93,14 +94,7 @@ async def running_gateway(
     if socket_sndbuf is not None:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, socket_sndbuf)
     listener.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        ws_max_size=settings.max_frame_bytes,
-        lifespan="on",
-        log_level="warning",
-    )
+    config = gateway_config(app, settings, host="127.0.0.1", port=0, log_level="warning")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[listener]))
     deadline = time.monotonic() + 20

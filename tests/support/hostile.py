@@ -153,6 +153,18 @@ def silent_sockets(port: int, count: int) -> list[socket.socket]:
     return opened
 
 
+async def silent_flood(port: int, count: int, batch: int = 50) -> list[socket.socket]:
+    """`count` silent connections, opened `batch` at a time with a pause between batches
+    that lets the server accept them: faster, the kernel drops handshakes its listen queue
+    has no room for, and the client's retries (1 s, 3 s, 7 s, ...) would spread the flood
+    over half a minute instead of landing it at once."""
+    opened: list[socket.socket] = []
+    while len(opened) < count:
+        opened += silent_sockets(port, min(batch, count - len(opened)))
+        await asyncio.sleep(0.02)
+    return opened
+
+
 def closed_by_peer(sock: socket.socket) -> bool:
     """The server closed this connection (EOF or reset); a connection still being set up
     counts as open."""
@@ -174,3 +186,38 @@ def closed_by_peer(sock: socket.socket) -> bool:
 def close_all(sockets: list[socket.socket]) -> None:
     for sock in sockets:
         sock.close()
+
+
+def websocket_frame(text: str) -> bytes:
+    """A masked client text frame (RFC 6455 §5.2)."""
+    payload = text.encode()
+    mask = os.urandom(4)
+    length = len(payload)
+    if length < 126:
+        header = bytes([0x81, 0x80 | length])
+    elif length < 65536:
+        header = bytes([0x81, 0x80 | 126]) + length.to_bytes(2, "big")
+    else:
+        header = bytes([0x81, 0x80 | 127]) + length.to_bytes(8, "big")
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return header + mask + masked
+
+
+def never_reading_websocket(port: int, frames: list[str], *, rcvbuf: int = 4096) -> socket.socket:
+    """A WebSocket client that upgrades, sends `frames` and then never reads again, with a
+    small receive buffer so the kernel holds little for it on its side."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(
+        b"GET /v1/ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Version: 13\r\n\r\n"
+    )
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(1)
+    assert answer.startswith(b"HTTP/1.1 101"), answer
+    for frame in frames:
+        sock.sendall(websocket_frame(frame))
+    return sock
