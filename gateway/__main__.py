@@ -54,6 +54,11 @@ FLAGS: dict[str, tuple[str, type, str]] = {
     "--send-queue-size": ("send_queue_size", int, "GATEWAY_SEND_QUEUE_SIZE"),
     "--send-timeout-s": ("send_timeout_s", float, "GATEWAY_SEND_TIMEOUT_S"),
     "--max-input-chars": ("max_input_chars", int, "GATEWAY_MAX_INPUT_CHARS"),
+    "--send-queue-bytes": (
+        "send_queue_bytes",
+        int,
+        "outgoing bytes buffered per connection (GATEWAY_SEND_QUEUE_BYTES)",
+    ),
     "--idle-timeout-s": (
         "idle_timeout_s",
         float,

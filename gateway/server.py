@@ -1,7 +1,7 @@
 """The uvicorn server of a gateway: one configuration for `python -m gateway serve` and the
 tests' in-process servers, so both run with the same protocols and limits.
 
-The HTTP protocol is uvicorn's own, guarded (gateway/http_guard.py); the
+The protocols are uvicorn's own, guarded (gateway/http_guard.py, gateway/ws_guard.py); the
 limits come from the settings (gateway/server_limits.py). The connection bound is checked
 against the process's file-descriptor limit at start-up: a bound the process cannot hold
 would let a flood of connections exhaust descriptors before it is reached, so it is lowered
@@ -20,6 +20,7 @@ from starlette.types import ASGIApp
 from gateway.http_guard import GuardedH11Protocol, RequestHeadLimit
 from gateway.server_limits import ServerLimits
 from gateway.settings import Settings
+from gateway.ws_guard import GuardedWebSocketProtocol
 
 log = logging.getLogger("gateway.server")
 
@@ -74,6 +75,7 @@ def gateway_config(app: ASGIApp, settings: Settings, **overrides: Any) -> Gatewa
         "host": settings.host,
         "port": settings.port,
         "http": GuardedH11Protocol,
+        "ws": GuardedWebSocketProtocol,
         "ws_max_size": settings.max_frame_bytes,
         "h11_max_incomplete_event_size": settings.max_header_bytes,
         "backlog": settings.backlog,

@@ -60,6 +60,8 @@ class Settings(BaseSettings):
     send_queue_size: int = Field(1024, ge=16)
     send_timeout_s: float = Field(5.0, gt=0)
     max_input_chars: int = Field(32_000, ge=1)
+    # Outgoing bytes buffered per connection, beside `send_queue_size` frames.
+    send_queue_bytes: int = Field(1024 * 1024, ge=64 * 1024)
     # Connection limits of the server (gateway/server_limits.py, docs/configuration.md).
     idle_timeout_s: float = Field(5.0, gt=0, le=3600)
     header_timeout_s: float = Field(10.0, gt=0, le=3600)
