@@ -112,6 +112,11 @@ FLAGS: dict[str, tuple[str, type, str]] = {
         int,
         "queued or staged inputs per thread, 0 = off (GATEWAY_MAX_PENDING_INPUTS)",
     ),
+    "--storage-probe-s": (
+        "storage_probe_s",
+        float,
+        "while storage fails, try a write this often (GATEWAY_STORAGE_PROBE_S)",
+    ),
     "--log-level": ("log_level", str, "GATEWAY_LOG_LEVEL"),
     "--retention-s": (
         "retention_s",
@@ -137,6 +142,10 @@ BOOL_FLAGS: dict[str, tuple[str, str]] = {
         "a run's requester may never approve its calls (GATEWAY_FOUR_EYES)",
     ),
     "--tracing": ("tracing", "send SDK traces to the configured exporter (GATEWAY_TRACING)"),
+    "--allow-damaged-database": (
+        "allow_damaged_database",
+        "start on a SQLite file that fails its integrity check (GATEWAY_ALLOW_DAMAGED_DATABASE)",
+    ),
 }
 
 

@@ -32,6 +32,7 @@ from gateway.protocol import ErrorCode, ProtocolError
 from gateway.sensitive import reveal_approval_event, sees_sensitive_arguments
 from gateway.server_limits import CLOSE_TIMEOUT_S
 from gateway.services import Services
+from gateway.storage_health import log_failure
 from gateway.subscription import Subscription
 from persistence.errors import StorageUnavailable
 from persistence.threads import ThreadRecord
@@ -649,7 +650,7 @@ class Connection:
             return
         # A subscription that cannot read the log must not leave its client waiting in
         # silence: close, and the client resumes from its cursor on reconnect.
-        log.error("subscription failed; closing the connection", exc_info=error)
+        log_failure(log, error, "subscription failed; closing the connection")
         self.close_soon(CLOSE_INTERNAL)
 
     # -- writing ---------------------------------------------------------------------------

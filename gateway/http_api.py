@@ -173,10 +173,18 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     services: Services = request.app.state.services
-    try:
-        await services.store.ping()
-    except Exception as exc:
-        return JSONBody({"status": "unavailable", "storage": type(exc).__name__}, status_code=503)
+    reason, failure = services.storage.reason, StorageUnavailable.__name__
+    if reason is None:
+        try:
+            await services.store.ping()
+        except Exception as exc:
+            failure = type(exc).__name__
+            reason = services.storage.reason or failure
+    if reason is not None:
+        # `reason`: the database's own words (storage health never quotes statements).
+        return JSONBody(
+            {"status": "unavailable", "storage": failure, "reason": reason}, status_code=503
+        )
     return JSONBody({"status": "ready", "storage": "ok"})
 
 

@@ -80,6 +80,10 @@ class Settings(BaseSettings):
     max_subscriptions: int = Field(100, ge=0)
     max_pending_inputs: int = Field(10, ge=0)
     tracing: bool = False
+    # While storage fails, a cheap write is tried this often to see whether it is back.
+    storage_probe_s: float = Field(5.0, gt=0, le=600)
+    # Start on a SQLite file that fails the integrity check (it is reported unready).
+    allow_damaged_database: bool = False
     # Identifies this gateway process to its peers on a shared database (run leases). One id
     # runs one process at a time; default: host name and port.
     instance_id: str | None = Field(None, min_length=1, max_length=64)

@@ -118,14 +118,14 @@ def _paths() -> dict[str, dict[str, Any]]:
         "/readyz": {
             "get": _operation(
                 "readyz",
-                "Storage is reachable",
+                "Storage is reachable and can be written",
                 tag="health",
                 public=True,
                 ok=("the database answers", "Readiness"),
                 errors=(),
                 extra={
                     "503": {
-                        "description": "the database does not answer",
+                        "description": "the database does not answer or cannot be written",
                         "content": {JSON: {"schema": ref("Readiness")}},
                     }
                 },

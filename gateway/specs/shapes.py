@@ -379,6 +379,11 @@ class Health(_Shape):
 class Readiness(_Shape):
     status: Literal["ready", "unavailable"]
     storage: str = Field(description='"ok", or the class name of the storage failure')
+    reason: str | None = Field(
+        None,
+        description="while unavailable: the database's own words for the trouble (read-only, "
+        "full, damaged, unreachable); never a statement or its values",
+    )
 
 
 class DevTokenRequest(BaseModel):
