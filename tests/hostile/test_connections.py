@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import pytest
 import websockets
 
 from gateway.auth import TokenVerifier
@@ -22,6 +23,7 @@ from tests.support.hostile import (
     eventually,
     open_descriptors,
     read_response,
+    shared_gateway,
     silent_flood,
     silent_sockets,
 )
@@ -70,8 +72,13 @@ async def silent_until_closed(port: int) -> float:
         silent.close()
 
 
-async def test_each_phase_has_a_deadline(spawn: Callable[..., GatewayProcess]) -> None:
-    gateway = spawn(env=SHORT_TIMEOUTS)
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    with shared_gateway(tmp_path_factory, "short", env=SHORT_TIMEOUTS) as gateway:
+        yield gateway
+
+
+async def test_each_phase_has_a_deadline(gateway: GatewayProcess) -> None:
     stop = asyncio.Event()
     silent, slow_head, slow_body = await asyncio.gather(
         silent_until_closed(gateway.port),
@@ -93,8 +100,7 @@ async def test_each_phase_has_a_deadline(spawn: Callable[..., GatewayProcess]) -
     assert "Traceback" not in gateway.log()
 
 
-async def test_oversized_request_heads_are_refused(spawn: Callable[..., GatewayProcess]) -> None:
-    gateway = spawn()
+async def test_oversized_request_heads_are_refused(gateway: GatewayProcess) -> None:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gateway.port}") as http:
         huge = await http.get("/healthz", headers={"X-Big": "a" * 100_000})
         many = await http.get("/healthz", headers={f"X-H{i}": "v" for i in range(150)})

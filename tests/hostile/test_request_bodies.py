@@ -5,19 +5,39 @@ none of them makes the server log an error."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from gateway.auth import TokenVerifier
 from tests.support.gateway import TEST_SECRET, GatewayProcess
-from tests.support.hostile import MiB, eventually, memory_kib, post_stream, reset_peak_memory
+from tests.support.hostile import (
+    MiB,
+    eventually,
+    memory_kib,
+    post_stream,
+    reset_peak_memory,
+    shared_gateway,
+)
 
 # Each of the four attackers offers this much; the server may keep at most `ALLOWED_GROWTH`
 # of all of it (the body limit is 64 KiB; the rest is buffers and allocator slack).
 BODY_BYTES = 48 * MiB
 ALLOWED_GROWTH_KIB = 8 * 1024
+
+
+@pytest.fixture(scope="module")
+def dev_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """Development mode: `POST /v1/dev/token` answers anyone, without a token."""
+    with shared_gateway(tmp_path_factory, "dev", env={"GATEWAY_SECRET": ""}) as gateway:
+        yield gateway
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    with shared_gateway(tmp_path_factory, "secret") as gateway:
+        yield gateway
 
 
 def bearer() -> dict[str, str]:
@@ -37,9 +57,9 @@ async def warm_up(gateway: GatewayProcess, path: str, headers: dict[str, str]) -
     ids=["decision-with-token", "dev-token-without-token"],
 )
 async def test_huge_bodies_cost_no_memory(
-    spawn: Callable[..., GatewayProcess], dev_mode: bool, path: str
+    request: pytest.FixtureRequest, dev_mode: bool, path: str
 ) -> None:
-    gateway = spawn(env={"GATEWAY_SECRET": "" if dev_mode else TEST_SECRET})
+    gateway: GatewayProcess = request.getfixturevalue("dev_gateway" if dev_mode else "gateway")
     headers = {} if dev_mode else bearer()
     await warm_up(gateway, path, headers)
     pid = gateway.process.pid
@@ -61,10 +81,8 @@ async def test_huge_bodies_cost_no_memory(
     assert growth <= ALLOWED_GROWTH_KIB, (before, after)
 
 
-async def test_json_endpoints_need_a_json_media_type(
-    spawn: Callable[..., GatewayProcess],
-) -> None:
-    gateway = spawn(env={"GATEWAY_SECRET": ""})
+async def test_json_endpoints_need_a_json_media_type(dev_gateway: GatewayProcess) -> None:
+    gateway = dev_gateway
     body = b'{"user": "u"}'
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gateway.port}") as http:
         for content_type in (None, "text/plain", "application/x-www-form-urlencoded", "a/json"):
@@ -79,10 +97,7 @@ async def test_json_endpoints_need_a_json_media_type(
             assert accepted.status_code == 200, (content_type, accepted.text)
 
 
-async def test_a_client_leaving_mid_body_is_one_info_line(
-    spawn: Callable[..., GatewayProcess],
-) -> None:
-    gateway = spawn()
+async def test_a_client_leaving_mid_body_is_one_info_line(gateway: GatewayProcess) -> None:
     for _ in range(3):
         _, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
         token = bearer()["Authorization"]

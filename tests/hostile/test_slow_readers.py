@@ -20,14 +20,15 @@ from tests.support.hostile import (
     eventually,
     memory_kib,
     never_reading_websocket,
+    open_descriptors,
     reset_peak_memory,
 )
 
 CLIENTS = 20
 # Events of about 60 KB: every run's input, its reply and its final output quote one word.
 WORD = "z" * 60_000
-THREAD_BYTES = 16 * MiB
-PER_CLIENT_KIB = 4 * 1024
+THREAD_BYTES = 8 * MiB
+PER_CLIENT_KIB = 3 * 1024
 TOKENS = TokenVerifier(TEST_SECRET)
 CLOSED_LINE = "closing a connection that stopped reading"
 
@@ -67,6 +68,7 @@ async def test_clients_that_never_read_cost_little_and_are_dropped(
     await reader.wait_event("run.completed")
     await reader.close()
     pid = gateway.process.pid
+    descriptors = open_descriptors(pid)
     before = memory_kib(pid)
     peak_reset = reset_peak_memory(pid)
     hello = json.dumps(
@@ -82,19 +84,24 @@ async def test_clients_that_never_read_cost_little_and_are_dropped(
         gone_after = time.monotonic() - closed_at
         still_open = established_to(gateway.port)
         after = memory_kib(pid)
+        released = await eventually(lambda: open_descriptors(pid) <= descriptors, 5)
     finally:
         close_all(sockets)
     baseline = before["VmRSS"] if peak_reset else before["VmHWM"]
-    peak_growth = peak["VmHWM"] - baseline
+    # The peak of the whole attack, the ten seconds of closing handshakes included.
+    peak_growth = after["VmHWM"] - baseline
     left = after["VmRSS"] - before["VmRSS"]
     print(
         f"{CLIENTS} clients: peak +{peak_growth} KiB ({peak_growth // CLIENTS} KiB each), "
         f"+{left} KiB after they were dropped; sockets gone {gone_after:.1f} s after the last close"
     )
-    assert peak_growth <= CLIENTS * PER_CLIENT_KIB, (before, peak)
+    assert peak_growth <= CLIENTS * PER_CLIENT_KIB, (before, after)
     assert closed, f"only {gateway.log().count(CLOSED_LINE)} of {CLIENTS} closed with 4009"
     assert gone, f"{still_open} connections still open"
     # Within the close timeout of the last close frame, plus a margin.
     assert gone_after <= CLOSE_TIMEOUT_S + 5
-    # What they cost is released (a little allocator slack aside).
-    assert left <= 4 * 1024, (before, after)
+    # What they held is released: their sockets, and closing them cost nothing more than
+    # what they had at the 4009 (the allocator keeps freed pages for reuse, so resident
+    # memory does not drop back below it).
+    assert released, (descriptors, open_descriptors(pid))
+    assert after["VmRSS"] - peak["VmRSS"] <= 1024, (peak, after)

@@ -19,7 +19,16 @@ import pytest
 from gateway.auth import TokenVerifier
 from tests.support.client import Client, ProtocolFailure
 from tests.support.disks import fill, immutable, small_tmpfs, writable_again
-from tests.support.gateway import TEST_SECRET, GatewayProcess, database_url
+from tests.support.gateway import (
+    TEST_SECRET,
+    GatewayProcess,
+    database_url,
+    running_gateway,
+)
+from tests.support.gateway import (
+    test_settings as settings_for,
+)
+from tests.support.storage import migrated_store
 
 PROBE_S = 0.5
 # Storage is back once a probe got through: a few probes, and a generous margin.
@@ -93,7 +102,8 @@ async def test_a_read_only_database_file(
     spawn: Callable[..., GatewayProcess], tmp_path: Path
 ) -> None:
     db = tmp_path / "gateway.db"
-    spawn(env=env_for(db)).terminate()  # creates the schema
+    async with migrated_store(database_url(db)):
+        pass
     with immutable(db):
         gateway = spawn(env=env_for(db))
         status, body = await readiness(gateway)
@@ -139,10 +149,13 @@ def damage_a_page(db: Path) -> None:
 
 async def test_a_damaged_page(spawn: Callable[..., GatewayProcess], tmp_path: Path) -> None:
     db = tmp_path / "gateway.db"
-    first = spawn(env=env_for(db))
-    for index in range(13):
-        await run_once(first, f"thread number {index} " * 30)
-    first.terminate()
+    async with running_gateway(settings_for(db)) as first:
+        client = await Client.connect(first.ws_url, first.token("alice"))
+        for index in range(8):
+            await client.request("run.start", input=f"thread number {index} " * 30)
+            await client.wait_event("run.completed")
+            client.frames.clear()
+        await client.close()
     damage_a_page(db)
     with pytest.raises(RuntimeError, match="exited early") as refused:
         spawn(env=env_for(db))

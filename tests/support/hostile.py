@@ -14,9 +14,14 @@ import errno
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.gateway import GatewayProcess, spawn_gateway
 
 MiB = 1024 * 1024
 
@@ -221,3 +226,15 @@ def never_reading_websocket(port: int, frames: list[str], *, rcvbuf: int = 4096)
     for frame in frames:
         sock.sendall(websocket_frame(frame))
     return sock
+
+
+@contextlib.contextmanager
+def shared_gateway(
+    factory: pytest.TempPathFactory, name: str, **kwargs: Any
+) -> Iterator[GatewayProcess]:
+    """One gateway subprocess for a module's tests (each costs seconds to start)."""
+    process = spawn_gateway(factory.mktemp(name), **kwargs)
+    try:
+        yield process
+    finally:
+        process.terminate()
