@@ -80,9 +80,17 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
 
 async def test_each_phase_has_a_deadline(gateway: GatewayProcess) -> None:
     stop = asyncio.Event()
-    silent, slow_head, slow_body = await asyncio.gather(
+    silent, slow_head, slow_upgrade, slow_body = await asyncio.gather(
         silent_until_closed(gateway.port),
         trickle(gateway.port, b"GET /healthz HTTP/1.1\r\n", b"X-Slow: " + b"a" * 200, 0.3, stop),
+        # A WebSocket upgrade is a request like any other until its head is complete.
+        trickle(
+            gateway.port,
+            b"GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n",
+            b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + b"a" * 200,
+            0.3,
+            stop,
+        ),
         trickle(
             gateway.port,
             b"POST /v1/dev/token HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -92,10 +100,14 @@ async def test_each_phase_has_a_deadline(gateway: GatewayProcess) -> None:
             stop,
         ),
     )
-    print(f"closed after: silent {silent:.1f} s, head {slow_head:.1f} s, body {slow_body:.1f} s")
+    print(
+        f"closed after: silent {silent:.1f} s, head {slow_head:.1f} s, "
+        f"upgrade {slow_upgrade:.1f} s, body {slow_body:.1f} s"
+    )
     # Each ran until its own deadline, not until its 200 bytes were through (60 s).
     assert IDLE_S * 0.8 <= silent <= IDLE_S + MARGIN_S
     assert HEADER_S * 0.8 <= slow_head <= HEADER_S + MARGIN_S
+    assert HEADER_S * 0.8 <= slow_upgrade <= HEADER_S + MARGIN_S
     assert BODY_S * 0.8 <= slow_body <= BODY_S + MARGIN_S
     assert "Traceback" not in gateway.log()
 
