@@ -7,7 +7,6 @@ import asyncio
 import gc
 import logging
 import sys
-from typing import Any
 
 from gateway.settings import Settings, SettingsError, load_settings
 
@@ -55,6 +54,34 @@ FLAGS: dict[str, tuple[str, type, str]] = {
     "--send-queue-size": ("send_queue_size", int, "GATEWAY_SEND_QUEUE_SIZE"),
     "--send-timeout-s": ("send_timeout_s", float, "GATEWAY_SEND_TIMEOUT_S"),
     "--max-input-chars": ("max_input_chars", int, "GATEWAY_MAX_INPUT_CHARS"),
+    "--send-queue-bytes": (
+        "send_queue_bytes",
+        int,
+        "outgoing bytes buffered per connection (GATEWAY_SEND_QUEUE_BYTES)",
+    ),
+    "--idle-timeout-s": (
+        "idle_timeout_s",
+        float,
+        "close a connection silent this long (GATEWAY_IDLE_TIMEOUT_S)",
+    ),
+    "--header-timeout-s": (
+        "header_timeout_s",
+        float,
+        "a request head must arrive within this (GATEWAY_HEADER_TIMEOUT_S)",
+    ),
+    "--body-timeout-s": (
+        "body_timeout_s",
+        float,
+        "a request body must arrive within this (GATEWAY_BODY_TIMEOUT_S)",
+    ),
+    "--max-header-bytes": ("max_header_bytes", int, "GATEWAY_MAX_HEADER_BYTES"),
+    "--max-headers": ("max_headers", int, "GATEWAY_MAX_HEADERS"),
+    "--max-connections": (
+        "max_connections",
+        int,
+        "open connections per process, 0 = no bound (GATEWAY_MAX_CONNECTIONS)",
+    ),
+    "--backlog": ("backlog", int, "listen queue length (GATEWAY_BACKLOG)"),
     "--frames-per-s": (
         "frames_per_s",
         float,
@@ -84,6 +111,11 @@ FLAGS: dict[str, tuple[str, type, str]] = {
         "max_pending_inputs",
         int,
         "queued or staged inputs per thread, 0 = off (GATEWAY_MAX_PENDING_INPUTS)",
+    ),
+    "--storage-probe-s": (
+        "storage_probe_s",
+        float,
+        "while storage fails, try a write this often (GATEWAY_STORAGE_PROBE_S)",
     ),
     "--log-level": ("log_level", str, "GATEWAY_LOG_LEVEL"),
     "--retention-s": (
@@ -120,6 +152,10 @@ BOOL_FLAGS: dict[str, tuple[str, str]] = {
         "a run's requester may never approve its calls (GATEWAY_FOUR_EYES)",
     ),
     "--tracing": ("tracing", "send SDK traces to the configured exporter (GATEWAY_TRACING)"),
+    "--allow-damaged-database": (
+        "allow_damaged_database",
+        "start on a SQLite file that fails its integrity check (GATEWAY_ALLOW_DAMAGED_DATABASE)",
+    ),
 }
 
 
@@ -147,6 +183,7 @@ def serve(settings: Settings, argv: list[str]) -> None:
 
     from gateway.app import create_app
     from gateway.log_noise import uvicorn_log_config
+    from gateway.server import gateway_config
 
     logging.basicConfig(
         level=settings.log_level.upper(),
@@ -172,20 +209,11 @@ def serve(settings: Settings, argv: list[str]) -> None:
 
         stop_with_supervisor()
     # A worker of `serve --workers` accepts on the socket its supervisor bound.
-    where: dict[str, Any] = (
-        {"fd": settings.listen_fd}
-        if settings.listen_fd is not None
-        else {"host": settings.host, "port": settings.port}
+    where = {"fd": settings.listen_fd} if settings.listen_fd is not None else {}
+    config = gateway_config(
+        app, settings, log_level=settings.log_level, log_config=uvicorn_log_config(), **where
     )
-    uvicorn.run(
-        app,
-        **where,
-        ws_max_size=settings.max_frame_bytes,
-        log_level=settings.log_level,
-        log_config=uvicorn_log_config(),
-        lifespan="on",
-        timeout_graceful_shutdown=10,
-    )
+    uvicorn.Server(config).run()
 
 
 def migrate(settings: Settings) -> None:

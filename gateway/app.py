@@ -35,6 +35,12 @@ from gateway.settings import Settings
 from gateway.shared_usage import SharedUsage
 from gateway.specs.serve import routes as spec_routes
 from gateway.static import demo_app, demo_fallback
+from gateway.storage_health import (
+    ReportingStore,
+    StorageHealth,
+    integrity_problems,
+    refuse_damaged,
+)
 from gateway.ws_endpoint import GatewaySocket
 from persistence.schema import migrate
 from persistence.store import open_store
@@ -99,8 +105,19 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
         # Traces would leave the machine (the SDK exports to OpenAI by default): off unless
         # asked for. Runs also pass `tracing_disabled` in their RunConfig.
         set_tracing_disabled(not settings.tracing)
-        store = open_store(settings.database_url)
+        backend = open_store(settings.database_url)
+        health = StorageHealth(backend, probe_every_s=settings.storage_probe_s)
+        problems = await integrity_problems(backend)
+        if problems:
+            if not settings.allow_damaged_database:
+                await backend.close()
+                raise refuse_damaged(problems)
+            health.damaged(problems)
+        store = ReportingStore(backend, health)
         await migrate(store)
+        # A database that cannot be written (a read-only file) shows at once, not at the
+        # first client's request.
+        await health.check()
         # Before anything can authenticate a request: refusals are recorded from the start.
         audit = AuditTrail(store)
         audit.start()
@@ -168,6 +185,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             verifier=verifier,
             limits=limits,
             audit=audit,
+            storage=health,
             server_name="agents-ws-gateway",
             server_version=server_version(),
         )
@@ -191,6 +209,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             await bus.close()
             await provider.aclose()
             await verifier.aclose()
+            await health.close()
             await store.close()
 
     app_routes = [

@@ -11,6 +11,7 @@ can), so hiding it would only make the error confusing.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,6 +30,9 @@ MAX_CLAIM_CHARS = 256
 # A valid token is a few hundred bytes; anything far larger is refused before any crypto.
 MAX_TOKEN_CHARS = 8192
 _REQUIRED_CLAIMS = ("sub", "tenant", "exp")
+# NumericDate claims (RFC 7519 §2). PyJWT reads them with `int()`, which also takes digit
+# strings and booleans: checked again here, so only JSON numbers count.
+_TIME_CLAIMS = ("exp", "nbf", "iat")
 
 
 class Role(StrEnum):
@@ -211,6 +215,8 @@ class TokenVerifier:
         except jwt.InvalidTokenError:
             # `from None`: PyJWT's messages can quote token segments.
             raise AuthError("token is invalid") from None
+        for name in _TIME_CLAIMS:
+            _time_claim(claims, name)
         roles, extra_roles = _roles_claim(claims.get("roles", []), self._custom_roles)
         return Principal(
             user=_name_claim(claims, "sub"),
@@ -272,6 +278,14 @@ def _name_claim(claims: dict[str, Any], name: str) -> str:
     if len(value) > MAX_CLAIM_CHARS:
         raise AuthError(f"token claim {name!r} is longer than {MAX_CLAIM_CHARS} characters")
     return value
+
+
+def _time_claim(claims: dict[str, Any], name: str) -> None:
+    if name not in claims:
+        return
+    value = claims[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise AuthError(f"token claim {name!r} must be a number (seconds since the epoch)")
 
 
 def _roles_claim(

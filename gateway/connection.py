@@ -1,10 +1,11 @@
 """The WebSocket endpoint: hello/auth, a reader, a bounded writer, subscriptions.
 
 A connection only *watches* runs: closing it unsubscribes and nothing else, so a socket never
-decides a run's fate. Outgoing frames go through one bounded queue; a client too slow to drain
-it during live streaming is closed with 4009 and catches up with `after_seq`. Abuse limits
-(frames per second, runs per minute, connections per user, subscriptions, pending inputs) come
-from the shared `Limits` and are answered with `rate_limited` or a close code.
+decides a run's fate. Outgoing frames go through one queue bounded in frames and in bytes
+(gateway/outbox.py); a client too slow to drain it during live streaming is closed with 4009
+and catches up with `after_seq`. Abuse limits (frames per second, runs per minute, connections
+per user, subscriptions, pending inputs) come from the shared `Limits` and are answered with
+`rate_limited` or a close code.
 """
 
 from __future__ import annotations
@@ -26,9 +27,12 @@ from gateway.auth import AccessDenied, AuthError, AuthUnavailable, Principal, ch
 from gateway.errors import GatewayError, rate_limited
 from gateway.eventlog_types import LoggedEvent
 from gateway.limits import ConnectionSlot
+from gateway.outbox import Outbox
 from gateway.protocol import ErrorCode, ProtocolError
 from gateway.sensitive import reveal_approval_event, sees_sensitive_arguments
+from gateway.server_limits import CLOSE_TIMEOUT_S
 from gateway.services import Services
+from gateway.storage_health import log_failure
 from gateway.subscription import Subscription
 from persistence.errors import StorageUnavailable
 from persistence.threads import ThreadRecord
@@ -47,8 +51,6 @@ CLOSE_RESTART = 1012
 CLOSE_INTERNAL = 1011
 # The first hello's token could not be checked (a JWKS fetch failed): retry later.
 CLOSE_TRY_AGAIN = 1013
-# How long a close frame may wait behind unread data before the connection is dropped.
-CLOSE_TIMEOUT_S = 10.0
 
 
 class Closed(Exception):
@@ -63,7 +65,7 @@ class Connection:
         self._send_message: Send = send if send is not None else websocket.send
         self._services = services
         self._settings = services.settings
-        self._outbox: asyncio.Queue[str | None] = asyncio.Queue(self._settings.send_queue_size)
+        self._outbox = Outbox(self._settings.send_queue_size, self._settings.send_queue_bytes)
         self._subscriptions: dict[str, Subscription] = {}
         self._principal: Principal | None = None
         self._close_code: int | None = None
@@ -648,7 +650,7 @@ class Connection:
             return
         # A subscription that cannot read the log must not leave its client waiting in
         # silence: close, and the client resumes from its cursor on reconnect.
-        log.error("subscription failed; closing the connection", exc_info=error)
+        log_failure(log, error, "subscription failed; closing the connection")
         self.close_soon(CLOSE_INTERNAL)
 
     # -- writing ---------------------------------------------------------------------------
@@ -714,8 +716,6 @@ class Connection:
                     text = self._outbox.get_nowait()
                 except asyncio.QueueEmpty:
                     text = await self._outbox.get()
-                if text is None:
-                    return
                 await self._send_message({"type": "websocket.send", "text": text})
         except (WebSocketDisconnect, RuntimeError, OSError):
             self.close_soon(CLOSE_GOING_AWAY)

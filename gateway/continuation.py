@@ -25,6 +25,7 @@ from gateway.errors import conflict
 from gateway.execution import Segment, storage_retry
 from gateway.protocol import EventType
 from gateway.run_context import RunContext
+from gateway.storage_health import log_failure
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.checkpoints import CheckpointRecord
 from persistence.errors import StaleWrite
@@ -67,10 +68,10 @@ class Continuer:
 
         try:
             await storage_retry(attempt)
-        except Exception:
+        except Exception as exc:
             # The run stays waiting_for_review with every decision recorded; the next start
             # (or the next decision) retries the continuation.
-            log.error("continuing run %s after its decisions failed", run.run_id, exc_info=True)
+            log_failure(log, exc, "continuing run %s after its decisions failed", run.run_id)
 
     async def maybe_continue(self, run: RunRecord, known: PauseInputs | None = None) -> None:
         """Start the continuation once every approval of the pause is decided (exactly once)."""

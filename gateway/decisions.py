@@ -26,6 +26,7 @@ from gateway.protocol import EventType, utc_ts
 from gateway.registry import AgentGraph
 from gateway.review_rules import ReviewContext, check_four_eyes, check_reviewer_roles
 from gateway.run_context import RunContext, denied, thread_ref
+from gateway.storage_health import log_failure
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.audit import AuditRepository
 from persistence.checkpoints import CheckpointRecord
@@ -355,7 +356,7 @@ class Decisions:
                 await asyncio.sleep(self._approval_sweep_s)
                 try:
                     await self.expire_due()
-                except Exception:
-                    log.warning("approval expiry sweep failed", exc_info=True)
+                except Exception as exc:
+                    log_failure(log, exc, "approval expiry sweep failed")
 
         self._ctx.spawn(loop(), name="approval-expiry")

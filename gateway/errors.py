@@ -21,6 +21,10 @@ HTTP_STATUS = {
 
 # Added to PROTOCOL §5's list: a checkpoint written by another agent graph version.
 GRAPH_MISMATCH = "graph_mismatch"
+# Added too, HTTP only: a JSON endpoint's body sent as another media type.
+UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+# The added codes and their HTTP status.
+ADDED_CODES = {GRAPH_MISMATCH: 409, UNSUPPORTED_MEDIA_TYPE: 415}
 
 
 class GatewayError(Exception):
@@ -33,8 +37,8 @@ class GatewayError(Exception):
 
     @property
     def http_status(self) -> int:
-        if self.code == GRAPH_MISMATCH:
-            return 409
+        if self.code in ADDED_CODES:
+            return ADDED_CODES[self.code]
         try:
             return HTTP_STATUS[ErrorCode(self.code)]
         except ValueError:

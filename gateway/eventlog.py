@@ -314,3 +314,7 @@ class EventLog:
 def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
     if not future.done():
         future.set_exception(error)
+        # Streamed events are not awaited one by one: marked as seen, so asyncio does not log
+        # "Future exception was never retrieved" for each (the outage is logged once, by the
+        # storage health); an awaiting caller still gets the error.
+        future.exception()

@@ -28,7 +28,7 @@ from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError
 from agents.models.interface import ModelProvider
 from agents.run_state import CURRENT_SCHEMA_VERSION, RunState
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError
 
 from gateway.binding import arguments_digest, interruption_arguments, interruption_tool_name
 from gateway.eventlog import EventLog
@@ -38,6 +38,7 @@ from gateway.protocol import TOOL_NEEDS_RECONCILIATION, EventType, utc_ts
 from gateway.registry import AgentGraph
 from gateway.review_rules import ReviewContext
 from gateway.sensitive import masked_call_data
+from gateway.storage_health import describe, is_outage
 from gateway.translate import StreamTranslator, output_text
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.audit import AuditEntry, AuditRepository
@@ -241,11 +242,17 @@ class SegmentRunner:
             if execution.result is not None:
                 execution.result.cancel("immediate")
         except Exception as exc:
-            if _is_outage(exc):
+            if is_outage(exc):
                 # Nothing may be decided without storage (the SDK's session writes raise raw
                 # driver errors): the run stays active in the database and continues from its
                 # newest checkpoint when the lease scan or the next start recovers it.
-                log.error("run %s stopped: storage unavailable", run.run_id, exc_info=True)
+                # The outage itself is logged once, by the storage health.
+                log.warning(
+                    "run %s stopped: storage unavailable (%s); it continues from its newest "
+                    "checkpoint when storage recovers",
+                    run.run_id,
+                    describe(exc),
+                )
                 if execution.result is not None:
                     execution.result.cancel("immediate")
             elif execution.cancel_requested:
@@ -603,12 +610,6 @@ def _failure_code(exc: Exception) -> str:
     if isinstance(exc, ModelBehaviorError):
         return "model_behavior"
     return "run_error"
-
-
-def _is_outage(exc: Exception) -> bool:
-    if isinstance(exc, StorageUnavailable):
-        return True
-    return isinstance(exc, DBAPIError) and not isinstance(exc, IntegrityError)
 
 
 def _failure_message(exc: Exception) -> str:

@@ -28,6 +28,7 @@ from gateway.auth import (
 )
 from gateway.errors import GatewayError
 from gateway.eventlog_types import LoggedEvent
+from gateway.json_body import ClientGone, read_json_body
 from gateway.protocol import MAX_ID_CHARS, MAX_REASON_CHARS, ErrorCode, utc_ts
 from gateway.services import Services
 from persistence.audit import AuditQuery
@@ -39,7 +40,6 @@ MAX_EVENTS_PAGE = 1000
 MAX_AUDIT_PAGE = 500
 # The widest audit column a filter can match (actor, target: 128 characters).
 MAX_AUDIT_TEXT = 128
-MAX_BODY_BYTES = 64 * 1024
 # Development token lifetimes: an hour unless asked otherwise. Short ones let clients and tests
 # try out renewal before `exp`; the floor leaves a renewing client time for a round trip.
 DEV_TOKEN_TTL_S = 3600
@@ -73,6 +73,14 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             return error_response(
                 ErrorCode.UNAVAILABLE, "storage is unavailable; nothing was changed", 503
             )
+        except ClientGone:
+            # The client's doing, and nothing was changed: no traceback, no ERROR to page on.
+            log.info(
+                "%s %s: the client left before sending its body",
+                request.method,
+                _route_path(request),
+            )
+            return Response(status_code=400)
         except Exception:
             log.error("%s %s failed", request.method, request.url.path, exc_info=True)
             return error_response(ErrorCode.INTERNAL, "internal error", 500)
@@ -85,13 +93,18 @@ def _source(request: Request) -> str | None:
     return request.client.host if request.client else None
 
 
+def _route_path(request: Request) -> str:
+    """The route's template (`/v1/runs/{run_id}`): what was called, without the caller's ids."""
+    route = request.scope.get("route")
+    return getattr(route, "path", None) or request.url.path
+
+
 def _note_denial(request: Request, services: Services, exc: GatewayError) -> None:
     """Audit a `forbidden` / `not_found` answer to an authenticated caller."""
     principal: Principal | None = getattr(request.state, "principal", None)
     if exc.code not in DENIAL_CODES or principal is None:
         return
-    route = request.scope.get("route")
-    path = getattr(route, "path", None) or request.url.path
+    path = _route_path(request)
     target = next((str(v) for v in request.path_params.values()), None)
     services.audit.access_denied(
         principal,
@@ -127,19 +140,6 @@ async def authenticate(request: Request, services: Services) -> Principal:
     return principal
 
 
-async def json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise GatewayError(ErrorCode.TOO_LARGE, f"body exceeds {MAX_BODY_BYTES} bytes")
-    try:
-        body = orjson.loads(raw or b"{}")
-    except orjson.JSONDecodeError:
-        raise GatewayError(ErrorCode.BAD_REQUEST, "body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise GatewayError(ErrorCode.BAD_REQUEST, "body must be a JSON object")
-    return body
-
-
 def int_param(request: Request, name: str, default: int, *, low: int, high: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
@@ -173,10 +173,18 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     services: Services = request.app.state.services
-    try:
-        await services.store.ping()
-    except Exception as exc:
-        return JSONBody({"status": "unavailable", "storage": type(exc).__name__}, status_code=503)
+    reason, failure = services.storage.reason, StorageUnavailable.__name__
+    if reason is None:
+        try:
+            await services.store.ping()
+        except Exception as exc:
+            failure = type(exc).__name__
+            reason = services.storage.reason or failure
+    if reason is not None:
+        # `reason`: the database's own words (storage health never quotes statements).
+        return JSONBody(
+            {"status": "unavailable", "storage": failure, "reason": reason}, status_code=503
+        )
     return JSONBody({"status": "ready", "storage": "ok"})
 
 
@@ -187,7 +195,7 @@ async def readyz(request: Request) -> Response:
 async def dev_token(request: Request, services: Services) -> Response:
     if not services.settings.dev_mode:
         raise GatewayError(ErrorCode.NOT_FOUND, "not found")
-    body = await json_body(request)
+    body = await read_json_body(request)
     user, tenant, roles = body.get("user"), body.get("tenant", "demo"), body.get("roles", ["user"])
     if not isinstance(user, str) or not user.strip() or len(user) > 128:
         raise GatewayError(ErrorCode.BAD_REQUEST, "user must be a non-empty string")
@@ -238,7 +246,7 @@ async def list_approvals(request: Request, services: Services) -> Response:
 async def decide(request: Request, services: Services) -> Response:
     principal = await authenticate(request, services)
     approval_id = path_id(request, "approval_id")
-    body = await json_body(request)
+    body = await read_json_body(request)
     decision, reason = body.get("decision"), body.get("reason")
     if decision not in ("approve", "reject"):
         raise GatewayError(ErrorCode.BAD_REQUEST, "decision must be 'approve' or 'reject'")

@@ -21,6 +21,7 @@ from gateway.execution import Segment
 from gateway.protocol import EventType
 from gateway.registry import GraphMismatchError
 from gateway.run_context import RunContext
+from gateway.storage_health import log_failure
 from persistence.clock import utcnow
 from persistence.errors import StaleWrite
 from persistence.events import NewEvent
@@ -60,8 +61,8 @@ class Recovery:
                 continue  # a continuation that some process is starting right now
             try:
                 recovered += await self._recover_one(run)
-            except Exception:
-                log.error("recovery of run %s failed", run.run_id, exc_info=True)
+            except Exception as exc:
+                log_failure(log, exc, "recovery of run %s failed", run.run_id)
         waiting = (
             await ctx.runs.with_status((RunStatus.WAITING_FOR_REVIEW,))
             if startup
@@ -71,8 +72,8 @@ class Recovery:
             try:
                 async with ctx.lock(run.thread_id):
                     await self._continuer.maybe_continue(run)
-            except Exception:
-                log.error("resuming decided run %s failed", run.run_id, exc_info=True)
+            except Exception as exc:
+                log_failure(log, exc, "resuming decided run %s failed", run.run_id)
         if not startup:
             return recovered
         for run in await ctx.runs.with_status((RunStatus.SUSPENDED,)):
@@ -95,8 +96,8 @@ class Recovery:
                     taken += await self._continue_after_shutdown(run)
                 elif run.status in TAKEN_OVER:
                     taken += await self._recover_one(run)
-            except Exception:
-                log.error("taking over run %s failed", run_id, exc_info=True)
+            except Exception as exc:
+                log_failure(log, exc, "taking over run %s failed", run_id)
         if taken:
             log.info("took over %d run(s) handed over by a process shutting down", taken)
         return taken
@@ -110,8 +111,8 @@ class Recovery:
         try:
             async with self._ctx.lock(run.thread_id):
                 return await self._continuer.resume_suspended(run)
-        except Exception:
-            log.error("continuing run %s after shutdown failed", run.run_id, exc_info=True)
+        except Exception as exc:
+            log_failure(log, exc, "continuing run %s after shutdown failed", run.run_id)
             return False
 
     def start(self) -> None:
@@ -124,8 +125,8 @@ class Recovery:
         async def loop() -> None:
             try:
                 recovered = await self.recover()
-            except Exception:
-                log.error("recovery at start-up failed", exc_info=True)
+            except Exception as exc:
+                log_failure(log, exc, "recovery at start-up failed")
             else:
                 if recovered:
                     log.info("recovered %d run(s) left active by a previous process", recovered)
@@ -133,8 +134,8 @@ class Recovery:
                 await asyncio.sleep(self._scan_s)
                 try:
                     taken = await self.recover(startup=False)
-                except Exception:
-                    log.warning("lease scan failed", exc_info=True)
+                except Exception as exc:
+                    log_failure(log, exc, "lease scan failed")
                     continue
                 if taken:
                     log.info("took over %d run(s) whose lease had expired", taken)

@@ -44,6 +44,7 @@ from gateway.protocol import ErrorCode, EventType
 from gateway.recovery import Recovery
 from gateway.registry import AgentGraph, AgentRegistry
 from gateway.run_context import RunContext, denied, thread_ref
+from gateway.storage_health import log_failure
 from gateway.views import Views
 from persistence.approvals import ApprovalRepository
 from persistence.audit import AuditEntry, AuditRepository
@@ -526,8 +527,8 @@ class RunManager:
                 run = await self._ctx.runs.active_for_thread(thread_id)
                 if run is not None and run.status is RunStatus.SUSPENDED:
                     await self._continuer.resume_suspended(run)
-        except Exception:
-            log.error("resuming the suspended run of thread %s failed", thread_id, exc_info=True)
+        except Exception as exc:
+            log_failure(log, exc, "resuming the suspended run of thread %s failed", thread_id)
 
     # -- endings -------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from gateway.eventlog import EventLog
 from gateway.limits import Limits
 from gateway.registry import AgentRegistry
 from gateway.settings import Settings
+from gateway.storage_health import StorageHealth
 from persistence.store import Store
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ class Services:
     verifier: TokenVerifier
     limits: Limits
     audit: AuditTrail
+    storage: StorageHealth
     server_name: str
     server_version: str
     # Open WebSocket connections, so shutdown can close them with 1012.

@@ -60,6 +60,17 @@ class Settings(BaseSettings):
     send_queue_size: int = Field(1024, ge=16)
     send_timeout_s: float = Field(5.0, gt=0)
     max_input_chars: int = Field(32_000, ge=1)
+    # Outgoing bytes buffered per connection, beside `send_queue_size` frames.
+    send_queue_bytes: int = Field(1024 * 1024, ge=64 * 1024)
+    # Connection limits of the server (gateway/server_limits.py, docs/configuration.md).
+    idle_timeout_s: float = Field(5.0, gt=0, le=3600)
+    header_timeout_s: float = Field(10.0, gt=0, le=3600)
+    body_timeout_s: float = Field(30.0, gt=0, le=3600)
+    max_header_bytes: int = Field(16 * 1024, ge=1024, le=1024 * 1024)
+    max_headers: int = Field(100, ge=8, le=10_000)
+    max_connections: int = Field(1000, ge=0)
+    # The listen queue; also how many connections asyncio accepts at one wake-up.
+    backlog: int = Field(511, ge=1, le=65535)
     # Abuse limits (gateway/limits.py, docs/protocol.md §7); 0 turns one off. Per-user counts
     # are kept per process, and shared with the others over a Redis bus.
     frames_per_s: float = Field(20.0, ge=0)
@@ -69,6 +80,10 @@ class Settings(BaseSettings):
     max_subscriptions: int = Field(100, ge=0)
     max_pending_inputs: int = Field(10, ge=0)
     tracing: bool = False
+    # While storage fails, a cheap write is tried this often to see whether it is back.
+    storage_probe_s: float = Field(5.0, gt=0, le=600)
+    # Start on a SQLite file that fails the integrity check (it is reported unready).
+    allow_damaged_database: bool = False
     # Identifies this gateway process to its peers on a shared database (run leases). One id
     # runs one process at a time; default: host name and port.
     instance_id: str | None = Field(None, min_length=1, max_length=64)

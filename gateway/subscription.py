@@ -18,6 +18,12 @@ from gateway.eventlog_types import LoggedEvent
 from gateway.sensitive import needs_reveal
 
 REPLAY_PAGE = 500
+# A replay page is held until the connection has taken all of it, so its size is bounded in
+# bytes too: each page asks for as many events as fit this budget at the previous page's
+# average event size. The first asks for few, as the size of the thread's events is not known
+# yet; a page of 500 events of 60 KB each held 30 MB for a client that never read.
+REPLAY_PAGE_BYTES = 512 * 1024
+FIRST_REPLAY_PAGE = 16
 
 
 class Subscription:
@@ -98,10 +104,9 @@ class Subscription:
             # Cleared before reading: an event published while the read is in flight sets it
             # again, so going live below cannot miss it.
             self._wakeup.clear()
+            limit = FIRST_REPLAY_PAGE
             while True:
-                page = await self._log.read(
-                    self.thread_id, after_seq=self.last_seq, limit=REPLAY_PAGE
-                )
+                page = await self._log.read(self.thread_id, after_seq=self.last_seq, limit=limit)
                 for event in page:
                     frame = event.frame
                     if self._reveal is not None and needs_reveal(event):
@@ -110,8 +115,15 @@ class Subscription:
                     if asyncio.isfuture(result) or asyncio.iscoroutine(result):
                         await result
                     self.last_seq = event.seq
-                if len(page) < REPLAY_PAGE:
+                if len(page) < limit:
                     break
+                limit = next_page_limit(page)
             self._live = True
             await self._wakeup.wait()
             self._live = False
+
+
+def next_page_limit(page: Sequence[LoggedEvent]) -> int:
+    """How many events the next replay page may ask for, after a full `page`."""
+    average = max(1, sum(len(event.frame) for event in page) // len(page))
+    return max(1, min(REPLAY_PAGE, REPLAY_PAGE_BYTES // average))

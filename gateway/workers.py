@@ -55,7 +55,9 @@ class Supervisor:
         self._settings = settings
         # The worker's own command line: every flag but those set for it here.
         self._argv = _without(argv, SET_FOR_WORKERS)
-        self._socket = socket.create_server((settings.host, settings.port), backlog=2048)
+        self._socket = socket.create_server(
+            (settings.host, settings.port), backlog=settings.backlog
+        )
         self._socket.set_inheritable(True)
         self.port = int(self._socket.getsockname()[1])
         # Resolved once: with --port 0 the default id names the port actually bound.

@@ -15,11 +15,11 @@ from gateway.http_api import (
     DEV_TOKEN_TTL_S,
     MAX_AUDIT_PAGE,
     MAX_AUDIT_TEXT,
-    MAX_BODY_BYTES,
     MAX_DEV_TOKEN_TTL_S,
     MAX_EVENTS_PAGE,
     MIN_DEV_TOKEN_TTL_S,
 )
+from gateway.json_body import MAX_BODY_BYTES
 from gateway.protocol import MAX_ID_CHARS, PROTOCOL_VERSION
 from gateway.specs.shapes import HTTP_BODIES, component_schemas, ref
 
@@ -39,6 +39,10 @@ ERRORS: Mapping[int, tuple[str, str]] = MappingProxyType(
         404: ("NotFound", "`not_found`: no such object in the caller's tenant"),
         409: ("Conflict", "`conflict` or `graph_mismatch`: the request does not fit the state"),
         413: ("TooLarge", f"`too_large`: the request body is over {MAX_BODY_BYTES} bytes"),
+        415: (
+            "UnsupportedMediaType",
+            "`unsupported_media_type`: the body is not sent as `application/json`",
+        ),
         500: ("Internal", "`internal`: an unexpected server error (logged with its traceback)"),
         503: (
             "Unavailable",
@@ -114,14 +118,14 @@ def _paths() -> dict[str, dict[str, Any]]:
         "/readyz": {
             "get": _operation(
                 "readyz",
-                "Storage is reachable",
+                "Storage is reachable and can be written",
                 tag="health",
                 public=True,
                 ok=("the database answers", "Readiness"),
                 errors=(),
                 extra={
                     "503": {
-                        "description": "the database does not answer",
+                        "description": "the database does not answer or cannot be written",
                         "content": {JSON: {"schema": ref("Readiness")}},
                     }
                 },
@@ -142,7 +146,7 @@ def _paths() -> dict[str, dict[str, Any]]:
                 public=True,
                 body="DevTokenRequest",
                 ok=("a signed token", "DevToken"),
-                errors=(400, 404, 413, 500),
+                errors=(400, 404, 413, 415, 500),
                 notes={404: "GATEWAY_SECRET is set: development tokens are off"},
             )
         },
@@ -176,7 +180,7 @@ def _paths() -> dict[str, dict[str, Any]]:
                 parameters=[_path_id("approval_id")],
                 body="DecisionRequest",
                 ok=("the decided approval", "ApprovalEnvelope"),
-                errors=(400, 401, 403, 404, 409, 413, 500, 503),
+                errors=(400, 401, 403, 404, 409, 413, 415, 500, 503),
                 notes={
                     409: "already decided, superseded or expired (`conflict`), or the run's "
                     "checkpoint was written by an unaccepted graph version (`graph_mismatch`)"

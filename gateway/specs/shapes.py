@@ -20,7 +20,7 @@ from pydantic.json_schema import SkipJsonSchema, models_json_schema
 
 from gateway.audit import AuditAction, Outcome
 from gateway.auth import Role
-from gateway.errors import GRAPH_MISMATCH, HTTP_STATUS
+from gateway.errors import ADDED_CODES, GRAPH_MISMATCH, HTTP_STATUS, UNSUPPORTED_MEDIA_TYPE
 from gateway.http_api import DEV_TOKEN_TTL_S, MAX_DEV_TOKEN_TTL_S, MIN_DEV_TOKEN_TTL_S
 from gateway.protocol import MAX_ID_CHARS, MAX_REASON_CHARS, TOOL_NEEDS_RECONCILIATION, ErrorCode
 from gateway.protocol import EventType as E
@@ -379,6 +379,11 @@ class Health(_Shape):
 class Readiness(_Shape):
     status: Literal["ready", "unavailable"]
     storage: str = Field(description='"ok", or the class name of the storage failure')
+    reason: str | None = Field(
+        None,
+        description="while unavailable: the database's own words for the trouble (read-only, "
+        "full, damaged, unreachable); never a statement or its values",
+    )
 
 
 class DevTokenRequest(BaseModel):
@@ -490,7 +495,7 @@ HTTP_BODIES: tuple[type[BaseModel], ...] = (
 
 def error_codes() -> list[str]:
     """Every code an `error` frame or an HTTP error body can carry."""
-    return [*(str(code) for code in ErrorCode), GRAPH_MISMATCH]
+    return [*(str(code) for code in ErrorCode), *ADDED_CODES]
 
 
 def error_code_meanings() -> dict[str, str]:
@@ -506,6 +511,8 @@ def error_code_meanings() -> dict[str, str]:
         ErrorCode.RATE_LIMITED: "a per-connection, per-user or per-thread limit was hit; "
         "`retry_after_s` tells when to retry if known",
         ErrorCode.TOO_LARGE: "a request body over 64 KiB, or a field over its size limit",
+        UNSUPPORTED_MEDIA_TYPE: "HTTP only: a JSON endpoint's body sent with another "
+        "Content-Type than `application/json` (415)",
         ErrorCode.UNSUPPORTED_PROTOCOL: "`hello.protocol` is not a version this server speaks",
         ErrorCode.UNAVAILABLE: "storage unreachable or the gateway is shutting down; nothing "
         "was changed, retry later",
@@ -516,8 +523,8 @@ def error_code_meanings() -> dict[str, str]:
 
 
 def http_status_of(code: str) -> int:
-    if code == GRAPH_MISMATCH:
-        return 409
+    if code in ADDED_CODES:
+        return ADDED_CODES[code]
     return HTTP_STATUS[ErrorCode(code)]
 
 

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 import pytest
 from agents import Agent
 from agents.testing import ModelStep, ScriptedModel
@@ -44,6 +45,8 @@ from tests.support.storage import rows
 pytestmark = pytest.mark.both_backends
 
 AGENT = "charger"
+# Storage health's probe interval while storage fails: readiness returns within a moment.
+PROBE_S = 0.1
 FINAL = "charged and finished"
 PAUSE_EVENTS = ("approval.requested", "run.paused")
 
@@ -526,8 +529,19 @@ async def test_continuation_after_recorded_decision_survives_storage_blip(
 # -- 3. readiness ----------------------------------------------------------------------------
 
 
+async def ready_again(http: httpx.AsyncClient, timeout: float = 10) -> httpx.Response:
+    """`/readyz` once storage health's next probe has found storage back."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = await http.get("/readyz")
+        if response.status_code == 200 or time.monotonic() > deadline:
+            return response
+        await asyncio.sleep(0.05)
+
+
 async def test_readyz_follows_storage(database_url: str) -> None:
-    async with faulty_gateway(settings_for(database_url), charger_registry(EffectLog())) as fg:
+    settings = settings_for(database_url, storage_probe_s=PROBE_S)
+    async with faulty_gateway(settings, charger_registry(EffectLog())) as fg:
         gw, faults = fg.gateway, fg.faults
         async with gw.http() as http:
             assert (await http.get("/readyz")).status_code == 200
@@ -539,7 +553,7 @@ async def test_readyz_follows_storage(database_url: str) -> None:
             assert (await http.get("/healthz")).status_code == 200  # alive, just not ready
 
             faults.heal()
-            response = await http.get("/readyz")
+            response = await ready_again(http)
             assert response.status_code == 200
             assert response.json() == {"status": "ready", "storage": "ok"}
 
@@ -548,7 +562,9 @@ async def test_whole_database_down_answers_unavailable_then_recovers(database_ur
     """Every statement fails: readiness is 503 and writes answer `unavailable`; then it heals."""
     effects = EffectLog()
     async with (
-        faulty_gateway(settings_for(database_url), charger_registry(effects)) as fg,
+        faulty_gateway(
+            settings_for(database_url, storage_probe_s=PROBE_S), charger_registry(effects)
+        ) as fg,
         clients(fg.gateway) as connect,
     ):
         gw, faults = fg.gateway, fg.faults
@@ -564,7 +580,7 @@ async def test_whole_database_down_answers_unavailable_then_recovers(database_ur
 
         faults.heal()
         async with gw.http() as http:
-            assert (await http.get("/readyz")).status_code == 200
+            assert (await ready_again(http)).status_code == 200
         ack = await alice.request("run.start", input="charge order 5", agent=AGENT)
         await alice.wait_event("run.paused", timeout=10)
         events = alice.events_of(ack["thread_id"])

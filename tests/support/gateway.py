@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -17,6 +18,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ import uvicorn
 from gateway.app import create_app
 from gateway.auth import TokenVerifier
 from gateway.registry import AgentRegistry
+from gateway.server import gateway_config
 from gateway.settings import Settings, load_settings
 
 TEST_SECRET = "test-secret-" + "x" * 52
@@ -91,14 +94,7 @@ async def running_gateway(
     if socket_sndbuf is not None:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, socket_sndbuf)
     listener.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        ws_max_size=settings.max_frame_bytes,
-        lifespan="on",
-        log_level="warning",
-    )
+    config = gateway_config(app, settings, host="127.0.0.1", port=0, log_level="warning")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[listener]))
     deadline = time.monotonic() + 20
@@ -145,10 +141,19 @@ class GatewayProcess:
         return f"ws://127.0.0.1:{self.port}/v1/ws"
 
 
+def _limit_files(count: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
+
+
 def spawn_gateway(
-    workdir: Path, *, env: dict[str, str] | None = None, args: list[str] | None = None
+    workdir: Path,
+    *,
+    env: dict[str, str] | None = None,
+    args: list[str] | None = None,
+    max_open_files: int | None = None,
 ) -> GatewayProcess:
-    """`python -m gateway serve --port 0` in a subprocess; returns once it listens."""
+    """`python -m gateway serve --port 0` in a subprocess; returns once it listens.
+    `max_open_files`: the process's descriptor limit (soft and hard)."""
     log_path = workdir / f"gateway-{time.monotonic_ns()}.log"
     full_env = {
         **os.environ,
@@ -170,6 +175,7 @@ def spawn_gateway(
         stdout=log_file,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=None if max_open_files is None else partial(_limit_files, max_open_files),
     )
     deadline = time.monotonic() + 30
     pattern = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")

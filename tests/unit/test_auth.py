@@ -147,10 +147,38 @@ def test_missing_required_claim(verifier: TokenVerifier, claim: str) -> None:
         {"tenant": "t" * 257},
         {"sub": "u" * 257},
         {"exp": "tomorrow"},
+        # 1 to int(): long expired, so refused before its type is looked at.
+        {"exp": True},
     ],
 )
 def test_malformed_claims(verifier: TokenVerifier, overrides: dict[str, Any]) -> None:
     assert_refused(verifier, sign(claims(**overrides)))
+
+
+def _in(seconds: int) -> int:
+    return int(time.time()) + seconds
+
+
+@pytest.mark.parametrize(
+    ("overrides", "claim"),
+    [
+        # PyJWT reads these with int(): digits in a string and booleans would pass.
+        ({"exp": str(_in(3600))}, "exp"),
+        ({"nbf": str(_in(-60))}, "nbf"),
+        ({"nbf": False}, "nbf"),
+        ({"iat": str(_in(-60))}, "iat"),
+        ({"iat": True}, "iat"),
+    ],
+)
+def test_time_claims_must_be_numbers(
+    verifier: TokenVerifier, overrides: dict[str, Any], claim: str
+) -> None:
+    assert_refused(verifier, sign(claims(**overrides)), f"{claim!r} must be a number")
+
+
+def test_numeric_time_claims_are_accepted(verifier: TokenVerifier) -> None:
+    token = sign(claims(exp=_in(3600) + 0.5, nbf=_in(-60), iat=float(_in(-60))))
+    assert verifier.verify(token).user
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,42 @@
+"""One connection's outgoing frames: an `asyncio.Queue` bounded in frames and in bytes.
+
+A bound in frames alone let a client that never reads pin a thousand frames of whatever size
+the thread's events had (60 KB each made 60 MB per connection). The queue is full once it
+holds `max_frames` frames or `max_bytes` bytes of UTF-8, whichever comes first; a frame larger
+than `max_bytes` still goes into a queue below the bound, so the queue holds at most
+`max_bytes` plus one frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+
+def encoded_size(text: str) -> int:
+    """The frame's size on the wire; `isascii` is constant-time, so most frames cost nothing."""
+    return len(text) if text.isascii() else len(text.encode())
+
+
+class Outbox(asyncio.Queue[str]):
+    def __init__(self, max_frames: int, max_bytes: int) -> None:
+        super().__init__(max_frames)
+        self.max_bytes = max_bytes
+        self.queued_bytes = 0
+        # The size of each queued frame, in queue order: each is measured once.
+        self._sizes: deque[int] = deque()
+
+    def full(self) -> bool:
+        return super().full() or self.queued_bytes >= self.max_bytes
+
+    # asyncio.Queue's hooks for subclasses: every put and get goes through them.
+
+    def _put(self, item: str) -> None:
+        size = encoded_size(item)
+        self._sizes.append(size)
+        self.queued_bytes += size
+        super()._put(item)  # type: ignore[misc]
+
+    def _get(self) -> str:
+        self.queued_bytes -= self._sizes.popleft()
+        return super()._get()  # type: ignore[misc,no-any-return]
