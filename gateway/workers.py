@@ -39,6 +39,7 @@ EARLY_EXITS = 5
 # How long the workers get to stop gracefully (runs reach a turn boundary within 10 s).
 STOP_GRACE_S = 30.0
 POLL_S = 0.2
+ORPHAN_SIGNAL_EVERY_S = 2.0
 READY_WITHIN_S = 60.0
 
 
@@ -172,7 +173,13 @@ def stop_with_supervisor() -> None:
         while os.getppid() == supervisor:
             time.sleep(1.0)
         log.warning("the supervisor (pid %d) is gone; stopping", supervisor)
-        os.kill(os.getpid(), signal.SIGTERM)
+        # Again while the process lives: a signal that lands before the server has installed
+        # its handler (the supervisor died during start-up) is not acted on. Past the grace,
+        # the process ends without one.
+        for _ in range(int(STOP_GRACE_S / ORPHAN_SIGNAL_EVERY_S)):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(ORPHAN_SIGNAL_EVERY_S)
+        os._exit(1)
 
     threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
