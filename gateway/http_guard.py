@@ -54,6 +54,8 @@ class GuardedH11Protocol(H11Protocol):
         self._phase: Phase | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self._received = False
+        # Once upgraded, the connection is the WebSocket protocol's: no HTTP phase applies.
+        self._upgraded = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -84,6 +86,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def handle_websocket_upgrade(self, event: h11.Request) -> None:
         # From here on the WebSocket protocol owns the connection (and its own timeouts).
+        self._upgraded = True
         self._set_deadline(None)
         super().handle_websocket_upgrade(event)
 
@@ -94,7 +97,7 @@ class GuardedH11Protocol(H11Protocol):
     def _follow_phase(self) -> None:
         """Arm the deadline of the phase h11 is in; a phase keeps its deadline however many
         bytes trickle in, and a new phase starts its own."""
-        if self.transport.is_closing():
+        if self._upgraded or self.transport.is_closing():
             self._set_deadline(None)
             return
         state = self.conn.their_state

@@ -112,6 +112,18 @@ async def test_each_phase_has_a_deadline(gateway: GatewayProcess) -> None:
     assert "Traceback" not in gateway.log()
 
 
+async def test_an_open_websocket_outlives_every_request_deadline(gateway: GatewayProcess) -> None:
+    """The deadlines end with the upgrade: a WebSocket that idles past all of them (and the
+    keep-alive timeout) is still served."""
+    token = TOKENS.issue("alice", "acme", ["user"])
+    client = await Client.connect(f"ws://127.0.0.1:{gateway.port}/v1/ws", token)
+    try:
+        await asyncio.sleep(max(IDLE_S, HEADER_S, BODY_S) + MARGIN_S)
+        assert (await client.request("ping"))["type"] == "pong"
+    finally:
+        await client.close()
+
+
 async def test_oversized_request_heads_are_refused(gateway: GatewayProcess) -> None:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gateway.port}") as http:
         huge = await http.get("/healthz", headers={"X-Big": "a" * 100_000})
