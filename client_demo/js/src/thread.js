@@ -3,7 +3,7 @@
 // React and other change detectors can compare by identity, and a state can be stored with
 // its cursor and restored after a reload. Event shapes: docs/protocol.md §6.
 
-/** @typedef {import("../types/protocol").EventFrame} EventFrame */
+/** @typedef {import("../types/protocol.js").EventFrame} EventFrame */
 
 /**
  * @typedef {"idle" | "running" | "waiting_for_review" | "suspended" | "completed" | "failed" | "cancelled"} RunStatus
