@@ -238,11 +238,12 @@ export class GatewayClient extends Emitter {
     });
   }
 
-  _onWelcome() {
+  _onWelcome(welcome) {
     for (const [threadId, entry] of this.threads) {
       if (entry.subscribed) this._subscribe(threadId).catch((error) => this.emit("error", error.frame ?? error));
     }
     if (this.inboxWanted) this.connection.request("inbox.subscribe").catch((error) => this.emit("error", error.frame ?? error));
+    this.emit("welcome", welcome);
   }
 
   _onFrame(frame) {

@@ -10,6 +10,9 @@ import { expiresIn, renewalDelay } from "./token.js";
 
 export const PROTOCOL = 1;
 const OPEN = 1;
+// Timers wrap their delay to 32 signed bits (browsers and Node alike), so a longer delay
+// would fire at once: a token that lives for weeks is looked at again after this.
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** A request the gateway refused (`error` frame), or one that could not be sent or answered. */
 export class GatewayError extends Error {
@@ -81,6 +84,7 @@ export class Connection extends Emitter {
   open() {
     if (this.status !== "idle" && this.status !== "unauthorized" && this.status !== "closed") return;
     this.refreshedAfterRefusal = false;
+    this._watchBrowser(true);
     this._connect();
   }
 
@@ -89,6 +93,7 @@ export class Connection extends Emitter {
    * `on_disconnect`), unlike a `run.cancel` which stops the run itself.
    */
   close() {
+    this._watchBrowser(false);
     this._clearTimers();
     this._detach(1000, "client closed");
     this._setStatus("closed");
@@ -103,6 +108,11 @@ export class Connection extends Emitter {
     if (this.status === "closed" || this.status === "idle") return;
     this._detach(4000, "client reconnects");
     this._scheduleReconnect(0);
+  }
+
+  /** Waiting to retry: try now instead (the network came back, the user asked). */
+  reconnectNow() {
+    if (this.status === "offline") this._connect();
   }
 
   /** Send a frame without an id (no answer expected). Returns false when not online. */
@@ -169,8 +179,8 @@ export class Connection extends Emitter {
     if (this.token) return this.token;
     const source = this.tokenSource;
     const token = typeof source === "function" ? await source() : source;
-    this._setToken(token);
-    return token;
+    if (token) this._setToken(token);
+    return token || null;
   }
 
   async _connect() {
@@ -185,6 +195,14 @@ export class Connection extends Emitter {
       return;
     }
     if (this.status !== "connecting") return; // closed meanwhile
+    if (!token) {
+      // The token supplier has none to give (signed out, or no longer offered): stop here.
+      this._clearTimers();
+      this._watchBrowser(false);
+      this._setStatus("unauthorized");
+      this.emit("unauthorized", this.authError || "no token to connect with");
+      return;
+    }
     let ws;
     try {
       ws = new this.WebSocket(this.url);
@@ -294,6 +312,7 @@ export class Connection extends Emitter {
         return;
       }
       this._clearTimers();
+      this._watchBrowser(false);
       this._setStatus("unauthorized");
       this.emit("unauthorized", this.authError || "the gateway refused the token");
       return;
@@ -339,7 +358,27 @@ export class Connection extends Emitter {
     if (!this.getToken || !this.token) return;
     const delay = renewalDelay(this.token, this.tokenReceivedAt);
     if (delay === null) return;
+    if (delay > MAX_TIMER_MS) {
+      this.timers.renew = setTimeout(() => this._scheduleRenewal(), MAX_TIMER_MS);
+      return;
+    }
     this.timers.renew = setTimeout(() => this._renewLoop(), delay);
+  }
+
+  /**
+   * In a browser, retry at once when the network comes back or a hidden tab is shown again,
+   * instead of waiting out the back-off.
+   */
+  _watchBrowser(on) {
+    const win = globalThis.window;
+    const doc = globalThis.document;
+    if (!win?.addEventListener || !doc?.addEventListener) return;
+    this._onBrowserEvent ??= () => {
+      if (doc.visibilityState !== "hidden") this.reconnectNow();
+    };
+    const method = on ? "addEventListener" : "removeEventListener";
+    win[method]("online", this._onBrowserEvent);
+    doc[method]("visibilitychange", this._onBrowserEvent);
   }
 
   async _renewLoop() {

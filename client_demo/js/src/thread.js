@@ -14,7 +14,8 @@
  * @property {number} seq
  * @property {string | null} runId
  * @property {string} text
- * @property {"started" | "staged" | "queued"} status  staged/queued: waiting to be taken up
+ * @property {"started" | "staged" | "queued" | "delivered"} status  staged/queued: waiting to be
+ *   taken up; delivered: a staged input the continued run took in
  *
  * @typedef {object} MessageItem     an agent's message, its text growing as deltas arrive
  * @property {"message"} kind
@@ -25,6 +26,7 @@
  * @property {string} text
  * @property {"streaming" | "completed" | "aborted"} status
  * @property {string} [abortReason]
+ * @property {boolean} fromStart      seen from its `message.started` (else its deltas are partial)
  *
  * @typedef {object} ToolItem        a tool call and, once it ran, its output
  * @property {"tool"} kind
@@ -50,8 +52,22 @@
  * @property {string | null} reviewer
  * @property {string | null} reason
  * @property {string | null} expiresAt
+ * @property {string | null} requestedAt
+ * @property {string | null} decidedAt
+ * @property {number | null} checkpointVersion  the approvals of one pause share it
+ * @property {string | null} outcome  superseded: how the run ended first ("completed", "cancelled"...)
  *
- * @typedef {InputItem | MessageItem | ToolItem | ApprovalItem} Item
+ * @typedef {object} NoticeItem      something about the run itself worth showing in the timeline
+ * @property {"notice"} kind
+ * @property {string} id
+ * @property {number} seq
+ * @property {string | null} runId
+ * @property {"agent.changed" | "run.suspended" | "run.recovered" | "run.failed" | "run.cancelled"} event
+ * @property {string | null} [agent]   agent.changed: the new agent
+ * @property {string | null} [reason]  run.suspended: `disconnect` or `shutdown`
+ * @property {{code: string, message: string} | null} [error]  run.failed
+ *
+ * @typedef {InputItem | MessageItem | ToolItem | ApprovalItem | NoticeItem} Item
  *
  * @typedef {object} RunInfo
  * @property {string} runId
@@ -61,6 +77,7 @@
  * @property {string | null} finalOutput
  * @property {{code: string, message: string} | null} error
  * @property {string | null} pausedReason
+ * @property {string | null} lastText  the run's last completed message
  *
  * @typedef {object} ThreadState
  * @property {string} threadId
@@ -72,6 +89,7 @@
  * @property {string | null} runId the newest run
  * @property {RunStatus} status    the newest run's status ("idle" before any)
  * @property {string | null} activeRunId the newest run unless it ended
+ * @property {string | null} title  the thread's first input
  * @property {number} mismatches   messages whose deltas did not add up to their final text
  */
 
@@ -89,6 +107,7 @@ export function emptyThread(threadId) {
     runId: null,
     status: "idle",
     activeRunId: null,
+    title: null,
     mismatches: 0,
   };
 }
@@ -135,9 +154,10 @@ function fold(s, frame) {
     case "run.started": {
       s = setRun(s, runId, { status: "running", agent: data.agent ?? null, input: data.input ?? null });
       s.runId = runId;
-      // A queued input becomes this run's input: show it once, not twice.
+      if (s.title === null && typeof data.input === "string") s.title = data.input;
+      // A queued input becomes this run's input: show it once, where its run starts.
       const queued = s.items.findIndex((i) => i.kind === "input" && i.status === "queued" && i.text === data.input);
-      if (queued >= 0) return update(s, queued, { status: "started", runId });
+      if (queued >= 0) s = { ...s, items: s.items.filter((_, index) => index !== queued) };
       return push(s, { kind: "input", id: `input-${seq}`, seq, runId, text: data.input ?? "", status: "started" });
     }
     case "input.staged":
@@ -152,24 +172,32 @@ function fold(s, frame) {
       });
     case "message.started":
       return upsert(s, "message", data.message_id, {
-        kind: "message", id: data.message_id, seq, runId, agent: data.agent ?? "", text: "", status: "streaming",
+        kind: "message", id: data.message_id, seq, runId, agent: data.agent ?? runAgent(s, runId), text: "",
+        status: "streaming", fromStart: true,
       });
     case "message.delta": {
       const index = find(s, "message", data.message_id);
       if (index < 0) {
-        return push(s, { kind: "message", id: data.message_id, seq, runId, agent: "", text: data.delta ?? "", status: "streaming" });
+        return push(s, {
+          kind: "message", id: data.message_id, seq, runId, agent: runAgent(s, runId), text: data.delta ?? "",
+          status: "streaming", fromStart: false,
+        });
       }
       return update(s, index, { text: s.items[index].text + (data.delta ?? "") });
     }
     case "message.completed": {
       const index = find(s, "message", data.message_id);
       const text = data.text ?? "";
+      s = setRun(s, runId, { lastText: text });
       if (index < 0) {
-        return push(s, { kind: "message", id: data.message_id, seq, runId, agent: "", text, status: "completed" });
+        return push(s, {
+          kind: "message", id: data.message_id, seq, runId, agent: runAgent(s, runId), text, status: "completed",
+          fromStart: false,
+        });
       }
       // The completed text is authoritative; a streamed text that differs is counted so a
       // test (or a curious operator) can see that deltas were lost or doubled.
-      if (s.items[index].text !== text) s.mismatches += 1;
+      if (s.items[index].fromStart && s.items[index].text !== text) s.mismatches += 1;
       return update(s, index, { text, status: "completed" });
     }
     case "message.aborted": {
@@ -203,31 +231,38 @@ function fold(s, frame) {
       return upsert(s, "approval", data.approval_id, {
         kind: "approval", id: data.approval_id, seq, runId, callId: data.call_id, toolName: data.tool_name,
         arguments: data.arguments ?? {}, agent: data.agent ?? "", status: "pending", reviewer: null, reason: null,
-        expiresAt: data.expires_at ?? null,
+        expiresAt: data.expires_at ?? null, requestedAt: data.requested_at ?? frame.ts ?? null, decidedAt: null,
+        checkpointVersion: data.checkpoint_version ?? null, outcome: null,
       });
     }
     case "approval.decided": {
       const index = find(s, "approval", data.approval_id);
       if (index < 0) return s;
       const status = data.expired ? "expired" : data.decision === "approve" ? "approved" : "rejected";
-      return update(s, index, { status, reviewer: data.reviewer ?? null, reason: data.reason ?? null });
-    }
-    case "run.paused":
-      return setRun(s, runId, {
-        status: data.reason === "approval" ? "waiting_for_review" : "suspended",
-        pausedReason: data.reason ?? null,
+      return update(s, index, {
+        status, reviewer: data.reviewer ?? null, reason: data.reason ?? null, decidedAt: data.decided_at ?? frame.ts ?? null,
       });
+    }
+    case "run.paused": {
+      const approval = data.reason === "approval";
+      s = setRun(s, runId, { status: approval ? "waiting_for_review" : "suspended", pausedReason: data.reason ?? null });
+      return approval ? s : notice(s, frame, "run.suspended", { reason: data.reason ?? null });
+    }
     case "run.resumed":
-    case "run.recovered":
+      // Staged input went into the run's state before it continued.
+      s = mapItems(s, (i) => (i.kind === "input" && i.status === "staged" && i.runId === runId ? { ...i, status: "delivered" } : i));
       return setRun(s, runId, { status: "running", pausedReason: null });
+    case "run.recovered":
+      return notice(setRun(s, runId, { status: "running", pausedReason: null }), frame, "run.recovered", {});
     case "agent.changed":
-      return setRun(s, runId, { agent: data.agent ?? null });
+      return notice(setRun(s, runId, { agent: data.agent ?? null }), frame, "agent.changed", { agent: data.agent ?? null });
     case "run.completed":
-      return endRun(setRun(s, runId, { status: "completed", finalOutput: data.final_output ?? "" }), runId);
+      return endRun(setRun(s, runId, { status: "completed", finalOutput: data.final_output ?? "" }), runId, "completed");
     case "run.failed":
-      return endRun(setRun(s, runId, { status: "failed", error: data.error ?? null }), runId);
+      s = notice(setRun(s, runId, { status: "failed", error: data.error ?? null }), frame, "run.failed", { error: data.error ?? null });
+      return endRun(s, runId, "failed");
     case "run.cancelled":
-      return endRun(setRun(s, runId, { status: "cancelled" }), runId);
+      return endRun(notice(setRun(s, runId, { status: "cancelled" }), frame, "run.cancelled", {}), runId, "cancelled");
     default:
       return s; // an event type added after this client was written: §6 allows additions
   }
@@ -256,18 +291,34 @@ function mapItems(s, fn) {
   return { ...s, items: s.items.map(fn) };
 }
 
+function notice(s, frame, event, fields) {
+  return push(s, { kind: "notice", id: `notice-${frame.seq}`, seq: frame.seq, runId: frame.run_id ?? null, event, ...fields });
+}
+
+function runAgent(s, runId) {
+  return (runId && s.runs[runId]?.agent) || "";
+}
+
 function setRun(s, runId, fields) {
   if (!runId) return s;
   const run = s.runs[runId] ?? {
-    runId, status: "running", agent: null, input: null, finalOutput: null, error: null, pausedReason: null,
+    runId, status: "running", agent: null, input: null, finalOutput: null, error: null, pausedReason: null, lastText: null,
   };
   const runs = { ...s.runs, [runId]: { ...run, ...fields } };
   return { ...s, runs, runId: s.runId ?? runId };
 }
 
-/** A run that ended leaves no approval pending (cancelling supersedes them, §6). */
-function endRun(s, runId) {
-  return mapItems(s, (i) => (i.kind === "approval" && i.runId === runId && i.status === "pending" ? { ...i, status: "superseded" } : i));
+/**
+ * A run that ended leaves no approval pending (cancelling supersedes them, §6) and no message
+ * streaming.
+ */
+function endRun(s, runId, outcome) {
+  return mapItems(s, (i) => {
+    if (i.runId !== runId) return i;
+    if (i.kind === "approval" && i.status === "pending") return { ...i, status: "superseded", outcome };
+    if (i.kind === "message" && i.status === "streaming") return { ...i, status: "completed" };
+    return i;
+  });
 }
 
 /** @param {ThreadState} state @returns {MessageItem[]} */

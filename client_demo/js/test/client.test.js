@@ -229,3 +229,24 @@ describe("token renewal", () => {
     assert.equal(alice.status, "unauthorized");
   });
 });
+
+describe("events", () => {
+  test("status and welcome are reported on connect and on every reconnect", async () => {
+    const net = trackedWebSocket();
+    const alice = new GatewayClient({ url: gateway.ws, backoff: FAST_BACKOFF, WebSocket: net.WebSocket, token: await gateway.token("alice") });
+    clients.push(alice);
+    const statuses = [];
+    const welcomes = [];
+    alice.on("status", (status) => statuses.push(status));
+    alice.on("welcome", (welcome) => welcomes.push(welcome));
+    await alice.connect().ready();
+    net.current().terminate();
+    await waitFor(alice, "welcome", () => welcomes.length === 2);
+    assert.deepEqual(statuses.slice(0, 2), ["connecting", "online"]);
+    assert.ok(statuses.includes("offline"));
+    assert.equal(statuses.at(-1), "online");
+    assert.equal(welcomes[1].user, "alice");
+    alice.close();
+    assert.equal(alice.status, "closed");
+  });
+});

@@ -16,7 +16,8 @@ export interface InputItem {
   runId: string | null;
   text: string;
   /** staged or queued: sent while a run was paused or busy, waiting to be taken up */
-  status: "started" | "staged" | "queued";
+  /** staged/queued: waiting to be taken up; delivered: a staged input the continued run took in */
+  status: "started" | "staged" | "queued" | "delivered";
 }
 
 export interface MessageItem {
@@ -30,6 +31,8 @@ export interface MessageItem {
   text: string;
   status: "streaming" | "completed" | "aborted";
   abortReason?: string | null;
+  /** seen from its `message.started` (else its deltas are partial) */
+  fromStart: boolean;
 }
 
 export interface ToolItem {
@@ -59,9 +62,27 @@ export interface ApprovalItem {
   reviewer: string | null;
   reason: string | null;
   expiresAt: string | null;
+  requestedAt: string | null;
+  decidedAt: string | null;
+  /** the approvals of one pause share it */
+  checkpointVersion: number | null;
+  /** superseded: how the run ended first */
+  outcome: string | null;
 }
 
-export type Item = InputItem | MessageItem | ToolItem | ApprovalItem;
+/** Something about the run itself worth showing in the timeline. */
+export interface NoticeItem {
+  kind: "notice";
+  id: string;
+  seq: number;
+  runId: string | null;
+  event: "agent.changed" | "run.suspended" | "run.recovered" | "run.failed" | "run.cancelled";
+  agent?: string | null;
+  reason?: string | null;
+  error?: { code: string; message: string } | null;
+}
+
+export type Item = InputItem | MessageItem | ToolItem | ApprovalItem | NoticeItem;
 
 export interface RunInfo {
   runId: string;
@@ -71,6 +92,8 @@ export interface RunInfo {
   finalOutput: string | null;
   error: { code: string; message: string } | null;
   pausedReason: string | null;
+  /** the run's last completed message */
+  lastText: string | null;
 }
 
 /** One thread's events folded into plain data; a new object whenever something changed. */
@@ -85,6 +108,8 @@ export interface ThreadState {
   runId: string | null;
   status: RunStatus;
   activeRunId: string | null;
+  /** the thread's first input */
+  title: string | null;
   /** messages whose streamed deltas did not add up to their completed text */
   mismatches: number;
 }
@@ -167,6 +192,8 @@ export declare class Connection {
   open(): void;
   close(): void;
   reconnect(): void;
+  reconnectNow(): void;
+  retryAt: number | null;
   send(frame: Record<string, unknown>): boolean;
   request(type: string, fields?: Record<string, unknown>): Promise<any>;
   renew(token?: string): Promise<WelcomeFrame | null>;
