@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agents import set_tracing_disabled
 from starlette.applications import Starlette
-from starlette.routing import WebSocketRoute
+from starlette.routing import BaseRoute, Mount, WebSocketRoute
 
 from gateway.audit import AuditTrail
 from gateway.auth import TokenVerifier
@@ -42,6 +42,10 @@ from persistence.threads import ThreadRepository
 log = logging.getLogger("gateway")
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "client_demo" / "static"
+# The JavaScript client package's modules, which the demo page is built on: served to it
+# under /js/gateway-client/ as they are in the package (no build step).
+CLIENT_DIR = Path(__file__).resolve().parent.parent / "client_demo" / "js" / "src"
+CLIENT_PATH = "/js/gateway-client"
 
 
 def server_version() -> str:
@@ -186,11 +190,13 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             await verifier.aclose()
             await store.close()
 
-    app_routes = [
+    app_routes: list[BaseRoute] = [
         *http_routes(),
         *spec_routes(),
         WebSocketRoute("/v1/ws", GatewaySocket(), name="websocket"),
     ]
+    if STATIC_DIR.is_dir() and CLIENT_DIR.is_dir():
+        app_routes.append(Mount(CLIENT_PATH, app=demo_app(CLIENT_DIR, html=False)))
     app = Starlette(routes=app_routes, lifespan=lifespan)
     if STATIC_DIR.is_dir():
         # The demo gets only requests no route claims. Mounted at "/", it also took API paths

@@ -54,11 +54,11 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def demo_app(directory: Path) -> ASGIApp:
+def demo_app(directory: Path, *, html: bool = True) -> ASGIApp:
     # Browsers refuse ES modules served as text/plain, which some hosts' MIME tables produce.
     mimetypes.add_type("text/javascript", ".js")
     mimetypes.add_type("image/svg+xml", ".svg")
-    return SecurityHeaders(StaticFiles(directory=directory, html=True))
+    return SecurityHeaders(StaticFiles(directory=directory, html=html))
 
 
 def demo_fallback(demo: ASGIApp, otherwise: ASGIApp) -> ASGIApp:
