@@ -34,7 +34,8 @@ export class GatewayError extends Error {
  * @typedef {object} ConnectionOptions
  * @property {string} url                     ws:// or wss:// URL of /v1/ws
  * @property {string | (() => string | Promise<string>)} token  a token, or a function giving one
- * @property {() => string | Promise<string>} [getToken]  supplies a fresh token to renew with; without
+ * @property {() => string | null | Promise<string | null>} [getToken]  supplies a fresh token to renew
+ *   with (null: there is none, the connection ends as "unauthorized"); without
  *   it a token expires with its connection
  * @property {any} [WebSocket]                a WebSocket constructor (default globalThis.WebSocket;
  *   in Node pass the `ws` package's)
@@ -130,7 +131,14 @@ export class Connection extends Emitter {
    * @returns {Promise<any>}
    */
   request(type, fields = {}) {
-    if (!this.online) return Promise.reject(new GatewayError("offline", "not connected to the gateway"));
+    if (!this.online) {
+      if (!["connecting", "offline"].includes(this.status)) {
+        return Promise.reject(new GatewayError("offline", "not connected to the gateway"));
+      }
+      // Connecting: send it once welcomed. A frame is only ever sent on a socket that is up,
+      // so a request is never sent twice.
+      return this._whenOnline(this.requestTimeoutMs).then(() => this.request(type, fields));
+    }
     const id = `c${this.nextId++}`;
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
@@ -139,6 +147,22 @@ export class Connection extends Emitter {
       }, this.requestTimeoutMs);
       this.pending.set(id, { resolve, reject, timer });
       this.send({ ...fields, type, id });
+    });
+  }
+
+  _whenOnline(timeoutMs) {
+    return new Promise((resolve, reject) => {
+      const done = (error) => {
+        clearTimeout(timer);
+        offStatus();
+        if (error) reject(error);
+        else resolve();
+      };
+      const timer = setTimeout(() => done(new GatewayError("offline", "not connected to the gateway in time")), timeoutMs);
+      const offStatus = this.on("status", (status) => {
+        if (status === "online") done();
+        else if (status === "closed" || status === "unauthorized") done(new GatewayError("offline", "not connected to the gateway"));
+      });
     });
   }
 

@@ -250,3 +250,19 @@ describe("events", () => {
     assert.equal(alice.status, "closed");
   });
 });
+
+describe("requests", () => {
+  test("a request made while connecting is sent once welcomed; one on a closed client is refused", async () => {
+    const net = trackedWebSocket();
+    const alice = new GatewayClient({ url: gateway.ws, WebSocket: net.WebSocket, token: await gateway.token("alice") });
+    clients.push(alice);
+    alice.connect();
+    assert.equal(alice.status, "connecting");
+    const { threadId } = await alice.startRun({ input: "hello early" });
+    const done = await threadDone(alice, threadId);
+    assert.equal(messages(done)[0].text, 'You said: "hello early"');
+    assert.equal(net.sockets.length, 1);
+    alice.close();
+    await assert.rejects(alice.sendInput(threadId, "too late"), { code: "offline" });
+  });
+});

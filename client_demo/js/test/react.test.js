@@ -87,12 +87,14 @@ test("useThread renders a streamed answer, then an approval decided through the 
 
   // A second input on the same thread needs an approval; a reviewer's hook decides it.
   await act(() => handle.current.send("refund order 42 for 30 dollars"));
+  // approval.requested and run.paused are two frames: wait for both to be rendered.
   const [approval] = await eventually(() => {
     const found = byKind(renderer, "approval");
-    return found.length && found[0].props["data-status"] === "pending" && found;
+    const paused = renderer.root.findByType("main").props["data-status"] === "waiting_for_review";
+    return paused && found.length && found;
   });
   assert.equal(text(approval), "issue_refund");
-  assert.equal(renderer.root.findByType("main").props["data-status"], "waiting_for_review");
+  assert.equal(approval.props["data-status"], "pending");
 
   const bob = await client("bob", ["reviewer"]);
   const review = render({ client: bob, threadId });

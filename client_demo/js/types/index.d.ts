@@ -159,8 +159,8 @@ export interface ConnectionOptions {
   url: string;
   /** a token, or a function giving one (called again after the gateway refuses one) */
   token: string | (() => string | Promise<string>);
-  /** supplies fresh tokens, sent on the open socket before the current one expires */
-  getToken?: () => string | Promise<string>;
+  /** supplies fresh tokens, sent on the open socket before the current one expires; null: none to give */
+  getToken?: () => string | null | Promise<string | null>;
   /** a WebSocket constructor: globalThis.WebSocket by default; in Node, the `ws` package's */
   WebSocket?: unknown;
   backoff?: BackoffOptions;
@@ -195,6 +195,7 @@ export declare class Connection {
   reconnectNow(): void;
   retryAt: number | null;
   send(frame: Record<string, unknown>): boolean;
+  /** while connecting, waits (up to requestTimeoutMs) to be welcomed before it sends */
   request(type: string, fields?: Record<string, unknown>): Promise<any>;
   renew(token?: string): Promise<WelcomeFrame | null>;
   on(name: string, listener: (...args: any[]) => void): Unsubscribe;
