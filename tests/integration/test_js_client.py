@@ -50,7 +50,13 @@ def node_or_skip() -> str:
 
 
 def test_the_package_has_node_tests() -> None:
-    assert {"client.test.js", "reset.test.js", "react.test.js", "types.test.js"} <= set(TEST_FILES)
+    assert {
+        "client.test.js",
+        "docs.test.js",
+        "react.test.js",
+        "reset.test.js",
+        "types.test.js",
+    } <= set(TEST_FILES)
 
 
 @pytest.mark.parametrize("test_file", TEST_FILES)
