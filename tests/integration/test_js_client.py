@@ -53,9 +53,11 @@ def test_the_package_has_node_tests() -> None:
     assert {
         "client.test.js",
         "docs.test.js",
+        "pack.test.js",
         "react.test.js",
         "reset.test.js",
         "types.test.js",
+        "unit.test.js",
     } <= set(TEST_FILES)
 
 
