@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agents import set_tracing_disabled
 from starlette.applications import Starlette
-from starlette.routing import BaseRoute, Mount, WebSocketRoute
+from starlette.routing import WebSocketRoute
 
 from gateway.audit import AuditTrail
 from gateway.auth import TokenVerifier
@@ -190,17 +190,17 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             await verifier.aclose()
             await store.close()
 
-    app_routes: list[BaseRoute] = [
+    app_routes = [
         *http_routes(),
         *spec_routes(),
         WebSocketRoute("/v1/ws", GatewaySocket(), name="websocket"),
     ]
-    if STATIC_DIR.is_dir() and CLIENT_DIR.is_dir():
-        app_routes.append(Mount(CLIENT_PATH, app=demo_app(CLIENT_DIR, html=False)))
     app = Starlette(routes=app_routes, lifespan=lifespan)
     if STATIC_DIR.is_dir():
         # The demo gets only requests no route claims. Mounted at "/", it also took API paths
         # called with a method they lack, answering with its own 404 or a 405 with the wrong
         # `Allow`, where the route answers 405 with the methods it has.
-        app.router.default = demo_fallback(demo_app(STATIC_DIR), app.router.default)
+        packages = {CLIENT_PATH: CLIENT_DIR} if CLIENT_DIR.is_dir() else {}
+        demo = demo_app(STATIC_DIR, packages=packages)
+        app.router.default = demo_fallback(demo, app.router.default)
     return app
