@@ -3,6 +3,8 @@
 
     python3 dev.py serve [flags]   create .venv if needed, then serve the demo gateway
     python3 dev.py test [args]     create .venv if needed, then run the whole test suite
+                                   (with Node.js and npm present, it first installs the
+                                   JavaScript client's dev dependencies, so its tests run too)
     python3 dev.py lint            ruff (lint + format check)
 
 The virtual environment is rebuilt when pyproject.toml changes, so the two quick-start
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -23,6 +26,8 @@ VENV = Path(os.environ.get("GATEWAY_VENV", ROOT / ".venv"))
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 STAMP = VENV / ".installed"
+JS_PACKAGE = ROOT / "client_demo" / "js"
+JS_STAMP = JS_PACKAGE / "node_modules" / ".gateway-installed"
 
 
 def fingerprint() -> str:
@@ -44,6 +49,26 @@ def ensure_venv() -> None:
     STAMP.write_text(fingerprint())
 
 
+def ensure_js_packages() -> None:
+    """`npm ci` in client_demo/js when its lockfile changed. Without npm, or when it fails
+    (offline), the JavaScript client's tests skip and say why; CI makes that a failure."""
+    npm = shutil.which("npm")
+    lock = JS_PACKAGE / "package-lock.json"
+    if npm is None or not lock.exists():
+        return
+    digest = hashlib.sha256(lock.read_bytes()).hexdigest()
+    if JS_STAMP.exists() and JS_STAMP.read_text() == digest:
+        return
+    print("installing the JavaScript client's dev dependencies (npm ci)", flush=True)
+    done = subprocess.run(
+        [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=JS_PACKAGE, check=False
+    )
+    if done.returncode == 0:
+        JS_STAMP.write_text(digest)
+    else:
+        print("npm ci failed: the JavaScript client's tests will be skipped", flush=True)
+
+
 def run(*args: str) -> int:
     return subprocess.call([str(PYTHON), *args], cwd=ROOT)
 
@@ -57,6 +82,7 @@ def main(argv: list[str]) -> int:
     if command == "serve":
         return run("-m", "gateway", "serve", *rest)
     if command == "test":
+        ensure_js_packages()
         return run("-m", "pytest", *rest)
     status = run("-m", "ruff", "check", "gateway", "persistence", "client_demo", "tests", "bench")
     status |= run(

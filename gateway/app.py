@@ -49,6 +49,10 @@ from persistence.threads import ThreadRepository
 log = logging.getLogger("gateway")
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "client_demo" / "static"
+# The JavaScript client package's modules, which the demo page is built on: served to it
+# under /js/gateway-client/ as they are in the package (no build step).
+CLIENT_DIR = Path(__file__).resolve().parent.parent / "client_demo" / "js" / "src"
+CLIENT_PATH = "/js/gateway-client"
 
 
 def server_version() -> str:
@@ -222,5 +226,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
         # The demo gets only requests no route claims. Mounted at "/", it also took API paths
         # called with a method they lack, answering with its own 404 or a 405 with the wrong
         # `Allow`, where the route answers 405 with the methods it has.
-        app.router.default = demo_fallback(demo_app(STATIC_DIR), app.router.default)
+        packages = {CLIENT_PATH: CLIENT_DIR} if CLIENT_DIR.is_dir() else {}
+        demo = demo_app(STATIC_DIR, packages=packages)
+        app.router.default = demo_fallback(demo, app.router.default)
     return app

@@ -8,6 +8,7 @@ cannot set) keeps other sites from framing the reviewer's approve button.
 from __future__ import annotations
 
 import mimetypes
+from collections.abc import Mapping
 from pathlib import Path
 
 from starlette.datastructures import MutableHeaders
@@ -54,11 +55,31 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def demo_app(directory: Path) -> ASGIApp:
+def demo_app(directory: Path, *, packages: Mapping[str, Path] | None = None) -> ASGIApp:
+    """The demo's files; `packages` maps a path prefix (e.g. "/js/gateway-client") to another
+    directory served under it as it is, with no index page (the client package's modules)."""
     # Browsers refuse ES modules served as text/plain, which some hosts' MIME tables produce.
     mimetypes.add_type("text/javascript", ".js")
     mimetypes.add_type("image/svg+xml", ".svg")
-    return SecurityHeaders(StaticFiles(directory=directory, html=True))
+    demo = SecurityHeaders(StaticFiles(directory=directory, html=True))
+    mounted = [
+        (prefix.rstrip("/"), SecurityHeaders(StaticFiles(directory=path)))
+        for prefix, path in (packages or {}).items()
+    ]
+    if not mounted:
+        return demo
+
+    async def files(scope: Scope, receive: Receive, send: Send) -> None:
+        root = scope.get("root_path", "")
+        path = scope["path"][len(root) :] if scope["path"].startswith(root) else scope["path"]
+        for prefix, app in mounted:
+            if path.startswith(prefix + "/"):
+                # As a Mount would: StaticFiles resolves the path below the root path.
+                await app({**scope, "root_path": root + prefix}, receive, send)
+                return
+        await demo(scope, receive, send)
+
+    return files
 
 
 def demo_fallback(demo: ASGIApp, otherwise: ASGIApp) -> ASGIApp:

@@ -1,8 +1,9 @@
-"""The client's event reducer (client_demo/static/js/store.js), run in Chromium on a real log.
+"""The client package's event fold (client_demo/js/src/thread.js, served to the demo page as
+/js/gateway-client/) and the page's view of it, run in Chromium on a real log.
 
 A real thread log (two approvals in one pause, a rejection, a cancelled stream with
-`message.aborted`, a queued input) is fed to the reducer whole, twice, resumed from a
-half-way snapshot with an overlapping replay, and after a reset: every way ends in the same view.
+`message.aborted`, a queued input) is folded whole, twice, resumed from a half-way stored
+state with an overlapping replay, and after a reset: every way ends in the same state.
 """
 
 from __future__ import annotations
@@ -19,35 +20,33 @@ from tests.support.gateway import TEST_SECRET, GatewayProcess
 VERIFIER = TokenVerifier(TEST_SECRET)
 
 REDUCE = """async (events) => {
-  const { ThreadState, stats } = await import("/js/store.js");
-  const view = (s) => JSON.stringify(s.toSnapshot(), (k, v) => (k === "v" ? undefined : v));
+  const { applyEvent, applySubscribed, emptyThread } = await import("/js/gateway-client/thread.js");
+  const { viewItems } = await import("/js/view.js");
   const tid = events[0].thread_id;
   const sub = { thread_id: tid, epoch: "e1", head_seq: events.length, reset: false };
-  const copy = (s) => ThreadState.fromSnapshot(tid, JSON.parse(JSON.stringify(s.toSnapshot())));
+  const fold = (state, list) => list.reduce(applyEvent, state);
+  // What a page stores and restores after a reload: plain JSON.
+  const copy = (state) => JSON.parse(JSON.stringify(state));
 
-  const whole = new ThreadState(tid);
-  whole.onSubscribed(sub);
-  for (const e of events) whole.apply(e);
-  const once = view(whole);
-  const appliedAgain = events.filter((e) => whole.apply(e)).length;
+  const whole = fold(applySubscribed(emptyThread(tid), sub), events);
+  const once = JSON.stringify(whole);
+  const again = fold(whole, events);
 
-  const half = new ThreadState(tid);
-  half.onSubscribed(sub);
   const cut = Math.floor(events.length / 2);
-  for (const e of events.slice(0, cut)) half.apply(e);
-  const resumed = copy(half);
-  for (const e of events.slice(Math.max(0, cut - 7))) resumed.apply(e);
+  const half = fold(applySubscribed(emptyThread(tid), sub), events.slice(0, cut));
+  const resumed = fold(copy(half), events.slice(Math.max(0, cut - 7)));
 
-  const reset = copy(whole);
-  reset.onSubscribed({ ...sub, reset: true });
-  const afterReset = reset.items.length;
-  for (const e of events) reset.apply(e);
+  const cleared = applySubscribed(copy(whole), { ...sub, reset: true });
+  const reset = fold(cleared, events);
 
+  const view = viewItems(whole);
   return {
-    once, twice: view(whole), resumed: view(resumed), reset: view(reset), appliedAgain, afterReset,
-    mismatches: stats.deltaMismatches,
-    items: whole.items.map((i) => ({ kind: i.kind, text: i.text ?? null, state: i.state ?? null,
-      approvals: (i.approvals || []).map((a) => a.status) })),
+    once, resumed: JSON.stringify(resumed), reset: JSON.stringify(reset),
+    unchangedByReplay: again === whole, afterReset: cleared.items.length,
+    mismatches: whole.mismatches,
+    users: whole.items.filter((i) => i.kind === "input").map((i) => [i.text, i.status]),
+    groups: view.filter((i) => i.kind === "approvals").map((i) => i.approvals.map((a) => a.status)),
+    assistant: view.filter((i) => i.kind === "assistant").map((i) => i.text),
     status: whole.status,
   };
 }"""
@@ -108,21 +107,17 @@ async def test_reducer_is_idempotent_and_resumable(
     await page.goto(f"http://127.0.0.1:{gateway.port}/")
     result = await page.evaluate(REDUCE, events)
 
-    assert result["appliedAgain"] == 0
+    assert result["unchangedByReplay"], "a replay of applied events changed the state"
     assert result["afterReset"] == 0
-    assert result["once"] == result["twice"] == result["resumed"] == result["reset"]
+    assert result["once"] == result["resumed"] == result["reset"]
     assert result["mismatches"] == 0
     assert result["status"] == "completed"
-    items = result["items"]
-    users = [(i["text"], i["state"]) for i in items if i["kind"] == "user"]
-    assert users == [
-        ("refund order 5 for 12 and email ann@example.com", "sent"),
-        ("tell me a story", "sent"),
-        ("hi there", "sent"),  # queued, then moved to where its own run started
+    assert result["users"] == [
+        ["refund order 5 for 12 and email ann@example.com", "started"],
+        ["tell me a story", "started"],
+        ["hi there", "started"],  # queued, then moved to where its own run started
     ]
-    groups = [i["approvals"] for i in items if i["kind"] == "approvals"]
-    assert groups == [["approved", "rejected"]]  # one card group for one pause
+    assert result["groups"] == [["approved", "rejected"]]  # one card group for one pause
     completed = [e["data"]["text"] for e in events if e["event"] == "message.completed"]
-    assistant = [i["text"] for i in items if i["kind"] == "assistant"]
-    assert assistant == completed  # the aborted story left nothing behind
-    assert "no e-mails today" in assistant[1]
+    assert result["assistant"] == completed  # the aborted story left nothing behind
+    assert "no e-mails today" in result["assistant"][1]

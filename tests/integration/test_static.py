@@ -34,3 +34,19 @@ async def test_api_routes_are_not_shadowed_by_the_static_mount(gateway) -> None:
         missing = await http.get("/no-such-file.js")
     assert health.json() == {"status": "ok"}
     assert missing.status_code == 404
+
+
+async def test_the_client_package_is_served_to_the_demo(gateway) -> None:
+    """The page is built on client_demo/js: its modules are served as they are in the package."""
+    async with gateway.http() as http:
+        index = await http.get("/js/gateway-client/index.js")
+        fold = await http.get("/js/gateway-client/thread.js")
+        listing = await http.get("/js/gateway-client/")
+        outside = await http.get("/js/gateway-client/../package.json")
+    assert index.status_code == 200
+    assert index.headers["content-type"].startswith("text/javascript")
+    assert index.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert "export { GatewayClient }" in index.text
+    assert "export function applyEvent" in fold.text
+    assert listing.status_code == 404  # no directory listing, no index page
+    assert outside.status_code == 404

@@ -1,5 +1,7 @@
-// The browser chat client: sign-in, threads, streaming chat, inline approvals, reviewer inbox,
-// lossless reconnects and token renewal. Plain ES modules, no build step.
+// The browser chat client: sign-in, threads, streaming chat, inline approvals, reviewer inbox.
+// The connection (reconnects, resuming from cursors, token renewal on the open socket) and
+// each thread's state come from the client package (client_demo/js, served to this page as
+// js/gateway-client/); this file is the page around it. Plain ES modules, no build step.
 
 import { Api } from "./api.js";
 import {
@@ -13,11 +15,10 @@ import {
   takeTokenFromFragment,
   tokenProblem,
 } from "./auth.js";
-import { GatewayConnection } from "./connection.js";
 import { $, clear, h, relativeTime, setText } from "./dom.js";
+import { GatewayClient, webStorageStore } from "./gateway-client/index.js";
 import { Inbox, InboxView } from "./inbox.js";
 import { TokenKeeper, fetchDevTokenLike } from "./renewal.js";
-import { SnapshotStore, ThreadState, stats } from "./store.js";
 import { ChatView, renderStatusBadge } from "./view.js";
 
 const MAX_OPEN_THREADS = 8;
@@ -81,12 +82,10 @@ const app = {
   token: null,
   claims: null,
   me: null, // the `welcome` frame
-  conn: null,
+  client: null, // GatewayClient: the connection, and each thread's state and cursor
   api: null,
-  keeper: null, // TokenKeeper: renews the token, or asks the user for a new one
-  snapshots: null,
+  keeper: null, // TokenKeeper: supplies development tokens, or asks the user for a new one
   scope: null,
-  states: new Map(), // thread_id -> ThreadState
   open: [], // subscribed thread ids, most recently used last
   current: null, // the thread shown, or null for a new chat
   threads: [], // from GET /v1/threads
@@ -94,7 +93,7 @@ const app = {
   titles: {},
   outbox: [], // local messages not yet acknowledged: {id, threadId, text, status, error}
   inbox: new Inbox(),
-  subscribedSet: new Set(), // threads subscribed on the current socket
+  inboxWanted: false,
   scrollToApproval: null,
   cancelling: false,
   timers: [],
@@ -228,7 +227,6 @@ function startSession(token, kind) {
   app.token = token;
   app.claims = decodeClaims(token) || {};
   app.scope = `${app.claims.tenant || "?"}/${app.claims.sub || "?"}`;
-  app.snapshots = new SnapshotStore(app.scope);
   app.api = new Api(token);
   app.titles = loadTitles();
   const ui = loadUi();
@@ -238,35 +236,55 @@ function startSession(token, kind) {
   el.app.hidden = false;
   el.tokenForm.reset();
   renderMe();
+  app.keeper = new TokenKeeper({
+    token,
+    kind,
+    apply: useToken,
+    onToken: rememberToken,
+    renewNow: () => app.client?.connection.renew(),
+    onChange: renderRenewal,
+  });
   const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
-  app.conn = new GatewayConnection({
+  const client = new GatewayClient({
     url: `${scheme}//${window.location.host}/v1/ws`,
     token,
-    onFrame,
-    onStatus: renderConnection,
-    onWelcome,
-    onRenewed,
-    onAuthFailed: tokenRefused,
-    refreshToken: () => app.keeper?.fresh() ?? null,
+    // Development tokens are renewed by the client, from POST /v1/dev/token; a supplied token
+    // only by the user (TokenKeeper asks them), so the client gets no way to renew one.
+    getToken: kind === "dev" ? () => app.keeper?.fresh() ?? null : undefined,
+    // One value per thread in this tab: its state and cursor together, kept across reloads.
+    store: webStorageStore(sessionStorage, `gw.thread.${app.scope}.`),
   });
-  app.keeper = new TokenKeeper({ token, kind, apply: useToken, onChange: renderRenewal });
-  app.conn.start();
+  app.client = client;
+  client.on("status", renderConnection);
+  client.on("welcome", onWelcome);
+  client.on("renewed", onRenewed);
+  client.on("unauthorized", (message) => tokenRefused(message));
+  client.on("thread", onThread);
+  client.on("reset", (threadId) => threadId === app.current && chat.reset(threadId));
+  client.on("inbox", onInbox);
+  client.on("error", (frame) => frame.code !== "unauthorized" && toast(frame.message || frame.code));
+  // The threads open in this tab before a reload: subscribed again from their stored cursors.
+  for (const threadId of app.open) subscribe(threadId);
+  client.connect();
   refreshThreads();
-  app.timers.push(setInterval(() => app.conn?.online && refreshThreads(), THREADS_REFRESH_MS));
+  app.timers.push(setInterval(() => online() && refreshThreads(), THREADS_REFRESH_MS));
   app.timers.push(
     setInterval(() => {
-      renderConnection(app.conn?.status);
+      renderConnection(app.client?.status);
       renderRenewal();
     }, 1000),
   );
   render({ full: true });
-  if (app.current) getState(app.current);
   el.input.focus();
 }
 
+function online() {
+  return Boolean(app.client?.connection.online);
+}
+
 function signOut(message) {
-  app.conn?.stop();
-  app.conn = null;
+  app.client?.close();
+  app.client = null;
   app.keeper?.stop();
   app.keeper = null;
   renderRenewal();
@@ -285,9 +303,8 @@ function signOut(message) {
     token: null,
     claims: null,
     me: null,
-    states: new Map(),
     open: [],
-    subscribedSet: new Set(),
+    inboxWanted: false,
     current: null,
     threads: [],
     outbox: [],
@@ -301,13 +318,18 @@ el.signOut.addEventListener("click", () => signOut());
 
 // -- token renewal ----------------------------------------------------------------------------
 
-/** From now on, `token` is the session's: sockets, HTTP requests and a reload use it. */
-function useToken(token) {
+/** From now on, `token` is the session's: HTTP requests and a reload use it. */
+function rememberToken(token) {
   app.token = token;
   app.claims = decodeClaims(token) || app.claims;
   if (app.api) app.api.token = token;
   storeToken(token, app.keeper?.kind ?? "supplied");
-  return app.conn ? app.conn.renew(token) : Promise.resolve(null);
+}
+
+/** A token the user supplied: the client sends it in a new hello (or reconnects with it). */
+function useToken(token) {
+  rememberToken(token);
+  return app.client ? app.client.connection.renew(token) : Promise.resolve(null);
 }
 
 /** The gateway refused the token: a 4001 close, or (`http`) a 401 answer. */
@@ -323,7 +345,7 @@ function tokenRefused(message, { http = false } = {}) {
     // Nothing else is wrong: a token the user pastes resumes the session where it was, so
     // keep every thread, cursor and draft.
     keeper.markExpired();
-    renderConnection(app.conn?.status);
+    renderConnection(app.client?.status);
     return;
   }
   signOut(`The gateway refused your token: ${message}`);
@@ -334,10 +356,8 @@ function onRenewed(welcome) {
   const hadInbox = hasRole("reviewer", "admin");
   app.me = welcome;
   renderMe();
-  if (!hadInbox && hasRole("reviewer", "admin")) {
-    app.conn.request("inbox.subscribe").catch((err) => toast(`Inbox unavailable: ${err.message}`));
-  }
-  renderConnection(app.conn?.status);
+  if (!hadInbox) subscribeInbox();
+  renderConnection(app.client?.status);
   // New roles change what the page offers (approval buttons, the inbox, the composer); with
   // the same roles there is nothing to draw again.
   if (roles().join(",") !== before) render({ full: true });
@@ -436,32 +456,30 @@ function saveTitles() {
 
 function titleOf(threadId) {
   if (!threadId) return "New chat";
-  const title = app.states.get(threadId)?.title || app.titles[threadId];
+  const title = loadedState(threadId)?.title || app.titles[threadId];
   return title || `Conversation ${threadId.slice(2, 8)}`;
 }
 
 // -- connection -------------------------------------------------------------------------------
 
 function onWelcome(welcome) {
+  // The client resubscribes every watched thread from its cursor by itself.
   app.me = welcome;
   renderMe();
-  // Re-subscribe every open thread from its cursor: the replay brings exactly what we missed.
-  for (const threadId of [...app.open]) subscribe(threadId);
-  app.subscribedSet = new Set(app.open);
-  if (hasRole("reviewer", "admin")) {
-    app.conn.request("inbox.subscribe").catch((err) => toast(`Inbox unavailable: ${err.message}`));
-  }
+  subscribeInbox();
   refreshThreads();
   flushOutbox();
   render({ full: true });
 }
 
+function subscribeInbox() {
+  if (app.inboxWanted || !hasRole("reviewer", "admin") || !app.client) return;
+  app.inboxWanted = true;
+  app.client.subscribeInbox().catch((err) => toast(`Inbox unavailable: ${err.message}`));
+}
+
 function subscribe(threadId) {
-  const state = getState(threadId);
-  const frame = { thread_id: threadId, after_seq: state.seq };
-  if (state.epoch) frame.epoch = state.epoch;
-  stats.subscribedFrom[threadId] = state.seq;
-  app.conn.request("thread.subscribe", frame).catch((err) => {
+  app.client.subscribe(threadId).catch((err) => {
     if (err.code === "not_found" || err.code === "forbidden") {
       closeThread(threadId);
       toast(`Cannot open that conversation: ${err.message}`);
@@ -469,54 +487,36 @@ function subscribe(threadId) {
   });
 }
 
+/** A thread's state: its stored one, or an empty one. */
 function getState(threadId) {
-  let state = app.states.get(threadId);
-  if (!state) {
-    state = ThreadState.fromSnapshot(threadId, app.snapshots.load(threadId));
-    app.states.set(threadId, state);
-  }
-  return state;
+  return app.client.thread(threadId);
 }
 
-function onFrame(frame) {
-  switch (frame.type) {
-    case "subscribed": {
-      const state = getState(frame.thread_id);
-      state.onSubscribed(frame);
-      app.snapshots.save(state);
-      if (frame.reset && frame.thread_id === app.current) chat.reset(frame.thread_id);
-      scheduleRender();
-      break;
-    }
-    case "event": {
-      const state = getState(frame.thread_id);
-      if (state.apply(frame)) {
-        app.snapshots.save(state);
-        if (frame.event === "run.started" && state.title && !app.titles[frame.thread_id]) {
-          app.titles[frame.thread_id] = state.title;
-          saveTitles();
-          app.threadsVersion += 1;
-        }
-        if (frame.event.startsWith("run.")) app.threadsVersion += 1;
-        scheduleRender();
-      }
-      break;
-    }
-    case "inbox":
-      app.inbox.replace(frame.approvals);
-      scheduleRender();
-      break;
-    case "inbox.update":
-      app.inbox.update(frame.added, frame.removed);
-      if ((frame.added || []).some((a) => !threadMeta(a.thread_id))) refreshThreads();
-      scheduleRender();
-      break;
-    case "error":
-      if (frame.code !== "unauthorized") toast(frame.message || frame.code);
-      break;
-    default:
-      break;
+/** A thread's state only when this page has it already (the thread list does not load any). */
+function loadedState(threadId) {
+  return app.client?.threads.get(threadId)?.state ?? null;
+}
+
+function onThread(state) {
+  const threadId = state.threadId;
+  if (state.title && !app.titles[threadId]) {
+    app.titles[threadId] = state.title;
+    saveTitles();
+    app.threadsVersion += 1;
   }
+  if (state.status !== lastStatus.get(threadId)) {
+    lastStatus.set(threadId, state.status);
+    app.threadsVersion += 1;
+  }
+  scheduleRender();
+}
+const lastStatus = new Map();
+
+function onInbox(approvals) {
+  const known = new Set(app.inbox.approvals.keys());
+  app.inbox.replace(approvals);
+  if (approvals.some((a) => !known.has(a.approval_id) && !threadMeta(a.thread_id))) refreshThreads();
+  scheduleRender();
 }
 
 // -- threads ----------------------------------------------------------------------------------
@@ -538,7 +538,7 @@ const titleQueue = new Set();
 
 function fetchMissingTitles() {
   for (const thread of app.threads.slice(0, 40)) {
-    if (!app.titles[thread.thread_id] && !app.states.get(thread.thread_id)?.title && thread.head_seq > 0) {
+    if (!app.titles[thread.thread_id] && !loadedState(thread.thread_id)?.title && thread.head_seq > 0) {
       titleQueue.add(thread.thread_id);
     }
   }
@@ -577,18 +577,13 @@ function openThread(threadId, { approvalId = null } = {}) {
     chat.reset(threadId);
     stickToBottom = true;
   }
-  getState(threadId);
+  const watched = app.open.includes(threadId);
   app.open = app.open.filter((id) => id !== threadId);
   app.open.push(threadId);
   while (app.open.length > MAX_OPEN_THREADS) {
-    const oldest = app.open.shift();
-    if (app.conn?.online) app.conn.send({ type: "thread.unsubscribe", thread_id: oldest });
-    app.subscribedSet.delete(oldest);
+    app.client.unsubscribe(app.open.shift()).catch(() => {});
   }
-  if (!app.subscribedSet.has(threadId) && app.conn?.online) {
-    subscribe(threadId);
-    app.subscribedSet.add(threadId);
-  }
+  if (!watched) subscribe(threadId);
   saveUi();
   render({ full: true });
   if (!approvalId) el.input.focus({ preventScroll: true });
@@ -596,10 +591,8 @@ function openThread(threadId, { approvalId = null } = {}) {
 
 function closeThread(threadId) {
   app.open = app.open.filter((id) => id !== threadId);
-  app.subscribedSet.delete(threadId);
   if (app.current === threadId) app.current = null;
-  app.states.delete(threadId);
-  app.snapshots.forget(threadId);
+  app.client?.forget(threadId);
   saveUi();
   render({ full: true });
 }
@@ -631,32 +624,31 @@ function submitComposer() {
 }
 
 function sendOutboxItem(item) {
-  if (!app.conn?.online) {
+  if (!online()) {
     item.status = "waiting";
     return;
   }
   item.status = "sending";
   item.error = null;
   const request = item.threadId
-    ? app.conn.request("run.input", { thread_id: item.threadId, input: item.text })
-    : app.conn.request("run.start", { input: item.text });
+    ? app.client.sendInput(item.threadId, item.text)
+    : app.client.startRun({ input: item.text });
   request
     .then((ack) => {
       removeOutbox(item);
-      if (!item.threadId && ack.thread_id) {
+      if (!item.threadId && ack.threadId) {
         // The gateway subscribed this connection to the new thread already.
-        app.subscribedSet.add(ack.thread_id);
-        app.open = app.open.filter((id) => id !== ack.thread_id).concat(ack.thread_id);
-        getState(ack.thread_id);
-        if (!threadMeta(ack.thread_id)) {
-          app.threads.unshift({ thread_id: ack.thread_id, owner: userName(), created_at: new Date().toISOString(), head_seq: 0 });
+        const threadId = ack.threadId;
+        app.open = app.open.filter((id) => id !== threadId).concat(threadId);
+        if (!threadMeta(threadId)) {
+          app.threads.unshift({ thread_id: threadId, owner: userName(), created_at: new Date().toISOString(), head_seq: 0 });
         }
-        app.titles[ack.thread_id] = item.text;
+        app.titles[threadId] = item.text;
         saveTitles();
         app.threadsVersion += 1;
         if (app.current === null) {
-          app.current = ack.thread_id;
-          chat.reset(ack.thread_id);
+          app.current = threadId;
+          chat.reset(threadId);
         }
         saveUi();
         refreshThreads();
@@ -700,13 +692,14 @@ function autosize() {
 el.input.addEventListener("input", autosize);
 
 el.cancel.addEventListener("click", () => {
-  const state = app.current ? app.states.get(app.current) : null;
+  const state = app.current ? loadedState(app.current) : null;
   const runId = state?.activeRunId;
   if (!runId || app.cancelling) return;
   app.cancelling = true;
   render();
-  app.conn
-    .request("run.cancel", { run_id: runId })
+  // Stops the run; the connection and the thread stay.
+  app.client
+    .cancel(runId)
     .catch((err) => toast(`Could not cancel: ${err.message}`))
     .finally(() => {
       app.cancelling = false;
@@ -715,11 +708,9 @@ el.cancel.addEventListener("click", () => {
 });
 
 async function decide(approvalId, decision, reason) {
-  if (!app.conn?.online) throw new Error("Not connected; try again when the indicator shows online.");
-  const fields = { approval_id: approvalId, decision };
-  if (reason) fields.reason = reason;
+  if (!online()) throw new Error("Not connected; try again when the indicator shows online.");
   try {
-    await app.conn.request("approval.decide", fields);
+    await app.client.decide(approvalId, decision, reason || undefined);
   } catch (err) {
     throw new Error(err.code === "conflict" ? `Already settled: ${err.message}` : err.message);
   }
@@ -759,20 +750,21 @@ function render({ full = false } = {}) {
   const meta = app.current ? threadMeta(app.current) : null;
   const subParts = [];
   if (meta && meta.owner !== userName()) subParts.push(`owned by ${meta.owner}`);
-  if (state?.catchingUp) subParts.push(`catching up… ${state.seq}/${state.headSeq}`);
-  else if (state?.lastRun?.agent) subParts.push(`agent: ${state.lastRun.agent}`);
+  const lastRun = state?.runId ? state.runs[state.runId] : null;
+  if (state && state.seq < state.headSeq) subParts.push(`catching up… ${state.seq}/${state.headSeq}`);
+  else if (lastRun?.agent) subParts.push(`agent: ${lastRun.agent}`);
   setText(el.sub, subParts.join(" · "));
   renderStatusBadge(el.badge, state);
   const activeRun = state?.activeRunId;
   el.cancel.hidden = !(activeRun && canCompose(app.current));
-  el.cancel.disabled = app.cancelling || !app.conn?.online;
+  el.cancel.disabled = app.cancelling || !online();
   setText(el.cancel, app.cancelling ? "Cancelling…" : "Cancel run");
 
   // Conversation
   if (full) chat.invalidateApprovals();
   chat.render(state);
   // Screen readers wait for a streaming answer to finish instead of reading every delta.
-  const streaming = Boolean(state?.items.some((item) => item.kind === "assistant" && item.streaming));
+  const streaming = Boolean(state?.items.some((item) => item.kind === "message" && item.status === "streaming"));
   el.items.setAttribute("aria-busy", String(streaming));
   renderOutbox();
   const pendingHere = app.outbox.some((item) => item.threadId === app.current);
@@ -872,7 +864,7 @@ function renderThreads() {
   if (app.current && !known.has(app.current)) rows.unshift({ thread_id: app.current, owner: "", created_at: "" });
   el.threadsEmpty.hidden = rows.length > 0;
   for (const thread of rows) {
-    const state = app.states.get(thread.thread_id);
+    const state = loadedState(thread.thread_id);
     const status = state && state.seq > 0 ? state.status : null;
     const owner = thread.owner && thread.owner !== userName() ? thread.owner : null;
     const sub = [owner, thread.created_at ? relativeTime(thread.created_at) : ""].filter(Boolean).join(" · ");
@@ -927,20 +919,22 @@ function renderMe() {
 let lastConnStatus = null;
 
 function renderConnection(status) {
-  if (!status || !app.conn) return;
-  el.conn.dataset.state = status === "unauthorized" || status === "stopped" ? "offline" : status;
+  const conn = app.client?.connection;
+  if (!status || !conn) return;
+  el.conn.dataset.state = status === "online" || status === "connecting" ? status : "offline";
   // For tests and debugging: a renewal keeps the socket, a reconnect opens a new one.
-  el.conn.dataset.sockets = String(app.conn.stats.sockets);
-  el.conn.dataset.renewals = String(app.conn.stats.renewals);
+  el.conn.dataset.sockets = String(conn.stats.sockets);
+  el.conn.dataset.renewals = String(conn.stats.renewals);
   const expired = status === "unauthorized" && app.keeper?.state === "expired";
   let label = {
     connecting: "Connecting…",
     online: "Online",
     unauthorized: expired ? "Token expired" : "Signed out",
-    stopped: "Offline",
+    idle: "Offline",
+    closed: "Offline",
   }[status];
   if (status === "offline") {
-    const seconds = app.conn.retryAt ? Math.max(0, Math.ceil((app.conn.retryAt - Date.now()) / 1000)) : 0;
+    const seconds = conn.retryAt ? Math.max(0, Math.ceil((conn.retryAt - Date.now()) / 1000)) : 0;
     label = seconds > 0 ? `Offline · retrying in ${seconds} s` : "Offline · retrying…";
   }
   setText(el.connLabel, label);
@@ -951,7 +945,7 @@ function renderConnection(status) {
   }
 }
 
-el.conn.addEventListener("click", () => app.conn?.reconnectNow());
+el.conn.addEventListener("click", () => app.client?.connection.reconnectNow());
 
 let toastTimer = null;
 function toast(message) {
@@ -981,21 +975,27 @@ document.addEventListener("keydown", (event) => {
   if (event.key === "Escape") closeDrawer();
 });
 
-// Save cursors and snapshots before the page goes away (reload, tab close, navigation).
-window.addEventListener("pagehide", () => app.snapshots?.flush());
 document.addEventListener("visibilitychange", () => {
-  if (document.visibilityState === "hidden") app.snapshots?.flush();
-  else if (app.conn?.online) refreshThreads();
+  if (document.visibilityState !== "hidden" && online()) refreshThreads();
 });
 
 // -- test and debugging hook --------------------------------------------------------------------
 
 window.__gateway = {
-  dropConnection: () => app.conn?.dropConnection(),
-  connectionStatus: () => app.conn?.status ?? "stopped",
+  dropConnection: () => app.client?.connection.reconnect(),
+  connectionStatus: () => app.client?.status ?? "closed",
   currentThreadId: () => app.current,
-  stats: () => ({ ...stats, connection: { ...(app.conn?.stats || {}) } }),
-  thread: (threadId) => app.states.get(threadId || app.current)?.toSnapshot() ?? null,
+  stats: () => {
+    const client = app.client;
+    const states = client ? [...client.threads.values()].map((entry) => entry.state) : [];
+    return {
+      ...(client?.stats || {}),
+      deltaMismatches: states.reduce((sum, state) => sum + state.mismatches, 0),
+      subscribedFrom: { ...(client?.subscribedFrom || {}) },
+      connection: { ...(client?.connection.stats || {}) },
+    };
+  },
+  thread: (threadId) => loadedState(threadId || app.current),
   token: () =>
     app.keeper
       ? {
@@ -1007,7 +1007,6 @@ window.__gateway = {
           failures: app.keeper.failures,
         }
       : null,
-  flush: () => app.snapshots?.flush(),
 };
 
 boot();

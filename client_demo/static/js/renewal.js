@@ -1,16 +1,13 @@
-// Keeps the session's token fresh. The gateway closes a socket when its token expires unless
-// a new `hello` with a fresh token for the same user and tenant came first (docs/protocol.md
-// §3). A development token is replaced with a new one from POST /v1/dev/token some time before
-// it expires, without the user noticing. A token the user supplied can only be replaced by the
-// user, so they are asked for one before it expires, and again once it has.
+// The session's token. The gateway closes a socket when its token expires unless a new `hello`
+// with a fresh token for the same user and tenant came first (docs/protocol.md §3). The client
+// package sends that hello: for a development token it asks `fresh()` for a new one from
+// POST /v1/dev/token at the time it works out, without the user noticing. A token the user
+// supplied can only be replaced by the user, so they are asked for one before it expires (at
+// the same time), and again once it has; `replace` hands the pasted one to the client.
 
 import { decodeClaims, fetchDevToken, tokenProblem } from "./auth.js";
+import { renewalDelay } from "./gateway-client/index.js";
 
-// Renew once this share of the token's remaining lifetime has passed, and at least LEAD_MS
-// before it expires: time for the round trips, and for a clock that is a little off.
-const SHARE = 0.8;
-const LEAD_MS = 3_000;
-const RETRY_MS = 2_000;
 // The lifetimes the development token endpoint accepts.
 const MIN_TTL_S = 5;
 const MAX_TTL_S = 86_400;
@@ -23,16 +20,16 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
  * at `receivedAt`; null for a token without `exp` (which the gateway refuses anyway).
  */
 export function tokenTimes(token, receivedAt = Date.now()) {
+  // When to renew is the client package's rule (80 % of the lifetime, at least 3 s before exp).
+  const delay = renewalDelay(token, receivedAt, receivedAt);
+  if (delay === null) return null;
   const claims = decodeClaims(token);
-  if (!claims || typeof claims.exp !== "number") return null;
   let expiresAt = claims.exp * 1000;
   if (typeof claims.iat === "number" && claims.exp > claims.iat) {
     // The lifetime counted from when the token arrived does not depend on this computer's
     // clock agreeing with the issuer's; the earlier of the two estimates is the safe one.
     expiresAt = Math.min(expiresAt, receivedAt + (claims.exp - claims.iat) * 1000);
   }
-  const remaining = expiresAt - receivedAt;
-  const delay = Math.max(0, Math.min(remaining * SHARE, remaining - LEAD_MS));
   return { expiresAt, renewAt: receivedAt + delay };
 }
 
@@ -55,13 +52,16 @@ export function fetchDevTokenLike(token) {
  */
 export class TokenKeeper {
   /**
-   * kind: "dev" or "supplied". apply(token): use the token from now on (a renewing hello on
-   * the open socket, the next connect's hello, HTTP requests); may reject. onChange(): the
-   * state or the token changed.
+   * kind: "dev" or "supplied". apply(token): use a supplied token from now on (a renewing
+   * hello on the open socket, or a reconnect; HTTP requests); may reject. onToken(token): a
+   * new development token arrived (the client sends it in the hello itself). renewNow():
+   * renew a development token now. onChange(): the state or the token changed.
    */
-  constructor({ token, kind, apply, onChange }) {
+  constructor({ token, kind, apply, onToken, renewNow, onChange }) {
     this.kind = kind;
     this.apply = apply;
+    this.onToken = onToken;
+    this.renewNow = renewNow;
     this.onChange = onChange;
     this.timer = null;
     this.stopped = false;
@@ -113,29 +113,36 @@ export class TokenKeeper {
   }
 
   /**
-   * For a reconnect whose hello was refused: a new development token, or null when there is
-   * none to be had (a supplied token, or the endpoint refused). Throws on a network failure,
-   * which a later attempt may get past.
+   * The client's `getToken`: a new development token, for a renewal on the open socket or a
+   * reconnect whose hello was refused; null when there is none to be had (a supplied token,
+   * or the endpoint refused). Throws on a network failure: the client tries again while the
+   * current token holds, and backs off after that.
    */
   async fresh() {
     if (!this.canRenew || this.stopped) return null;
+    this.renewing = true;
+    this._set("renewing");
     let token;
     try {
       token = await fetchDevTokenLike(this.token);
     } catch (err) {
+      this.renewing = false;
       if (err.status) return null;
+      this.failures += 1;
+      this._set(this.times && Date.now() >= this.times.expiresAt ? "expired" : "fresh");
       throw err;
     }
+    this.renewing = false;
+    this.renewals += 1;
     this._adopt(token);
-    await this.apply(token);
+    this.onToken?.(token);
     return token;
   }
 
-  /** Renew a development token now (soon after a refusal), instead of on schedule. */
+  /** Renew a development token now (after a refusal over HTTP), instead of on schedule. */
   renewSoon() {
     if (!this.canRenew || this.stopped || this.renewing) return;
-    clearTimeout(this.timer);
-    this.timer = setTimeout(() => this._renew(), 0);
+    Promise.resolve(this.renewNow?.()).catch(() => {});
   }
 
   // -- internals ----------------------------------------------------------------------------
@@ -147,7 +154,8 @@ export class TokenKeeper {
     clearTimeout(this.timer);
     this.timer = null;
     this.state = "fresh";
-    if (this.times && !this.stopped) this._schedule(this.times.renewAt);
+    // A supplied token: ask the user in time. A development token: the client renews it.
+    if (this.times && !this.stopped && !this.canRenew) this._schedule(this.times.renewAt);
     this.onChange?.();
   }
 
@@ -157,38 +165,7 @@ export class TokenKeeper {
       this.timer = setTimeout(() => this._schedule(at), MAX_TIMER_MS);
       return;
     }
-    this.timer = setTimeout(() => (this.canRenew ? this._renew() : this._set("due")), wait);
-  }
-
-  async _renew() {
-    if (this.stopped || this.renewing) return;
-    this.renewing = true;
-    this._set("renewing");
-    let token;
-    try {
-      token = await fetchDevTokenLike(this.token);
-    } catch {
-      this.renewing = false;
-      this.failures += 1;
-      if (this.stopped) return;
-      // Until the current token expires it still holds: try again. After that the gateway
-      // closes the socket, and the reconnect asks for a token itself (`fresh`).
-      const left = this.times ? this.times.expiresAt - Date.now() : 0;
-      if (left > 0) this.timer = setTimeout(() => this._renew(), Math.max(200, Math.min(RETRY_MS, left / 2)));
-      else this._set("expired");
-      return;
-    }
-    this.renewing = false;
-    if (this.stopped) return;
-    this.renewals += 1;
-    // Adopted before the hello is answered: whatever happens to this socket, the next one
-    // says hello with the new token.
-    this._adopt(token);
-    try {
-      await this.apply(token);
-    } catch {
-      /* the socket dropped, or the hello was refused and the socket closes: a reconnect follows */
-    }
+    this.timer = setTimeout(() => this._set("due"), wait);
   }
 
   _set(state) {

@@ -1,9 +1,21 @@
-// Renders a ThreadState into the chat log. Items are keyed; a node is rebuilt or patched only
-// when its item's version changed, so streaming a long answer touches one text node per frame
-// and typing in an approval card's reason box is never disturbed by other updates.
+// Renders a thread's state (folded by the client package, gateway-client/thread.js) into the
+// chat log. The package's state is immutable: an item that did not change is the same object,
+// so `viewItems` turns it into the view's entries once and gives each entry a version; a node
+// is rebuilt or patched only when its entry's version changed, so streaming a long answer
+// touches one text node per frame and typing in an approval card's reason box is never
+// disturbed by other updates.
 
 import { argsSummary, clear, h, icon, prettyJson, setText, setTime, timeEl } from "./dom.js";
-import { STATUS_LABELS } from "./store.js";
+
+export const STATUS_LABELS = {
+  idle: "idle",
+  running: "running",
+  waiting_for_review: "waiting for review",
+  completed: "completed",
+  failed: "failed",
+  suspended: "suspended",
+  cancelled: "cancelled",
+};
 
 const USER_STATE_LABELS = {
   staged: "Staged — added to the paused run before its next step",
@@ -43,7 +55,8 @@ export class ChatView {
       return;
     }
     if (state.threadId !== this.threadId) this.reset(state.threadId);
-    const wanted = new Set(state.items.map((item) => item.key));
+    const items = viewItems(state);
+    const wanted = new Set(items.map((item) => item.key));
     for (const [key, node] of this.nodes) {
       if (!wanted.has(key)) {
         node.el.remove();
@@ -51,7 +64,7 @@ export class ChatView {
       }
     }
     let previous = null;
-    for (const item of state.items) {
+    for (const item of items) {
       let node = this.nodes.get(item.key);
       if (!node || node.kind !== item.kind) {
         node?.el.remove();
@@ -327,6 +340,113 @@ export class ChatView {
     };
     return { el, patch };
   }
+}
+
+// -- from the package's items to the view's entries ---------------------------------------------
+
+const USER_STATES = { started: "sent", staged: "staged", queued: "queued", delivered: "delivered" };
+let nextVersion = 1;
+// key -> {deps, entry}: an entry is rebuilt (and gets a new version) only when one of the
+// package objects it was made from is a different object.
+const entries = new Map();
+
+function cachedIn(threadId, key, deps, build) {
+  const slot = `${threadId}|${key}`;
+  const hit = entries.get(slot);
+  if (hit && hit.deps.length === deps.length && hit.deps.every((dep, i) => dep === deps[i])) return hit.entry;
+  const entry = { ...build(), key, v: nextVersion++ };
+  entries.set(slot, { deps, entry });
+  return entry;
+}
+
+function noticeText(item) {
+  switch (item.event) {
+    case "agent.changed":
+      return { tone: "info", text: `Handed off to ${item.agent}` };
+    case "run.suspended":
+      return { tone: "warn", text: `Run suspended (${item.reason}); it continues when resumed.` };
+    case "run.recovered":
+      return { tone: "warn", text: "The gateway restarted; this run was recovered and continues." };
+    case "run.failed": {
+      const error = item.error || {};
+      return { tone: "error", text: `Run failed${error.code ? ` (${error.code})` : ""}: ${error.message || "unknown error"}` };
+    }
+    default:
+      return { tone: "muted", text: "Run cancelled." };
+  }
+}
+
+/** The view's entries for a thread state, in order: the approvals of one pause share a group. */
+export function viewItems(state) {
+  const cached = (key, deps, build) => cachedIn(state.threadId, key, deps, build);
+  const out = [];
+  const groups = new Map(); // group key -> approval items
+  const approvalsByCall = new Map();
+  for (const item of state.items) {
+    if (item.kind !== "approval") continue;
+    approvalsByCall.set(item.callId, item);
+    const key = `a:${item.runId}:${item.checkpointVersion}`;
+    if (!groups.has(key)) groups.set(key, []);
+    groups.get(key).push(item);
+  }
+  const lastOfRun = new Map();
+  for (const item of state.items) {
+    switch (item.kind) {
+      case "input":
+        out.push(cached(`u:${item.seq}`, [item], () => ({ kind: "user", text: item.text, state: USER_STATES[item.status], runId: item.runId })));
+        break;
+      case "message":
+        // An aborted message will never complete: its partial text goes (docs/protocol.md §6).
+        if (item.status === "aborted") continue;
+        out.push(
+          cached(`m:${item.id}`, [item], () => ({
+            kind: "assistant", messageId: item.id, text: item.text, agent: item.agent || null, streaming: item.status === "streaming", runId: item.runId,
+          })),
+        );
+        break;
+      case "tool": {
+        const approval = approvalsByCall.get(item.id) ?? null;
+        out.push(
+          cached(`t:${item.id}`, [item, approval], () => ({
+            kind: "tool", callId: item.id, toolName: item.toolName, args: item.arguments, output: item.output,
+            hasOutput: item.output !== null, needsApproval: Boolean(approval),
+            decision: approval?.status === "rejected" || approval?.status === "expired" ? "reject" : approval?.status === "approved" ? "approve" : null,
+            runId: item.runId,
+          })),
+        );
+        break;
+      }
+      case "approval": {
+        const key = `a:${item.runId}:${item.checkpointVersion}`;
+        const members = groups.get(key);
+        if (members[0] !== item) continue; // the group sits where its first approval is
+        out.push(
+          cached(key, members, () => ({
+            kind: "approvals", runId: item.runId,
+            approvals: members.map((a) => ({
+              approvalId: a.id, callId: a.callId, toolName: a.toolName, args: a.arguments, agent: a.agent || null,
+              requestedAt: a.requestedAt, status: a.status, reason: a.reason, reviewer: a.reviewer, decidedAt: a.decidedAt,
+              outcome: a.outcome,
+            })),
+          })),
+        );
+        break;
+      }
+      default:
+        out.push(cached(`n:${item.seq}`, [item], () => ({ kind: "notice", ...noticeText(item) })));
+    }
+    if (item.runId) lastOfRun.set(item.runId, out.length);
+  }
+  // A final output no message carried (a structured output, say) is shown after its run.
+  const finals = [];
+  for (const run of Object.values(state.runs)) {
+    if (run.status !== "completed" || !run.finalOutput || run.finalOutput === run.lastText) continue;
+    finals.push([lastOfRun.get(run.runId) ?? out.length, cached(`f:${run.runId}`, [run.finalOutput], () => ({
+      kind: "assistant", messageId: null, text: run.finalOutput, agent: run.agent, streaming: false, runId: run.runId,
+    }))]);
+  }
+  for (const [index, entry] of finals.sort((a, b) => b[0] - a[0])) out.splice(index, 0, entry);
+  return out;
 }
 
 /** The run status badge. */

@@ -1,0 +1,452 @@
+// One logical connection to the gateway over a succession of WebSockets: hello, request/ack
+// matching, replies to the server's pings, a watch on silence, reconnects with jittered
+// exponential back-off, and token renewal on the open socket. It knows nothing about
+// threads: the client resubscribes from its cursors whenever a new socket is welcomed.
+// Wire contract: docs/protocol.md §2 (transport), §3 (hello, token expiry), §7 (close codes).
+
+import { backoffDelay } from "./backoff.js";
+import { Emitter } from "./emitter.js";
+import { expiresIn, renewalDelay } from "./token.js";
+
+export const PROTOCOL = 1;
+const OPEN = 1;
+// Timers wrap their delay to 32 signed bits (browsers and Node alike), so a longer delay
+// would fire at once: a token that lives for weeks is looked at again after this.
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** A request the gateway refused (`error` frame), or one that could not be sent or answered. */
+export class GatewayError extends Error {
+  /** @param {string} code a §7 error code, or "offline", "disconnected", "timeout" @param {string} message */
+  constructor(code, message, frame = null) {
+    super(message);
+    this.name = "GatewayError";
+    this.code = code;
+    this.frame = frame;
+  }
+}
+
+/**
+ * @typedef {"idle" | "connecting" | "online" | "offline" | "unauthorized" | "closed"} ConnectionStatus
+ * idle: not started; connecting: socket opening or waiting for welcome; online: welcomed;
+ * offline: waiting to retry; unauthorized: the token was refused and no new one came;
+ * closed: `close()` was called.
+ *
+ * @typedef {object} ConnectionOptions
+ * @property {string} url                     ws:// or wss:// URL of /v1/ws
+ * @property {string | (() => string | Promise<string>)} token  a token, or a function giving one
+ * @property {() => string | null | Promise<string | null>} [getToken]  supplies a fresh token to renew
+ *   with (null: there is none, the connection ends as "unauthorized"); without
+ *   it a token expires with its connection
+ * @property {any} [WebSocket]                a WebSocket constructor (default globalThis.WebSocket;
+ *   in Node pass the `ws` package's)
+ * @property {import("./backoff.js").BackoffOptions} [backoff]
+ * @property {number} [requestTimeoutMs]      how long a request waits for its answer (default 30 s)
+ * @property {number} [silenceFactor]         reconnect after this many heartbeat periods without a
+ *   frame (default 2.5)
+ * @property {number} [connectTimeoutMs]      give up on a socket not welcomed by then (default 15 s)
+ */
+
+export class Connection extends Emitter {
+  /** @param {ConnectionOptions} options */
+  constructor(options) {
+    super();
+    this.url = options.url;
+    this.tokenSource = options.token;
+    this.getToken = options.getToken ?? (typeof options.token === "function" ? options.token : null);
+    this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
+    if (!this.WebSocket) throw new TypeError("no WebSocket implementation: pass options.WebSocket");
+    this.backoff = options.backoff ?? {};
+    this.requestTimeoutMs = options.requestTimeoutMs ?? 30_000;
+    this.silenceFactor = options.silenceFactor ?? 2.5;
+    this.connectTimeoutMs = options.connectTimeoutMs ?? 15_000;
+    /** @type {string | null} */
+    this.token = typeof options.token === "string" ? options.token : null;
+    this.tokenReceivedAt = Date.now();
+    /** @type {ConnectionStatus} */
+    this.status = "idle";
+    this.ws = null;
+    /** @type {any} the newest `welcome` */
+    this.welcome = null;
+    this.attempt = 0;
+    this.pending = new Map();
+    this.nextId = 1;
+    this.lastFrameAt = 0;
+    this.timers = { retry: null, watch: null, renew: null, connect: null };
+    this.authError = null;
+    this.refreshedAfterRefusal = false;
+    this.retryAt = null;
+    // sockets: WebSockets opened; connects: welcomes to a first hello; reconnects: connects
+    // after the first; renewals: welcomes to a hello on an open socket; silences: sockets
+    // given up for lack of frames.
+    this.stats = { sockets: 0, connects: 0, reconnects: 0, renewals: 0, silences: 0 };
+  }
+
+  /** Start connecting (and keep reconnecting until `close()`). */
+  open() {
+    if (this.status !== "idle" && this.status !== "unauthorized" && this.status !== "closed") return;
+    this.refreshedAfterRefusal = false;
+    this._watchBrowser(true);
+    this._connect();
+  }
+
+  /**
+   * Disconnect for good. The gateway only stops delivering: runs go on (or suspend, per their
+   * `on_disconnect`), unlike a `run.cancel` which stops the run itself.
+   */
+  close() {
+    this._watchBrowser(false);
+    this._clearTimers();
+    this._detach(1000, "client closed");
+    this._setStatus("closed");
+  }
+
+  get online() {
+    return this.status === "online";
+  }
+
+  /** Cut the current socket as a network failure would, and reconnect at once. */
+  reconnect() {
+    if (this.status === "closed" || this.status === "idle") return;
+    this._detach(4000, "client reconnects");
+    this._scheduleReconnect(0);
+  }
+
+  /** Waiting to retry: try now instead (the network came back, the user asked). */
+  reconnectNow() {
+    if (this.status === "offline") this._connect();
+  }
+
+  /** Send a frame without an id (no answer expected). Returns false when not online. */
+  send(frame) {
+    if (!this.ws || this.ws.readyState !== OPEN || !this.welcome) return false;
+    this.ws.send(JSON.stringify(frame));
+    return true;
+  }
+
+  /**
+   * Send a frame with a fresh id; resolves with its `ack` (or `welcome` for a hello), rejects
+   * with a GatewayError carrying the `error` frame's code.
+   * @param {string} type
+   * @param {Record<string, unknown>} [fields]
+   * @returns {Promise<any>}
+   */
+  request(type, fields = {}) {
+    if (!this.online) {
+      if (!["connecting", "offline"].includes(this.status)) {
+        return Promise.reject(new GatewayError("offline", "not connected to the gateway"));
+      }
+      // Connecting: send it once welcomed. A frame is only ever sent on a socket that is up,
+      // so a request is never sent twice.
+      return this._whenOnline(this.requestTimeoutMs).then(() => this.request(type, fields));
+    }
+    const id = `c${this.nextId++}`;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new GatewayError("timeout", `no answer to ${type} in time`));
+      }, this.requestTimeoutMs);
+      this.pending.set(id, { resolve, reject, timer });
+      this.send({ ...fields, type, id });
+    });
+  }
+
+  _whenOnline(timeoutMs) {
+    return new Promise((resolve, reject) => {
+      const done = (error) => {
+        clearTimeout(timer);
+        offStatus();
+        if (error) reject(error);
+        else resolve();
+      };
+      const timer = setTimeout(() => done(new GatewayError("offline", "not connected to the gateway in time")), timeoutMs);
+      const offStatus = this.on("status", (status) => {
+        if (status === "online") done();
+        else if (status === "closed" || status === "unauthorized") done(new GatewayError("offline", "not connected to the gateway"));
+      });
+    });
+  }
+
+  /**
+   * Renew now: use `token` (or ask `getToken` for one) and, on an open socket, send it in a
+   * new hello. Resolves with the answering `welcome` (null when offline: the next connect
+   * uses it).
+   * @param {string} [token]
+   */
+  async renew(token) {
+    const fresh = token ?? (this.getToken ? await this.getToken() : null);
+    if (!fresh) throw new GatewayError("unauthorized", "no token to renew with");
+    this._setToken(fresh);
+    if (this.status === "unauthorized") {
+      this._connect();
+      return null;
+    }
+    if (!this.online) return null;
+    const welcome = await this.request("hello", { protocol: PROTOCOL, token: fresh });
+    return welcome;
+  }
+
+  // -- internals ----------------------------------------------------------------------------
+
+  _setStatus(status) {
+    if (this.status === status) return;
+    this.status = status;
+    this.emit("status", status, { attempt: this.attempt, retryAt: this.retryAt });
+  }
+
+  _setToken(token) {
+    this.token = token;
+    this.tokenReceivedAt = Date.now();
+    if (this.online) this._scheduleRenewal();
+  }
+
+  async _currentToken() {
+    if (this.token) return this.token;
+    const source = this.tokenSource;
+    const token = typeof source === "function" ? await source() : source;
+    if (token) this._setToken(token);
+    return token || null;
+  }
+
+  async _connect() {
+    this._clearTimers();
+    this.retryAt = null;
+    this._setStatus("connecting");
+    let token;
+    try {
+      token = await this._currentToken();
+    } catch {
+      this._scheduleReconnect();
+      return;
+    }
+    if (this.status !== "connecting") return; // closed meanwhile
+    if (!token) {
+      // The token supplier has none to give (signed out, or no longer offered): stop here.
+      this._clearTimers();
+      this._watchBrowser(false);
+      this._setStatus("unauthorized");
+      this.emit("unauthorized", this.authError || "no token to connect with");
+      return;
+    }
+    let ws;
+    try {
+      ws = new this.WebSocket(this.url);
+    } catch {
+      this._scheduleReconnect();
+      return;
+    }
+    this.ws = ws;
+    this.welcome = null;
+    this.authError = null;
+    this.stats.sockets += 1;
+    this.timers.connect = setTimeout(() => {
+      // Stuck opening, or never welcomed: give this socket up and back off.
+      if (this.ws === ws && !this.welcome) {
+        this._detach(4000, "connect timeout");
+        this._scheduleReconnect();
+      }
+    }, this.connectTimeoutMs);
+    ws.onopen = () => {
+      this.lastFrameAt = Date.now();
+      ws.send(JSON.stringify({ type: "hello", protocol: PROTOCOL, token }));
+    };
+    ws.onmessage = (message) => this._onMessage(ws, message);
+    ws.onclose = (event) => this._onClose(ws, event);
+    ws.onerror = () => {
+      /* a close event follows */
+    };
+  }
+
+  _onMessage(ws, message) {
+    if (ws !== this.ws) return;
+    this.lastFrameAt = Date.now();
+    let frame;
+    try {
+      frame = JSON.parse(typeof message.data === "string" ? message.data : String(message.data));
+    } catch {
+      return;
+    }
+    switch (frame.type) {
+      case "ping":
+        ws.send('{"type":"pong"}');
+        return;
+      case "pong":
+        return;
+      case "welcome":
+        this._onWelcome(frame);
+        return;
+      case "ack":
+      case "error": {
+        // Kept for the 4001 close that follows: it says why.
+        if (frame.type === "error" && frame.code === "unauthorized") this.authError = frame.message;
+        const waiter = frame.ref ? this.pending.get(frame.ref) : null;
+        if (waiter) {
+          this.pending.delete(frame.ref);
+          clearTimeout(waiter.timer);
+          if (frame.type === "ack") waiter.resolve(frame);
+          else waiter.reject(new GatewayError(frame.code, frame.message, frame));
+          return;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    this.emit("frame", frame);
+  }
+
+  _onWelcome(frame) {
+    const waiter = frame.ref ? this.pending.get(frame.ref) : null;
+    if (waiter && this.welcome) {
+      // The answer to a renewing hello: same socket, same subscriptions, a new token.
+      this.pending.delete(frame.ref);
+      clearTimeout(waiter.timer);
+      this.welcome = frame;
+      this.stats.renewals += 1;
+      waiter.resolve(frame);
+      this.emit("renewed", frame);
+      return;
+    }
+    clearTimeout(this.timers.connect);
+    this.welcome = frame;
+    if (this.stats.connects > 0) this.stats.reconnects += 1;
+    this.stats.connects += 1;
+    this.attempt = 0;
+    this.refreshedAfterRefusal = false;
+    this._startWatch(Math.max(0.2, frame.heartbeat_s || 20) * 1000);
+    this._scheduleRenewal();
+    this._setStatus("online");
+    this.emit("welcome", frame);
+  }
+
+  _onClose(ws, event) {
+    if (ws !== this.ws) return;
+    this.ws = null;
+    this.welcome = null;
+    this._failPending();
+    this.emit("disconnected", { code: event.code, reason: event.reason });
+    if (event.code === 4001) {
+      // The token was refused or expired on this socket. The same token cannot do better, a
+      // new one may: ask once per refusal, so a token the gateway keeps refusing (a restarted
+      // development gateway has a new secret) does not loop.
+      if (this.getToken && !this.refreshedAfterRefusal) {
+        this.refreshedAfterRefusal = true;
+        this.token = null;
+        this.tokenSource = this.getToken;
+        this._connect();
+        return;
+      }
+      this._clearTimers();
+      this._watchBrowser(false);
+      this._setStatus("unauthorized");
+      this.emit("unauthorized", this.authError || "the gateway refused the token");
+      return;
+    }
+    this._scheduleReconnect();
+  }
+
+  _scheduleReconnect(delay) {
+    if (this.status === "closed") return;
+    this._clearTimers();
+    if (delay === undefined) {
+      delay = backoffDelay(this.attempt, this.backoff);
+      this.attempt += 1;
+    }
+    this.retryAt = Date.now() + delay;
+    this._setStatus("offline");
+    this.timers.retry = setTimeout(() => this._connect(), delay);
+  }
+
+  /**
+   * The server pings every `heartbeat_s`; so does this client when it has heard nothing for
+   * one period. Silence for `silenceFactor` periods means the socket is dead (a half-open
+   * TCP connection can stay "open" for minutes): drop it and reconnect.
+   */
+  _startWatch(heartbeatMs) {
+    clearInterval(this.timers.watch);
+    const tick = Math.max(100, Math.min(1_000, heartbeatMs / 4));
+    this.timers.watch = setInterval(() => {
+      if (!this.online) return;
+      const silence = Date.now() - this.lastFrameAt;
+      if (silence > heartbeatMs * this.silenceFactor) {
+        this.stats.silences += 1;
+        this.emit("silence", silence);
+        this.reconnect();
+      } else if (silence > heartbeatMs) {
+        this.send({ type: "ping" });
+      }
+    }, tick);
+  }
+
+  _scheduleRenewal() {
+    clearTimeout(this.timers.renew);
+    if (!this.getToken || !this.token) return;
+    const delay = renewalDelay(this.token, this.tokenReceivedAt);
+    if (delay === null) return;
+    if (delay > MAX_TIMER_MS) {
+      this.timers.renew = setTimeout(() => this._scheduleRenewal(), MAX_TIMER_MS);
+      return;
+    }
+    this.timers.renew = setTimeout(() => this._renewLoop(), delay);
+  }
+
+  /**
+   * In a browser, retry at once when the network comes back or a hidden tab is shown again,
+   * instead of waiting out the back-off.
+   */
+  _watchBrowser(on) {
+    const win = globalThis.window;
+    const doc = globalThis.document;
+    if (!win?.addEventListener || !doc?.addEventListener) return;
+    this._onBrowserEvent ??= () => {
+      if (doc.visibilityState !== "hidden") this.reconnectNow();
+    };
+    const method = on ? "addEventListener" : "removeEventListener";
+    win[method]("online", this._onBrowserEvent);
+    doc[method]("visibilitychange", this._onBrowserEvent);
+  }
+
+  async _renewLoop() {
+    if (!this.online) return;
+    const token = this.token;
+    try {
+      await this.renew();
+    } catch (error) {
+      this.emit("renewalFailed", error);
+      // A token that could not be fetched, or a hello the gateway could not check yet
+      // (`unavailable`): retry while the current token still holds.
+      const left = token ? expiresIn(token) : null;
+      if (this.online && this.token === token && left !== null && left > 1_000) {
+        this.timers.renew = setTimeout(() => this._renewLoop(), Math.min(2_000, left / 2));
+      }
+    }
+  }
+
+  _detach(code, reason) {
+    const ws = this.ws;
+    this.ws = null;
+    this.welcome = null;
+    this._failPending();
+    if (!ws) return;
+    ws.onopen = ws.onmessage = ws.onclose = ws.onerror = null;
+    try {
+      ws.close(code, reason);
+    } catch {
+      /* already closed */
+    }
+  }
+
+  _failPending() {
+    for (const [id, waiter] of this.pending) {
+      clearTimeout(waiter.timer);
+      waiter.reject(new GatewayError("disconnected", "the connection dropped before the gateway answered"));
+      this.pending.delete(id);
+    }
+  }
+
+  _clearTimers() {
+    clearTimeout(this.timers.retry);
+    clearInterval(this.timers.watch);
+    clearTimeout(this.timers.renew);
+    clearTimeout(this.timers.connect);
+  }
+}

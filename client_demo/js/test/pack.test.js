@@ -1,0 +1,41 @@
+// The package as `npm pack` builds it installs into an empty project and works from there:
+// the modules, the declarations, and nothing a runtime would need to download.
+
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+const PACKAGE = dirname(dirname(fileURLToPath(import.meta.url)));
+const npm = process.platform === "win32" ? "npm.cmd" : "npm";
+
+test("npm pack builds a package that installs offline and imports in Node", () => {
+  const dir = mkdtempSync(join(tmpdir(), "agw-pack-"));
+  try {
+    const packed = JSON.parse(execFileSync(npm, ["pack", "--json", "--pack-destination", dir], { cwd: PACKAGE, encoding: "utf8" }));
+    const files = packed[0].files.map((f) => f.path);
+    assert.ok(files.includes("src/index.js") && files.includes("src/react.js"));
+    assert.ok(files.includes("types/protocol.d.ts") && files.includes("types/index.d.ts"));
+    assert.ok(!files.some((f) => f.startsWith("test/") || f.startsWith("node_modules/")), files.join(", "));
+
+    const app = join(dir, "app");
+    execFileSync("mkdir", ["-p", app]);
+    writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", private: true, type: "module" }));
+    execFileSync(npm, ["install", "--offline", "--no-audit", "--no-fund", "--ignore-scripts", join(dir, packed[0].filename)], { cwd: app, encoding: "utf8" });
+    const installed = join(app, "node_modules", "agents-ws-gateway-client");
+    assert.ok(existsSync(join(installed, "types", "protocol.d.ts")));
+    assert.ok(readFileSync(join(app, "package.json"), "utf8").includes("agents-ws-gateway-client"));
+    assert.ok(!existsSync(join(app, "node_modules", "react")), "React is an optional peer, not installed");
+    const out = execFileSync(
+      process.execPath,
+      ["--input-type=module", "-e", `import * as m from "agents-ws-gateway-client"; console.log(Object.keys(m).sort().join(","));`],
+      { cwd: app, encoding: "utf8" },
+    );
+    for (const name of ["GatewayClient", "applyEvent", "memoryStore", "webStorageStore"]) assert.ok(out.trim().split(",").includes(name), out);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -1,0 +1,52 @@
+// The pure parts, without a gateway: back-off delays, renewal times, cursor stores.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { backoffDelay, memoryStore, renewalDelay, webStorageStore } from "../src/index.js";
+
+const jwt = (claims) => `e30.${Buffer.from(JSON.stringify(claims)).toString("base64url")}.sig`;
+
+test("back-off doubles its ceiling per attempt up to the cap, half of it fixed and half random", () => {
+  const low = (attempt) => backoffDelay(attempt, { baseMs: 100, capMs: 1_000, random: () => 0 });
+  const high = (attempt) => backoffDelay(attempt, { baseMs: 100, capMs: 1_000, random: () => 0.999999 });
+  assert.deepEqual([0, 1, 2, 3, 4, 10, 1000].map(low), [50, 100, 200, 400, 500, 500, 500]);
+  for (const attempt of [0, 1, 2, 3]) {
+    assert.ok(high(attempt) < 100 * 2 ** attempt && high(attempt) > 0.99 * 100 * 2 ** attempt);
+  }
+  const spread = new Set(Array.from({ length: 20 }, () => backoffDelay(3)));
+  assert.ok(spread.size > 1, "jittered: not every client waits the same");
+});
+
+test("renewal: at 80 % of the lifetime, at least 3 s before exp, from when the token arrived", () => {
+  assert.equal(renewalDelay(jwt({ iat: 1000, exp: 4600 }), 1000 * 1000, 1000 * 1000), 2_880_000);
+  assert.equal(renewalDelay(jwt({ iat: 1000, exp: 1008 }), 1000 * 1000, 1000 * 1000), 5_000);
+  // A local clock running late does not make the renewal late: the lifetime counts.
+  assert.equal(renewalDelay(jwt({ iat: 1000, exp: 1060 }), 900 * 1000, 900 * 1000), 48_000);
+  assert.equal(renewalDelay(jwt({ iat: 1000 }), 0, 0), null);
+  assert.equal(renewalDelay("not-a-token", 0, 0), null);
+  assert.equal(renewalDelay(jwt({ iat: 1000, exp: 1002 }), 1000 * 1000, 1000 * 1000), 0);
+});
+
+test("cursor stores keep one entry per thread; a full Web Storage loses persistence, not events", () => {
+  const entry = { epoch: "e1", seq: 7, state: { threadId: "t1", seq: 7 } };
+  const memory = memoryStore();
+  memory.set("t1", entry);
+  assert.deepEqual(memory.get("t1"), entry);
+  memory.delete("t1");
+  assert.equal(memory.get("t1"), null);
+
+  const items = new Map();
+  const storage = {
+    getItem: (k) => items.get(k) ?? null,
+    setItem: (k, v) => items.set(k, v),
+    removeItem: (k) => items.delete(k),
+  };
+  const web = webStorageStore(storage, "p.");
+  web.set("t1", entry);
+  assert.deepEqual(JSON.parse(items.get("p.t1")), entry);
+  assert.deepEqual(web.get("t1"), entry);
+  items.set("p.t2", "{not json");
+  assert.equal(web.get("t2"), null);
+  const full = webStorageStore({ ...storage, setItem: () => { throw new Error("QuotaExceededError"); } }, "p.");
+  assert.doesNotThrow(() => full.set("t3", entry));
+});

@@ -1,0 +1,249 @@
+// Declarations for agents-ws-gateway-client (src/index.js). The wire frames themselves are
+// generated from docs/asyncapi.json into ./protocol.d.ts.
+
+import type { Approval, ErrorFrame, EventFrame, WelcomeFrame } from "./protocol.js";
+
+export * from "./protocol.js";
+
+export declare const PROTOCOL: 1;
+
+export type RunStatus = "idle" | "running" | "waiting_for_review" | "suspended" | "completed" | "failed" | "cancelled";
+
+export interface InputItem {
+  kind: "input";
+  id: string;
+  seq: number;
+  runId: string | null;
+  text: string;
+  /** staged or queued: sent while a run was paused or busy, waiting to be taken up */
+  /** staged/queued: waiting to be taken up; delivered: a staged input the continued run took in */
+  status: "started" | "staged" | "queued" | "delivered";
+}
+
+export interface MessageItem {
+  kind: "message";
+  /** message_id */
+  id: string;
+  seq: number;
+  runId: string | null;
+  agent: string;
+  /** grows as deltas arrive; the whole text once completed; "" once aborted */
+  text: string;
+  status: "streaming" | "completed" | "aborted";
+  abortReason?: string | null;
+  /** seen from its `message.started` (else its deltas are partial) */
+  fromStart: boolean;
+}
+
+export interface ToolItem {
+  kind: "tool";
+  /** call_id */
+  id: string;
+  seq: number;
+  runId: string | null;
+  toolName: string;
+  arguments: Record<string, unknown>;
+  agent: string;
+  output: string | null;
+  status: "called" | "done" | "needs_reconciliation";
+}
+
+export interface ApprovalItem {
+  kind: "approval";
+  /** approval_id */
+  id: string;
+  seq: number;
+  runId: string | null;
+  callId: string;
+  toolName: string;
+  arguments: Record<string, unknown>;
+  agent: string;
+  status: "pending" | "approved" | "rejected" | "superseded" | "expired";
+  reviewer: string | null;
+  reason: string | null;
+  expiresAt: string | null;
+  requestedAt: string | null;
+  decidedAt: string | null;
+  /** the approvals of one pause share it */
+  checkpointVersion: number | null;
+  /** superseded: how the run ended first */
+  outcome: string | null;
+}
+
+/** Something about the run itself worth showing in the timeline. */
+export interface NoticeItem {
+  kind: "notice";
+  id: string;
+  seq: number;
+  runId: string | null;
+  event: "agent.changed" | "run.suspended" | "run.recovered" | "run.failed" | "run.cancelled";
+  agent?: string | null;
+  reason?: string | null;
+  error?: { code: string; message: string } | null;
+}
+
+export type Item = InputItem | MessageItem | ToolItem | ApprovalItem | NoticeItem;
+
+export interface RunInfo {
+  runId: string;
+  status: RunStatus;
+  agent: string | null;
+  input: string | null;
+  finalOutput: string | null;
+  error: { code: string; message: string } | null;
+  pausedReason: string | null;
+  /** the run's last completed message */
+  lastText: string | null;
+}
+
+/** One thread's events folded into plain data; a new object whenever something changed. */
+export interface ThreadState {
+  threadId: string;
+  epoch: string | null;
+  /** the last applied seq: the cursor */
+  seq: number;
+  headSeq: number;
+  items: Item[];
+  runs: Record<string, RunInfo>;
+  runId: string | null;
+  status: RunStatus;
+  activeRunId: string | null;
+  /** the thread's first input */
+  title: string | null;
+  /** messages whose streamed deltas did not add up to their completed text */
+  mismatches: number;
+}
+
+export declare function emptyThread(threadId: string): ThreadState;
+export declare function applyEvent(state: ThreadState, frame: EventFrame): ThreadState;
+export declare function applySubscribed(
+  state: ThreadState,
+  frame: { epoch: string; head_seq: number; reset: boolean },
+): ThreadState;
+export declare function isTerminal(status: RunStatus): boolean;
+export declare function messages(state: ThreadState): MessageItem[];
+export declare function pendingApprovals(state: ThreadState): ApprovalItem[];
+
+export interface CursorEntry {
+  epoch: string | null;
+  seq: number;
+  state: ThreadState;
+}
+
+export interface CursorStore {
+  get(threadId: string): CursorEntry | null;
+  set(threadId: string, entry: CursorEntry): void;
+  delete(threadId: string): void;
+}
+
+export declare function memoryStore(): CursorStore;
+export declare function webStorageStore(storage: Storage, prefix?: string): CursorStore;
+
+export interface BackoffOptions {
+  baseMs?: number;
+  capMs?: number;
+  random?: () => number;
+}
+
+export declare function backoffDelay(attempt: number, options?: BackoffOptions): number;
+export declare function decodeClaims(
+  token: string,
+): { exp?: number; iat?: number; sub?: string; tenant?: string; roles?: string[] } | null;
+export declare function renewalDelay(token: string, receivedAt?: number, now?: number): number | null;
+export declare function expiresIn(token: string, now?: number): number | null;
+
+export type ConnectionStatus = "idle" | "connecting" | "online" | "offline" | "unauthorized" | "closed";
+
+export interface ConnectionOptions {
+  /** ws:// or wss:// URL of the gateway's /v1/ws */
+  url: string;
+  /** a token, or a function giving one (called again after the gateway refuses one) */
+  token: string | (() => string | Promise<string>);
+  /** supplies fresh tokens, sent on the open socket before the current one expires; null: none to give */
+  getToken?: () => string | null | Promise<string | null>;
+  /** a WebSocket constructor: globalThis.WebSocket by default; in Node, the `ws` package's */
+  WebSocket?: unknown;
+  backoff?: BackoffOptions;
+  requestTimeoutMs?: number;
+  /** reconnect after this many heartbeat periods without a frame (default 2.5) */
+  silenceFactor?: number;
+  connectTimeoutMs?: number;
+}
+
+export interface ClientOptions extends ConnectionOptions {
+  /** where each thread's cursor and state are kept (default: memory) */
+  store?: CursorStore;
+}
+
+export declare class GatewayError extends Error {
+  /** a docs/protocol.md §7 error code, or "offline", "disconnected", "timeout" */
+  code: string;
+  frame: ErrorFrame | null;
+}
+
+type Unsubscribe = () => void;
+
+export declare class Connection {
+  constructor(options: ConnectionOptions);
+  status: ConnectionStatus;
+  welcome: WelcomeFrame | null;
+  stats: { sockets: number; connects: number; reconnects: number; renewals: number; silences: number };
+  readonly online: boolean;
+  open(): void;
+  close(): void;
+  reconnect(): void;
+  reconnectNow(): void;
+  retryAt: number | null;
+  send(frame: Record<string, unknown>): boolean;
+  /** while connecting, waits (up to requestTimeoutMs) to be welcomed before it sends */
+  request(type: string, fields?: Record<string, unknown>): Promise<any>;
+  renew(token?: string): Promise<WelcomeFrame | null>;
+  on(name: string, listener: (...args: any[]) => void): Unsubscribe;
+}
+
+export interface ClientEvents {
+  status: (status: ConnectionStatus, info: { attempt: number; retryAt: number | null }) => void;
+  welcome: (welcome: WelcomeFrame) => void;
+  renewed: (welcome: WelcomeFrame) => void;
+  unauthorized: (message: string) => void;
+  event: (frame: EventFrame, state: ThreadState) => void;
+  thread: (state: ThreadState) => void;
+  reset: (threadId: string) => void;
+  inbox: (approvals: Approval[]) => void;
+  error: (error: ErrorFrame | Error) => void;
+}
+
+export declare class GatewayClient {
+  constructor(options: ClientOptions);
+  readonly connection: Connection;
+  readonly store: CursorStore;
+  readonly status: ConnectionStatus;
+  readonly welcome: WelcomeFrame | null;
+  readonly inbox: Approval[];
+  stats: { applied: number; duplicates: number; resets: number; gaps: number };
+  subscribedFrom: Record<string, number>;
+  connect(): this;
+  /** disconnect; runs go on (use cancel to stop one) */
+  close(): void;
+  ready(): Promise<WelcomeFrame>;
+  thread(threadId: string): ThreadState;
+  createThread(metadata?: Record<string, unknown>): Promise<string>;
+  subscribe(threadId: string): Promise<unknown>;
+  unsubscribe(threadId: string): Promise<unknown>;
+  forget(threadId: string): void;
+  startRun(run: {
+    threadId?: string;
+    input: string;
+    agent?: string;
+    onDisconnect?: "continue" | "suspend";
+  }): Promise<{ threadId: string; runId: string }>;
+  sendInput(threadId: string, input: string): Promise<{ disposition: "started" | "staged" | "queued"; runId: string }>;
+  cancel(runId: string): Promise<unknown>;
+  resume(runId: string): Promise<unknown>;
+  decide(approvalId: string, decision: "approve" | "reject", reason?: string): Promise<Approval>;
+  approve(approvalId: string): Promise<Approval>;
+  reject(approvalId: string, reason?: string): Promise<Approval>;
+  subscribeInbox(): Promise<unknown>;
+  on<K extends keyof ClientEvents>(name: K, listener: ClientEvents[K]): Unsubscribe;
+  on(name: `thread:${string}`, listener: (state: ThreadState) => void): Unsubscribe;
+}
