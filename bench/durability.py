@@ -56,7 +56,7 @@ import orjson
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from bench.common import emit, fresh_database
+from bench.common import LIMITS_OFF, emit, fresh_database
 from bench.core import ROOT, SECRET, TENANT, latency_summary, machine_info
 from gateway.auth import TokenVerifier
 
@@ -343,11 +343,7 @@ def spawn_gateway(workdir: Path, name: str, delay_ms: int) -> Gateway:
         "GATEWAY_INSTANCE_ID": INSTANCE_ID,
         "PYTHONPATH": str(ROOT),
         "PYTHONUNBUFFERED": "1",
-        # Measure the gateway, not its abuse limits (one user starts runs back to back).
-        "GATEWAY_FRAMES_PER_S": "0",
-        "GATEWAY_RUNS_PER_MINUTE": "0",
-        "GATEWAY_MAX_CONNECTIONS_PER_USER": "0",
-        "GATEWAY_MAX_SUBSCRIPTIONS": "0",
+        **LIMITS_OFF,
     }
     loop = asyncio.get_running_loop()
     started_wall = time.time()
