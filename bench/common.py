@@ -564,7 +564,7 @@ async def story_events() -> list[tuple[str, dict[str, Any]]]:
 
 
 def event_frame(thread_id: str, seq: int, run_id: str, type_: str, data: Any) -> str:
-    """An `event` frame as the gateway encodes it (PROTOCOL §5)."""
+    """An `event` frame as the gateway encodes it (docs/protocol.md §5)."""
     return orjson.dumps(
         {
             "type": "event",

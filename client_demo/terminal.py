@@ -41,7 +41,7 @@ PROTOCOL_VERSION = 1
 WS_PATH = "/v1/ws"
 HELLO_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 30.0
-# Close codes after which reconnecting cannot help (PROTOCOL §3: bad token or protocol).
+# Close codes after which reconnecting cannot help (docs/protocol.md §7: bad token or protocol).
 FATAL_CLOSE_CODES = {4001}
 # A token is renewed (or, when the client cannot renew it, the user warned) once this share of
 # its remaining lifetime has passed, and at least RENEW_LEAD_S before it expires: time for the

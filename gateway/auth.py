@@ -1,4 +1,4 @@
-"""Who is calling (JWT verification) and what they may do (the access table of PROTOCOL §3).
+"""Who is calling (JWT verification) and what they may do (the access table of docs/protocol.md §3).
 
 Pure: no sockets, no storage. Callers load the thread's tenant and owner, wrap them in a
 `ThreadRef` and ask one `check_*` function, which returns or raises `AccessDenied`.
@@ -47,8 +47,8 @@ class Principal:
     user: str
     tenant: str
     roles: frozenset[Role]
-    # Roles beyond the four of PROTOCOL §3 that agent graphs name for their tools (for example
-    # `finance` for `issue_refund`); only names the verifier was told about are accepted.
+    # Roles beyond the four of docs/protocol.md §3 that agent graphs name for their tools (for
+    # example `finance` for `issue_refund`); only names the verifier was told about are accepted.
     extra_roles: frozenset[str] = frozenset()
     # Where the request came from (the client address), set by the transport after
     # verification with `dataclasses.replace`, so the audit trail can say "from where".
@@ -89,7 +89,7 @@ DenialCode = Literal["not_found", "forbidden"]
 
 
 class AccessDenied(Exception):
-    """An authenticated caller may not do this; `code` is an ErrorCode value of PROTOCOL §5."""
+    """An authenticated caller may not do this; `code` is an error code (docs/protocol.md §7)."""
 
     def __init__(self, code: DenialCode, message: str) -> None:
         super().__init__(f"{code}: {message}")
@@ -310,7 +310,7 @@ def _roles_claim(
     return frozenset(roles), frozenset(extra)
 
 
-# --- access rules (PROTOCOL §3) ------------------------------------------------------------
+# --- access rules (docs/protocol.md §3) -----------------------------------------------------------
 
 
 def _require_same_tenant(principal: Principal, thread: ThreadRef) -> None:

@@ -400,7 +400,7 @@ class Connection:
                 reply = protocol.error_frame(ref, ErrorCode.INTERNAL, "internal error")
             if reply is not None:
                 if reply.get("type") == "ack" and ref is None:
-                    continue  # frames without an id get no ack (PROTOCOL §2)
+                    continue  # frames without an id get no ack (docs/protocol.md §2)
                 await self._send_or_queue(reply)
 
     async def _reveal(self, event: LoggedEvent) -> str:

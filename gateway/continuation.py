@@ -174,7 +174,7 @@ class Continuer:
             staged = await self._staged(run)
         prepare: Callable[[], None] | None = partial(_apply, state, decided, staged)
         if staged:
-            # The SDK may refuse input (SDK_NOTES "Pending input"): refused here, before
+            # The SDK may refuse input (docs/architecture.md "SDK behaviours"): refused here, before
             # anything is stored, the run stays as it was.
             _apply(state, decided, staged)
             prepare = None

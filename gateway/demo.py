@@ -1,4 +1,4 @@
-"""The offline demo agent `assistant` (PROTOCOL §8).
+"""The offline demo agent `assistant` (docs/protocol.md §9).
 
 `OfflineDemoModel` is a deterministic stand-in for a Responses-API model: it reads the newest
 user input, decides on text and tool calls by simple keyword rules, and streams exactly the event
@@ -236,7 +236,7 @@ def _email_args(text: str) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# The rules (PROTOCOL §8).
+# The rules (docs/protocol.md §9).
 # --------------------------------------------------------------------------------------------
 
 
@@ -418,7 +418,7 @@ def _count_tokens(
 
 
 class OfflineDemoModel(Model):
-    """Deterministic offline model following the PROTOCOL §8 rules."""
+    """Deterministic offline model following the rules of docs/protocol.md §9."""
 
     def __init__(self, delay_ms: int = 15) -> None:
         self.delay_ms = max(0, delay_ms)

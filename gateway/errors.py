@@ -1,4 +1,4 @@
-"""Errors the gateway answers with: a protocol code and a human sentence (PROTOCOL §5)."""
+"""Errors the gateway answers with: a protocol code and a human sentence (docs/protocol.md §7)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ HTTP_STATUS = {
     ErrorCode.INTERNAL: 500,
 }
 
-# Added to PROTOCOL §5's list: a checkpoint written by another agent graph version.
+# Beyond the base protocol's codes (docs/protocol.md §7): a checkpoint written by another agent
+# graph version.
 GRAPH_MISMATCH = "graph_mismatch"
 # Added too, HTTP only: a JSON endpoint's body sent as another media type.
 UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"

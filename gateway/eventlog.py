@@ -4,8 +4,8 @@ Streamed events are queued and group-committed (everything queued goes in one tr
 only after the commit are they published to subscribers, so no client ever sees an event that
 could be lost. While the writer is busy the next batch queues up; a text delta that arrives
 while the previous queued event of its thread is a delta of the same message still waiting for
-the writer joins it (PROTOCOL §6 allows several model deltas in one `message.delta`), so a busy
-gateway stores, encodes and sends fewer, larger events, each extra delta costs a list append,
+the writer joins it (docs/protocol.md §6 allows several model deltas in one `message.delta`), so a
+busy gateway stores, encodes and sends fewer, larger events, each extra delta costs a list append,
 and an idle one (nothing waiting) sends every delta as soon as it is stored.
 
 State changes that must be atomic with their event (a decision and its `approval.decided`, a

@@ -210,7 +210,8 @@ class SegmentRunner:
             turn_state: str | None = None
             async for sdk_event in result.stream_events():
                 if _is_tool_output(sdk_event):
-                    # A consistent point (SDK_NOTES): the turn's tools have run.
+                    # A consistent point (docs/architecture.md "SDK behaviours"): the turn's tools
+                    # have run.
                     turn_state = self._serialize(segment, result)
                 elif turn_state is not None and _is_response_start(sdk_event):
                     # The next model call has started, so the SDK has written the finished

@@ -1,4 +1,4 @@
-"""HTTP endpoints (PROTOCOL §7): health, development tokens and the reviewer API.
+"""HTTP endpoints (docs/protocol.md §8): health, development tokens and the reviewer API.
 
 Errors are `{"error": {"code", "message"}}` with the matching status; the same access rules as
 the WebSocket apply, through the same RunManager calls.
@@ -60,7 +60,7 @@ Handler = Callable[[Request, Services], Awaitable[Response]]
 
 
 def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-    """Map gateway errors to PROTOCOL §7 error bodies, once for every route."""
+    """Map gateway errors to docs/protocol.md §8 error bodies, once for every route."""
 
     async def wrapped(request: Request) -> Response:
         services: Services = request.app.state.services

@@ -1,8 +1,8 @@
 """Side effects exactly once: the operation ledger as tool authors use it.
 
 The SDK never saves state by itself; after a crash the newest checkpoint may still show an
-approved call as not executed, and resuming runs it again (SDK_NOTES "Side effects"). A tool
-wraps its side effect in `run_once`, keyed by the run and the SDK's `call_id`:
+approved call as not executed, and resuming runs it again (docs/architecture.md "SDK behaviours").
+A tool wraps its side effect in `run_once`, keyed by the run and the SDK's `call_id`:
 
     @function_tool(needs_approval=True)
     async def issue_refund(ctx: ToolContext[Any], order_id: int, amount: float) -> str:

@@ -1,7 +1,8 @@
 """Which model provider a run uses: the offline demo model or OpenAI (or a compatible server).
 
-The provider is not stored in a checkpoint (SDK_NOTES), so the gateway builds it once from
-settings and passes it in `RunConfig(model_provider=...)` on every run and every resume.
+The provider is not stored in a checkpoint (docs/architecture.md "SDK behaviours"), so the gateway
+builds it once from settings and passes it in `RunConfig(model_provider=...)` on every run and
+every resume.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Browser Origin check for the WebSocket upgrade (PROTOCOL §3).
+"""Browser Origin check for the WebSocket upgrade (docs/protocol.md §3).
 
 Non-browser clients send no Origin and are allowed: the check exists to stop other web pages
 from driving a user's browser session, which bearer tokens alone do not prevent.

@@ -1,4 +1,5 @@
-"""The wire protocol (PROTOCOL.md §2-§6): client frames in, typed values out; server frames out.
+"""The wire protocol (docs/protocol.md §2-§6): client frames in, typed values out; server frames
+out.
 
 Pure on purpose: no sockets, no Starlette, no storage. The connection layer hands raw text to
 `parse_client_frame` and sends what the builders return through `encode`, so every rule of the
@@ -72,12 +73,12 @@ class EventType(StrEnum):
     RUN_CANCELLED = "run.cancelled"
 
 
-# Events added to PROTOCOL §6 by this gateway (documented in docs/protocol.md).
+# Events this gateway adds to the events of docs/protocol.md §6.
 TOOL_NEEDS_RECONCILIATION = "tool.needs_reconciliation"
 
 
 class ProtocolError(Exception):
-    """A client request the server answers with an `error` frame (PROTOCOL §5).
+    """A client request the server answers with an `error` frame (docs/protocol.md §7).
 
     `message` goes to the client verbatim, so it must never hold secrets or unbounded input.
     """
@@ -139,7 +140,7 @@ UserInput = Annotated[str, AfterValidator(_check_input)]
 
 
 class _Frame(BaseModel):
-    # strict: "5" is not an int and true is not an int (bad_request, PROTOCOL §5);
+    # strict: "5" is not an int and true is not an int (bad_request, docs/protocol.md §7);
     # extra="ignore": newer clients may send fields this server does not know yet.
     model_config = ConfigDict(frozen=True, strict=True, extra="ignore")
 

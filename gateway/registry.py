@@ -1,8 +1,8 @@
 """Named agent graphs the gateway can run.
 
-A checkpoint is only meaningful against the exact agent graph that produced it (SDK_NOTES: a
-renamed agent or tool breaks a restore, sometimes silently). Every graph therefore carries a
-version that is stored with each checkpoint and compared before a restore.
+A checkpoint is only meaningful against the exact agent graph that produced it: a renamed agent
+or tool breaks a restore, sometimes silently (docs/architecture.md "SDK behaviours"). Every graph
+therefore carries a version that is stored with each checkpoint and compared before a restore.
 """
 
 from __future__ import annotations

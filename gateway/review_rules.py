@@ -1,4 +1,4 @@
-"""Who may decide one particular approval, beyond the access table of PROTOCOL §3.
+"""Who may decide one particular approval, beyond the access table of docs/protocol.md §3.
 
 `check_can_decide` (gateway/auth.py) answers "may this principal decide approvals on this
 thread at all". The rules here narrow that per approval:

@@ -1,4 +1,4 @@
-"""RunManager: the run lifecycle (PROTOCOL §1, DESIGN "The flow").
+"""RunManager: the run lifecycle (docs/protocol.md §1, docs/architecture.md "Components").
 
 start -> running -> (waiting_for_review -> resuming -> running)* -> completed | failed | cancelled,
 plus recovering after a crash. Every state change is a compare-and-swap in the database, made in
@@ -521,7 +521,7 @@ class RunManager:
             self._ctx.spawn(self._resume_on_watch(run.thread_id), name=f"resume-{run.run_id}")
 
     async def _resume_on_watch(self, thread_id: str) -> None:
-        """A new watcher on a thread continues its suspended run (PROTOCOL §6)."""
+        """A new watcher on a thread continues its suspended run (docs/protocol.md §6)."""
         try:
             async with self._ctx.lock(thread_id):
                 run = await self._ctx.runs.active_for_thread(thread_id)

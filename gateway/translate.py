@@ -1,4 +1,4 @@
-"""SDK stream events -> protocol events (PROTOCOL §6).
+"""SDK stream events -> protocol events (docs/protocol.md §6).
 
 One translator per streamed segment of a run. Message ids are minted by the gateway (model item
 ids repeat across responses and providers), so they are stable for clients across replays.

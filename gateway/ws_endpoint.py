@@ -2,8 +2,8 @@
 
 An ASGI application rather than Starlette's `func(websocket)` form, so the connection can send
 its frames through the raw ASGI `send`: Starlette's `WebSocket.send` walks its state machine
-for every message, which was about a tenth of the server's time per frame in a replay
-(docs/benchmarks.md, third round). The handshake, receiving and closing still go through
+for every message, which was about a tenth of the server's time per frame in a profiled replay.
+The handshake, receiving and closing still go through
 Starlette's `WebSocket`.
 """
 

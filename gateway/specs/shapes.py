@@ -48,8 +48,8 @@ EventFrameValue = Annotated[dict[str, Any], WithJsonSchema({_LATER: "EventFrame"
 
 
 class _Shape(BaseModel):
-    # The gateway may add fields (PROTOCOL: "may add fields, never remove or rename them"), so
-    # every described object allows keys it does not list.
+    # The gateway may add fields (docs/protocol.md §5: it "may add fields, never remove or rename
+    # them"), so every described object allows keys it does not list.
     model_config = ConfigDict(extra="allow")
 
 

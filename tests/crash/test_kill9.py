@@ -1,4 +1,5 @@
-"""kill -9 the gateway and restart it on the same SQLite file (DESIGN "The flow" step 6).
+"""kill -9 the gateway and restart it on the same SQLite file (docs/architecture.md "Shutdown and
+crash recovery").
 
 Every test runs a real `python -m gateway serve` subprocess, SIGKILLs it (no shutdown code runs)
 and starts a fresh one on the same database, then checks what a new subscriber sees.

@@ -1,4 +1,5 @@
-"""PROTOCOL §3's access table, case by case, over the WebSocket and the HTTP reviewer API.
+"""The access table of docs/protocol.md §3, case by case, over the WebSocket and the HTTP reviewer
+API.
 
 Every case works on a thread of `alice` (user, tenant acme) whose run is paused on an
 `issue_refund` approval. Principals are the five acme roles of the table plus the four roles in
@@ -72,7 +73,7 @@ def _expect(allowed: set[str]) -> list[tuple[str, str]]:
     return out
 
 
-# The table of PROTOCOL §3.
+# The table of docs/protocol.md §3.
 ACT = _expect({"owner", "admin"})  # start run, send input, cancel own run
 SUBSCRIBE = _expect({"owner", "reviewer", "viewer", "admin"})
 DECIDE = _expect({"reviewer", "admin"})

@@ -1,4 +1,4 @@
-"""Pause for approval, decide, continue: with the offline demo agent (PROTOCOL §8)."""
+"""Pause for approval, decide, continue: with the offline demo agent (docs/protocol.md §9)."""
 
 from __future__ import annotations
 

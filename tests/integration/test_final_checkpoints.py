@@ -3,7 +3,7 @@
 Both are consistent points of the SDK's state. The checkpoint is written in the transaction that
 ends the run, versioned after every earlier one (which it replaces), and restores against the
 same graph — so an operator can inspect what the agent had done when it failed. A terminal run
-is never resumed from it (docs/architecture.md, invariants).
+is never resumed from it (docs/architecture.md "Invariants", 4).
 """
 
 from __future__ import annotations

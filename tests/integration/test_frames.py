@@ -1,4 +1,5 @@
-"""Frame-level rules of PROTOCOL §2 and §5: malformed frames, ids, limits, heartbeats, slow clients.
+"""Frame-level rules of docs/protocol.md §2, §5 and §7: malformed frames, ids, limits, heartbeats,
+slow clients.
 
 Every malformed or invalid frame gets exactly one coded `error` (with `ref` = the frame's id when
 that id is itself valid) and changes nothing; a `bad_request` keeps the socket open.

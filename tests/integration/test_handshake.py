@@ -1,5 +1,5 @@
-"""The WebSocket handshake (PROTOCOL §3): hello, tokens, protocol version, Origin; and settings
-validation at start-up."""
+"""The WebSocket handshake (docs/protocol.md §3): hello, tokens, protocol version, Origin; and
+settings validation at start-up."""
 
 from __future__ import annotations
 

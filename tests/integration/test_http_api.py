@@ -1,4 +1,5 @@
-"""HTTP endpoints (PROTOCOL §7): health, the reviewer API, the event log, development tokens."""
+"""HTTP endpoints (docs/protocol.md §8): health, the reviewer API, the event log, development
+tokens."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Catch-up by `after_seq`: reconnects, full replays, resets, several subscribers (PROTOCOL §5)."""
+"""Catch-up by `after_seq` (docs/protocol.md §4): reconnects, full replays, resets, several
+subscribers."""
 
 from __future__ import annotations
 

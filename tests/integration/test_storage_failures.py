@@ -1,4 +1,4 @@
-"""Storage that fails for a while and comes back (DESIGN invariant 8).
+"""Storage that fails for a while and comes back (invariant 8 of docs/architecture.md "Invariants").
 
 A real in-process gateway on a real SQLite file; `tests.support.faults` makes chosen statements on
 the gateway's own engine fail with SQLite's `disk I/O error`, then heals. Checked: nothing that

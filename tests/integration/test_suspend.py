@@ -1,5 +1,5 @@
-"""on_disconnect "suspend" (PROTOCOL §6) and graceful shutdown: checkpoint at a turn boundary,
-continue later with nothing repeated."""
+"""on_disconnect "suspend" (docs/protocol.md §6) and graceful shutdown: checkpoint at a turn
+boundary, continue later with nothing repeated."""
 
 from __future__ import annotations
 

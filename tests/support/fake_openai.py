@@ -8,8 +8,8 @@ calls with `response.function_call_arguments.delta/done`, and `response.complete
 response including usage). Events are built with the `openai.types.responses` models, so a shape
 the SDK would reject fails here first. Without `stream` it answers the finished response as JSON.
 
-What it answers follows the offline demo model's rules for two cases (PROTOCOL §8), applied to
-the newest user message of the request's `input`:
+What it answers follows the offline demo model's rules for two cases (docs/protocol.md §9), applied
+to the newest user message of the request's `input`:
 
 - tool outputs (`function_call_output` items) after that message -> a final text quoting each one;
 - it mentions "refund" -> a short sentence and one `issue_refund` call with `order_id` = the first

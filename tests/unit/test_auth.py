@@ -1,4 +1,4 @@
-"""JWT verification and the access table of PROTOCOL §3."""
+"""JWT verification and the access table of docs/protocol.md §3."""
 
 from __future__ import annotations
 
@@ -244,7 +244,7 @@ PERSONAS: dict[str, tuple[str, frozenset[Role]]] = {
 OK = None
 F = "forbidden"
 
-# PROTOCOL §3, same tenant: persona -> (act, subscribe, decide, decide with self-approval)
+# docs/protocol.md §3, same tenant: persona -> (act, subscribe, decide, decide with self-approval)
 SAME_TENANT: dict[str, tuple[str | None, str | None, str | None, str | None]] = {
     "owner_user": (OK, OK, F, OK),
     "other_user": (F, F, F, F),

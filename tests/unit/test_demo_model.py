@@ -1,4 +1,4 @@
-"""The offline demo agent, driven through the real SDK runner (PROTOCOL §8)."""
+"""The offline demo agent, driven through the real SDK runner (docs/protocol.md §9)."""
 
 from __future__ import annotations
 

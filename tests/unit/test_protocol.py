@@ -1,4 +1,5 @@
-"""The wire contract of PROTOCOL §2, §4, §5: client frame parsing and server frame building."""
+"""The wire contract of docs/protocol.md §2, §4, §5: client frame parsing and server frame
+building."""
 
 from __future__ import annotations
 
