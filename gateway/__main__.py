@@ -167,13 +167,30 @@ def parser() -> argparse.ArgumentParser:
         serve.add_argument(flag, dest=field, type=kind, default=None, help=text)
     for flag, (field, text) in BOOL_FLAGS.items():
         serve.add_argument(flag, dest=field, action="store_true", default=None, help=text)
-    migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
+    serve.add_argument(
+        "--no-migrate",
+        dest="migrate",
+        action="store_false",
+        default=None,
+        help="do not migrate the schema at start-up; refuse any other revision (GATEWAY_MIGRATE)",
+    )
+    migrate = commands.add_parser(
+        "migrate", help="create or upgrade the database schema (or show it, or take it back)"
+    )
     migrate.add_argument("--database-url", dest="database_url", default=None)
+    chosen = migrate.add_mutually_exclusive_group()
+    chosen.add_argument(
+        "--current", action="store_true", help="print the schema's revision and the newest one"
+    )
+    chosen.add_argument(
+        "--downgrade", metavar="REVISION", default=None, help="take the schema back to REVISION"
+    )
     return root
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    overrides = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
+    known = Settings.model_fields
+    overrides = {k: v for k, v in vars(args).items() if k in known and v is not None}
     return load_settings(**overrides)
 
 
@@ -216,19 +233,29 @@ def serve(settings: Settings, argv: list[str]) -> None:
     uvicorn.Server(config).run()
 
 
-def migrate(settings: Settings) -> None:
-    from persistence.schema import migrate as run_migrations
+def migrate(settings: Settings, *, current: bool = False, downgrade: str | None = None) -> None:
+    """Upgrade to the newest revision; or print the revision (`current`); or take it back."""
+    from persistence import schema
     from persistence.store import open_store
 
-    async def main() -> None:
+    backend = settings.database_url.split("://")[0]
+
+    async def main() -> str:
         store = open_store(settings.database_url)
         try:
-            await run_migrations(store)
+            if current:
+                found = await schema.revision(store)
+                state = "up to date" if found.up_to_date else "behind"
+                return f"revision {found.current or '(none)'}, newest {found.head}: {state}"
+            if downgrade is not None:
+                await schema.downgrade(store, downgrade)
+                return f"schema taken back to {(await schema.revision(store)).current}"
+            await schema.migrate(store)
+            return "schema is up to date"
         finally:
             await store.close()
 
-    asyncio.run(main())
-    print(f"schema is up to date ({settings.database_url.split('://')[0]})")
+    print(f"{asyncio.run(main())} ({backend})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         serve(settings, raw[1:])
     else:
-        migrate(settings)
+        migrate(settings, current=args.current, downgrade=args.downgrade)
     return 0
 
 

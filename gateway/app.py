@@ -42,7 +42,7 @@ from gateway.storage_health import (
     refuse_damaged,
 )
 from gateway.ws_endpoint import GatewaySocket
-from persistence.schema import migrate
+from persistence.schema import SchemaBehind, migrate, require_current
 from persistence.store import open_store
 from persistence.threads import ThreadRepository
 
@@ -118,7 +118,15 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
                 raise refuse_damaged(problems)
             health.damaged(problems)
         store = ReportingStore(backend, health)
-        await migrate(store)
+        if settings.migrate:
+            await migrate(store)
+        else:
+            try:
+                await require_current(store)
+            except SchemaBehind as exc:
+                log.error("not starting: %s", exc)
+                await backend.close()
+                raise
         # A database that cannot be written (a read-only file) shows at once, not at the
         # first client's request.
         await health.check()

@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gateway.jwks import JwksError, load_jwks_file
+from persistence.schema import DEFAULT_DATABASE_URL
 
 ENV_PREFIX = "GATEWAY_"
 
@@ -28,7 +29,10 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
-    database_url: str = "sqlite+aiosqlite:///./gateway.db"
+    database_url: str = DEFAULT_DATABASE_URL
+    # Migrate the schema to this gateway's revision at start-up; off: refuse to serve any other
+    # revision (an operator who migrates as a deployment step, with `python -m gateway migrate`).
+    migrate: bool = True
     secret: SecretStr | None = None
     # Token checks (gateway/auth.py): clock skew tolerated on exp/nbf, and the iss/aud a token
     # must carry when set.
