@@ -34,6 +34,19 @@ FLAGS: dict[str, tuple[str, type, str]] = {
         float,
         "least seconds between JWKS fetches (GATEWAY_JWKS_REFETCH_S)",
     ),
+    "--jwt-user-claim": ("jwt_user_claim", str, "user claim path (GATEWAY_JWT_USER_CLAIM)"),
+    "--jwt-tenant-claim": (
+        "jwt_tenant_claim",
+        str,
+        "tenant claim path (GATEWAY_JWT_TENANT_CLAIM)",
+    ),
+    "--jwt-roles-claim": ("jwt_roles_claim", str, "roles claim path (GATEWAY_JWT_ROLES_CLAIM)"),
+    "--jwt-tenant": ("jwt_tenant", str, "every caller's tenant (GATEWAY_JWT_TENANT)"),
+    "--jwt-role-map": (
+        "jwt_role_map",
+        str,
+        "provider-role=gateway-role,... (GATEWAY_JWT_ROLE_MAP)",
+    ),
     "--suspend-grace-s": ("suspend_grace_s", float, "GATEWAY_SUSPEND_GRACE_S"),
     "--approval-ttl-s": (
         "approval_ttl_s",

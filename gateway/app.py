@@ -100,6 +100,7 @@ def build_verifier(settings: Settings, custom_roles: Iterable[str] = ()) -> Toke
         issuer=settings.jwt_issuer,
         audience=settings.jwt_audience,
         custom_roles=custom_roles,
+        claims=settings.claim_mapping(),
     )
 
 

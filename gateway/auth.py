@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import jwt
 
+from gateway.claims import MISSING, ClaimMapping, claim_at
 from gateway.jwks import KeySource, KeysUnavailable, SigningKey
 
 # The only algorithm verified with GATEWAY_SECRET; JWKS keys pin their own (gateway/jwks.py).
@@ -29,7 +30,10 @@ DEFAULT_LEEWAY_S = 10
 MAX_CLAIM_CHARS = 256
 # A valid token is a few hundred bytes; anything far larger is refused before any crypto.
 MAX_TOKEN_CHARS = 8192
-_REQUIRED_CLAIMS = ("sub", "tenant", "exp")
+# Checked by PyJWT; the user, tenant and roles are read by their claim paths (gateway/claims.py).
+_REQUIRED_CLAIMS = ("exp",)
+# The layout of the gateway's own tokens (signed with the secret).
+GATEWAY_LAYOUT = ClaimMapping()
 # NumericDate claims (RFC 7519 §2). PyJWT reads them with `int()`, which also takes digit
 # strings and booleans: checked again here, so only JSON numbers count.
 _TIME_CLAIMS = ("exp", "nbf", "iat")
@@ -122,7 +126,9 @@ class TokenVerifier:
         issuer: str | None = None,
         audience: str | None = None,
         custom_roles: Iterable[str] = (),
+        claims: ClaimMapping = GATEWAY_LAYOUT,
     ) -> None:
+        """`claims`: where tokens verified with the JWKS keep the user, tenant and roles."""
         if secret is not None and not secret:
             raise ValueError("the token secret must not be empty")
         if secret is None and keys is None:
@@ -135,6 +141,14 @@ class TokenVerifier:
         self._issuer = issuer or None
         self._audience = audience or None
         self._custom_roles = frozenset(custom_roles) - {role.value for role in Role}
+        known = self._custom_roles | {role.value for role in Role}
+        unknown = sorted(set(claims.role_map.values()) - known)
+        if unknown:
+            raise ValueError(
+                f"the role map names roles the gateway does not know: {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(known))})"
+            )
+        self._claims = claims
         required = list(_REQUIRED_CLAIMS)
         if self._issuer is not None:
             required.append("iss")
@@ -217,10 +231,19 @@ class TokenVerifier:
             raise AuthError("token is invalid") from None
         for name in _TIME_CLAIMS:
             _time_claim(claims, name)
-        roles, extra_roles = _roles_claim(claims.get("roles", []), self._custom_roles)
+        layout = self._claims if signing is not None else GATEWAY_LAYOUT
+        if layout.lenient_roles:
+            roles, extra_roles = _roles_claim(
+                layout.role_names(claim_at(claims, layout.roles)), self._custom_roles, lenient=True
+            )
+        else:
+            raw_roles = claim_at(claims, layout.roles)
+            roles, extra_roles = _roles_claim(
+                [] if raw_roles is MISSING else raw_roles, self._custom_roles
+            )
         return Principal(
-            user=_name_claim(claims, "sub"),
-            tenant=_name_claim(claims, "tenant"),
+            user=_name_claim(claims, layout.user),
+            tenant=layout.fixed_tenant or _name_claim(claims, layout.tenant),
             roles=roles,
             extra_roles=extra_roles,
             expires_at=float(claims["exp"]),
@@ -272,7 +295,10 @@ def _kid(header: dict[str, Any]) -> str:
 
 
 def _name_claim(claims: dict[str, Any], name: str) -> str:
-    value = claims.get(name)
+    """The string at claim path `name`."""
+    value = claim_at(claims, name)
+    if value is MISSING:
+        raise AuthError(f"token is missing the {name!r} claim")
     if not isinstance(value, str) or not value:
         raise AuthError(f"token claim {name!r} must be a non-empty string")
     if len(value) > MAX_CLAIM_CHARS:
@@ -289,8 +315,9 @@ def _time_claim(claims: dict[str, Any], name: str) -> None:
 
 
 def _roles_claim(
-    value: object, custom_roles: frozenset[str] = frozenset()
+    value: object, custom_roles: frozenset[str] = frozenset(), *, lenient: bool = False
 ) -> tuple[frozenset[Role], frozenset[str]]:
+    """`lenient`: names that are neither a gateway role nor a custom one are skipped."""
     if not isinstance(value, list):
         raise AuthError("token claim 'roles' must be a list")
     roles: set[Role] = set()
@@ -304,6 +331,8 @@ def _roles_claim(
         try:
             roles.add(Role(item))
         except ValueError:
+            if lenient:
+                continue
             # Refused rather than dropped: a typo in an issuer's role would otherwise silently
             # demote a reviewer. Clipped because the value comes from the caller.
             raise AuthError(f"token has an unknown role {item[:32]!r}") from None

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gateway.claims import ClaimMapping, parse_role_map
 from gateway.jwks import JwksError, load_jwks_file
 from persistence.schema import DEFAULT_DATABASE_URL
 
@@ -46,6 +47,14 @@ class Settings(BaseSettings):
     jwks_cache_s: float = Field(300.0, ge=1.0, le=86_400.0)
     # Fetch attempts (an unknown kid, stale keys, a failed fetch) are at least this far apart.
     jwks_refetch_s: float = Field(30.0, ge=0.0, le=3600.0)
+    # Where tokens verified with the JWKS keep the user, tenant and roles: dotted claim paths
+    # (gateway/claims.py), a fixed tenant for single-tenant deployments, and the provider's
+    # role names mapped onto the gateway's (`provider-role=gateway-role,...`).
+    jwt_user_claim: str = Field("sub", min_length=1, max_length=256)
+    jwt_tenant_claim: str = Field("tenant", min_length=1, max_length=256)
+    jwt_roles_claim: str = Field("roles", min_length=1, max_length=256)
+    jwt_tenant: str | None = Field(None, min_length=1, max_length=256)
+    jwt_role_map: str = Field("", max_length=8192)
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     self_approval: bool = False
     # Reviewer rules (gateway/review_rules.py): the requester of a run may not approve its calls.
@@ -131,6 +140,7 @@ class Settings(BaseSettings):
         "jwt_audience",
         "jwks_file",
         "jwks_url",
+        "jwt_tenant",
         mode="before",
     )
     @classmethod
@@ -174,6 +184,21 @@ class Settings(BaseSettings):
             except JwksError as exc:
                 raise ValueError(str(exc)) from None
         return value
+
+    @field_validator("jwt_role_map")
+    @classmethod
+    def _role_map_pairs(cls, value: str) -> str:
+        parse_role_map(value)  # raises ValueError naming the bad pair
+        return value
+
+    def claim_mapping(self) -> ClaimMapping:
+        return ClaimMapping(
+            user=self.jwt_user_claim,
+            tenant=self.jwt_tenant_claim,
+            roles=self.jwt_roles_claim,
+            fixed_tenant=self.jwt_tenant,
+            role_map=parse_role_map(self.jwt_role_map),
+        )
 
     @field_validator("jwks_url")
     @classmethod
