@@ -146,7 +146,7 @@ async def test_auth0_namespaced_claims(
             "roles": ["reviewer", "user"],
         }
         # No tenant in the token: refused, naming the claim it looked for.
-            now = int(time.time())
+        now = int(time.time())
         untenanted = key.sign(
             {"sub": "auth0|1", "aud": "https://gateway.example.com", "exp": now + 60}
         )
