@@ -34,6 +34,11 @@ FLAGS: dict[str, tuple[str, type, str]] = {
         float,
         "least seconds between JWKS fetches (GATEWAY_JWKS_REFETCH_S)",
     ),
+    "--forwarded-allow-ips": (
+        "forwarded_allow_ips",
+        str,
+        "proxies whose X-Forwarded-* headers are believed (GATEWAY_FORWARDED_ALLOW_IPS)",
+    ),
     "--jwt-user-claim": ("jwt_user_claim", str, "user claim path (GATEWAY_JWT_USER_CLAIM)"),
     "--jwt-tenant-claim": (
         "jwt_tenant_claim",
@@ -171,6 +176,15 @@ BOOL_FLAGS: dict[str, tuple[str, str]] = {
     ),
 }
 
+# Settings that are on by default, turned off by a flag.
+NEGATIVE_FLAGS = {
+    "--no-demo": ("demo_ui", "serve the API only, not the browser demo (GATEWAY_DEMO_UI)"),
+    "--no-migrate": (
+        "migrate",
+        "do not migrate the schema at start-up; refuse any other revision (GATEWAY_MIGRATE)",
+    ),
+}
+
 
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="python -m gateway")
@@ -180,13 +194,8 @@ def parser() -> argparse.ArgumentParser:
         serve.add_argument(flag, dest=field, type=kind, default=None, help=text)
     for flag, (field, text) in BOOL_FLAGS.items():
         serve.add_argument(flag, dest=field, action="store_true", default=None, help=text)
-    serve.add_argument(
-        "--no-migrate",
-        dest="migrate",
-        action="store_false",
-        default=None,
-        help="do not migrate the schema at start-up; refuse any other revision (GATEWAY_MIGRATE)",
-    )
+    for flag, (field, text) in NEGATIVE_FLAGS.items():
+        serve.add_argument(flag, dest=field, action="store_false", default=None, help=text)
     migrate = commands.add_parser(
         "migrate", help="create or upgrade the database schema (or show it, or take it back)"
     )

@@ -106,7 +106,7 @@ def build_verifier(settings: Settings, custom_roles: Iterable[str] = ()) -> Toke
 
 def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> Starlette:
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(_host: Starlette) -> AsyncIterator[None]:
         # Traces would leave the machine (the SDK exports to OpenAI by default): off unless
         # asked for. Runs also pass `tracing_disabled` in their RunConfig.
         set_tracing_disabled(not settings.tracing)
@@ -202,6 +202,9 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             server_name="agents-ws-gateway",
             server_version=server_version(),
         )
+        # On the gateway's own application, not the one running the lifespan: an application
+        # that mounts the gateway runs its lifespan (docs/examples/mounted_gateway.py), and
+        # requests under the mount see the gateway's state.
         app.state.services = services
         # Runs a previous process left active, then runs of peers whose leases expire.
         runs.recovery.start()
@@ -231,7 +234,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
         WebSocketRoute("/v1/ws", GatewaySocket(), name="websocket"),
     ]
     app = Starlette(routes=app_routes, lifespan=lifespan)
-    if STATIC_DIR.is_dir():
+    if settings.demo_ui and STATIC_DIR.is_dir():
         # The demo gets only requests no route claims. Mounted at "/", it also took API paths
         # called with a method they lack, answering with its own 404 or a 405 with the wrong
         # `Allow`, where the route answers 405 with the methods it has.

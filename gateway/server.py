@@ -80,6 +80,8 @@ def gateway_config(app: ASGIApp, settings: Settings, **overrides: Any) -> Gatewa
         "h11_max_incomplete_event_size": settings.max_header_bytes,
         "backlog": settings.backlog,
         "lifespan": "on",
+        "proxy_headers": True,
+        "forwarded_allow_ips": settings.forwarded_allow_ips,
         "timeout_graceful_shutdown": 10,
         **overrides,
     }

@@ -29,6 +29,12 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
     host: str = "127.0.0.1"
+    # Peers whose X-Forwarded-For / X-Forwarded-Proto are believed (a reverse proxy's address):
+    # addresses or networks, comma-separated, `*` for any, empty for none. The client address
+    # they give is what the audit trail records.
+    forwarded_allow_ips: str = Field("127.0.0.1", max_length=4096)
+    # The browser demo and the client package's modules at `/`; off, only the API is served.
+    demo_ui: bool = True
     port: int = Field(8000, ge=0, le=65535)
     database_url: str = DEFAULT_DATABASE_URL
     # Migrate the schema to this gateway's revision at start-up; off: refuse to serve any other
@@ -184,6 +190,19 @@ class Settings(BaseSettings):
             except JwksError as exc:
                 raise ValueError(str(exc)) from None
         return value
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _addresses_or_networks(cls, value: str) -> str:
+        items = [item.strip() for item in value.split(",") if item.strip()]
+        for item in items:
+            if item == "*":
+                continue
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an IP address or network (or *)") from None
+        return ",".join(items)
 
     @field_validator("jwt_role_map")
     @classmethod
