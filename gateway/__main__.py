@@ -34,6 +34,11 @@ FLAGS: dict[str, tuple[str, type, str]] = {
         float,
         "least seconds between JWKS fetches (GATEWAY_JWKS_REFETCH_S)",
     ),
+    "--openai-api": (
+        "openai_api",
+        str,
+        "responses or chat_completions (GATEWAY_OPENAI_API)",
+    ),
     "--forwarded-allow-ips": (
         "forwarded_allow_ips",
         str,

@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 from agents import set_tracing_disabled
+from agents.models import get_default_model
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 
@@ -25,8 +27,8 @@ from gateway.http_api import routes as http_routes
 from gateway.jwks import KeySource, RemoteKeys, StaticKeys
 from gateway.limits import Limits
 from gateway.log_watch import LogWatch
-from gateway.models import build_model_provider, default_model_name
-from gateway.registry import AgentRegistry, load_registry
+from gateway.models import OFFLINE, build_model_provider, default_model_name, model_of
+from gateway.registry import AgentGraph, AgentRegistry, load_registry
 from gateway.relay import open_relay
 from gateway.retention import Retention
 from gateway.runs import RunManager
@@ -66,6 +68,26 @@ def build_registry(settings: Settings, model_name: str) -> AgentRegistry:
     if settings.agents:
         return load_registry(settings.agents, model_name=model_name)
     return AgentRegistry([demo_graph(model_name)], default="assistant")
+
+
+def log_models(
+    graphs: AgentRegistry,
+    settings: Settings,
+    model_name: str,
+    starting_agent: Callable[[AgentGraph], Any],
+) -> None:
+    """One line per graph: which model its starting agent really runs on, and through what."""
+    if model_name == OFFLINE:
+        through = "the offline demo model (every agent whose model is a name or unset)"
+    else:
+        where = settings.openai_base_url or "api.openai.com"
+        through = f"the SDK's multi-provider (OpenAI {settings.openai_api} at {where})"
+    for name in graphs.names():
+        graph = graphs.get(name)
+        model = model_of(starting_agent(graph), get_default_model())
+        log.info(
+            "agent graph %r version %s: model %s, through %s", name, graph.version, model, through
+        )
 
 
 def build_verifier(settings: Settings, custom_roles: Iterable[str] = ()) -> TokenVerifier:
@@ -159,6 +181,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
                 settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
             ),
             openai_base_url=settings.openai_base_url,
+            openai_api=settings.openai_api,
         )
         verifier = build_verifier(settings, custom_roles=graphs.reviewer_role_names())
         runs = RunManager(
@@ -184,6 +207,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             approval_ttl_s=settings.approval_ttl_s,
             approval_sweep_s=settings.approval_sweep_s,
         )
+        log_models(graphs, settings, model_name, runs.starting_agent)
         limits = Limits.from_settings(settings)
         # The per-user limits across processes, when a shared bus joins them.
         usage = SharedUsage(bus, limits)

@@ -133,6 +133,10 @@ class RunManager:
     def is_executing(self, run_id: str) -> bool:
         return self._ctx.is_executing(run_id)
 
+    def starting_agent(self, graph: AgentGraph) -> Any:
+        """The graph's built starting agent, the one its runs use (built once per version)."""
+        return self._ctx.agent(graph)
+
     # -- threads -------------------------------------------------------------------------
 
     async def create_thread(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipaddress
 import secrets
 import socket
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     max_frame_bytes: int = Field(65536, ge=1024, le=16 * 1024 * 1024)
     demo_delay_ms: int = Field(15, ge=0, le=10_000)
     model: str | None = None
+    # How OpenAI (or a compatible server) is called: the Responses API or Chat Completions (what
+    # most compatible servers speak).
+    openai_api: Literal["responses", "chat_completions"] = "responses"
     agents: str | None = None
     heartbeat_s: float = Field(20.0, gt=0)
     hello_timeout_s: float = Field(10.0, gt=0)

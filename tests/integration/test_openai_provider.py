@@ -92,3 +92,57 @@ async def test_refund_run_streams_pauses_and_completes_via_openai_provider(
     # Nothing but model calls: no tracing export, no other endpoint.
     assert [r.path for r in fake.requests] == ["/v1/responses", "/v1/responses"]
     assert not [r for r in fake.requests if "trac" in r.path]
+
+
+async def test_chat_completions_on_a_keyless_compatible_server_with_a_prefixed_model(
+    gateway_factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """GATEWAY_OPENAI_API=chat_completions against a server that needs no key, the model named
+    with the multi-provider's `openai/` prefix: streaming, the tool call, the approval and the
+    continuation, as over the Responses API."""
+    caplog.set_level("INFO", logger="gateway")
+    async with running_fake_openai() as (fake, port):
+        base_url = f"http://127.0.0.1:{port}/v1"
+        async with gateway_factory(
+            openai_api_key=None,
+            openai_base_url=base_url,
+            model=f"openai/{MODEL}",
+            openai_api="chat_completions",
+        ) as gw:
+            alice = await Client.connect(gw.ws_url, gw.token("alice", "user"))
+            bob = await Client.connect(gw.ws_url, gw.token("bob", "reviewer"))
+            try:
+                ack = await alice.request("run.start", input="refund order 7 for 12 dollars")
+                requested = await alice.wait_event("approval.requested")
+                assert requested["data"]["tool_name"] == "issue_refund"
+                assert requested["data"]["arguments"] == {"order_id": 7, "amount": 12}
+                await alice.wait_event("run.paused")
+                deltas = [
+                    e for e in alice.events_of(ack["thread_id"]) if e["event"] == "message.delta"
+                ]
+                assert len(deltas) > 5  # streamed word by word, not in one piece
+                await bob.request(
+                    "approval.decide",
+                    approval_id=requested["data"]["approval_id"],
+                    decision="approve",
+                )
+                await alice.wait_event("run.completed")
+                events = alice.events_of(ack["thread_id"])
+                assert refund_text(7, 12.0) in final_text(events, ack["run_id"])
+            finally:
+                await alice.close()
+                await bob.close()
+
+    posts = fake.chat_requests
+    assert [r.path for r in fake.requests] == ["/v1/chat/completions"] * 2
+    for post in posts:
+        assert post.body["model"] == MODEL  # the prefix chose the provider and was dropped
+        assert post.body["stream"] is True
+        assert post.headers["authorization"] == "Bearer unused"
+    tool_messages = [m for m in posts[1].body["messages"] if m.get("role") == "tool"]
+    assert [m["content"] for m in tool_messages] == [refund_text(7, 12.0)]
+    # The start-up log says which model the graph runs on, and through what.
+    assert any(
+        f"model openai/{MODEL}" in r.getMessage() and "chat_completions" in r.getMessage()
+        for r in caplog.records
+    )

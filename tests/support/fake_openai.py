@@ -16,6 +16,10 @@ to the newest user message of the request's `input`:
   integer and `amount` = the second number (10 if none);
 - anything else -> a reply that quotes the input.
 
+`POST /v1/chat/completions` answers the same plans in Chat Completions' shape (streamed chunks
+with content deltas and tool-call deltas, a usage chunk, `[DONE]`; or the finished completion),
+reading `tool` messages as tool outputs.
+
 Every request, on any path, is recorded (method, path, headers, JSON body) for assertions.
 """
 
@@ -296,6 +300,7 @@ class FakeOpenAI:
         self.app = Starlette(
             routes=[
                 Route("/v1/responses", self._responses, methods=["POST"]),
+                Route("/v1/chat/completions", self._chat_completions, methods=["POST"]),
                 Route("/{path:path}", self._other, methods=ALL_METHODS),
             ]
         )
@@ -318,6 +323,10 @@ class FakeOpenAI:
     @property
     def response_requests(self) -> list[RecordedRequest]:
         return [r for r in self.requests if r.method == "POST" and r.path == "/v1/responses"]
+
+    @property
+    def chat_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.method == "POST" and r.path == "/v1/chat/completions"]
 
     async def _other(self, request: Request) -> HTTPResponse:
         await self._record(request)
@@ -346,6 +355,120 @@ class FakeOpenAI:
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-request-id": _new_id("req")},
         )
+
+    async def _chat_completions(self, request: Request) -> HTTPResponse:
+        recorded = await self._record(request)
+        body = recorded.body if isinstance(recorded.body, dict) else {}
+        messages = body.get("messages") or []
+        plan = plan_for(chat_items(messages))
+        model = str(body.get("model"))
+        if not body.get("stream"):
+            return JSONResponse(chat_completion(model, plan, messages))
+
+        async def sse() -> AsyncIterator[str]:
+            for chunk in chat_chunks(model, plan, messages):
+                if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                    if self.delta_delay_s:
+                        await asyncio.sleep(self.delta_delay_s)
+                yield f"data: {json.dumps(chunk)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(sse(), media_type="text/event-stream")
+
+
+def chat_items(messages: list[Any]) -> list[dict[str, Any]]:
+    """Chat messages as the Responses items `plan_for` reads: tool messages are outputs."""
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "tool":
+            items.append({"type": "function_call_output", "output": message.get("content")})
+        else:
+            items.append({"role": message.get("role"), "content": message.get("content")})
+    return items
+
+
+def _chat_usage(plan: Plan, messages: list[Any]) -> dict[str, int]:
+    prompt = len(json.dumps(messages).split())
+    completion = len(plan.text.split()) + sum(len(json.dumps(a).split()) for _, a in plan.calls)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _tool_calls(plan: Plan) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": _new_id("call"),
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)},
+        }
+        for name, args in plan.calls
+    ]
+
+
+def chat_completion(model: str, plan: Plan, messages: list[Any]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": plan.text or None}
+    if plan.calls:
+        message["tool_calls"] = _tool_calls(plan)
+    return {
+        "id": _new_id("chatcmpl"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if plan.calls else "stop",
+            }
+        ],
+        "usage": _chat_usage(plan, messages),
+    }
+
+
+def chat_chunks(model: str, plan: Plan, messages: list[Any]) -> Iterator[dict[str, Any]]:
+    """The streamed chunks of a completion: role, content deltas, each tool call in two
+    argument deltas, the finish reason, then usage (`stream_options.include_usage`)."""
+    base = {
+        "id": _new_id("chatcmpl"),
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    yield chunk({"role": "assistant", "content": ""})
+    for piece in _chunks(plan.text):
+        yield chunk({"content": piece})
+    for index, call in enumerate(_tool_calls(plan)):
+        arguments = call["function"]["arguments"]
+        middle = len(arguments) // 2
+        yield chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {
+                            "name": call["function"]["name"],
+                            "arguments": arguments[:middle],
+                        },
+                    }
+                ]
+            }
+        )
+        yield chunk(
+            {"tool_calls": [{"index": index, "function": {"arguments": arguments[middle:]}}]}
+        )
+    yield chunk({}, "tool_calls" if plan.calls else "stop")
+    yield {**base, "choices": [], "usage": _chat_usage(plan, messages)}
 
 
 @contextlib.asynccontextmanager

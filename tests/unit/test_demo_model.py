@@ -11,7 +11,10 @@ from agents import Agent, RunConfig, Runner, RunState
 from agents.items import ToolApprovalItem
 from agents.model_settings import ModelSettings
 from agents.models.interface import ModelTracing
+from agents.models.multi_provider import MultiProvider
+from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from agents.models.openai_provider import OpenAIProvider
+from agents.models.openai_responses import OpenAIResponsesModel
 from agents.stream_events import RawResponsesStreamEvent, RunItemStreamEvent
 
 from gateway.demo import (
@@ -235,7 +238,18 @@ def test_graph_and_provider_selection() -> None:
     online = build_model_provider(
         model="gpt-4.1-mini", delay_ms=0, openai_api_key="sk-test", openai_base_url=None
     )
-    assert isinstance(online, OpenAIProvider)
+    # The SDK's multi-provider (prefixes such as litellm/ route), on the gateway's own client.
+    assert isinstance(online, MultiProvider)
+    assert isinstance(online.openai_provider, OpenAIProvider)
+    assert isinstance(online.get_model("openai/gpt-4.1-mini"), OpenAIResponsesModel)
+    chat = build_model_provider(
+        model="m",
+        delay_ms=0,
+        openai_api_key=None,
+        openai_base_url="http://127.0.0.1:9/v1",
+        openai_api="chat_completions",
+    )
+    assert isinstance(chat.get_model("m"), OpenAIChatCompletionsModel)
 
     assert default_model_name(None, None) == "offline"
     assert default_model_name("sk-test", None) not in ("", "offline")
