@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agents import set_tracing_disabled
 from starlette.applications import Starlette
-from starlette.routing import WebSocketRoute
+from starlette.routing import Route, WebSocketRoute
 
 from gateway.audit import AuditTrail
 from gateway.auth import TokenVerifier
@@ -34,6 +34,7 @@ from gateway.services import Services
 from gateway.settings import Settings
 from gateway.shared_usage import SharedUsage
 from gateway.specs.serve import routes as spec_routes
+from gateway.sse import thread_stream
 from gateway.static import demo_app, demo_fallback
 from gateway.storage_health import (
     ReportingStore,
@@ -226,6 +227,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
 
     app_routes = [
         *http_routes(),
+        Route("/v1/threads/{thread_id}/stream", thread_stream, methods=["GET"]),
         *spec_routes(),
         WebSocketRoute("/v1/ws", GatewaySocket(), name="websocket"),
     ]

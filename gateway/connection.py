@@ -33,7 +33,7 @@ from gateway.sensitive import reveal_approval_event, sees_sensitive_arguments
 from gateway.server_limits import CLOSE_TIMEOUT_S
 from gateway.services import Services
 from gateway.storage_health import log_failure
-from gateway.subscription import Subscription
+from gateway.subscription import Subscription, resume_point
 from persistence.errors import StorageUnavailable
 from persistence.threads import ThreadRecord
 
@@ -581,13 +581,7 @@ class Connection:
             # Run starts checked this before starting (`_admit_run`).
             self._check_subscription_slot()
         thread = await self._services.runs.authorize_subscribe(principal, thread_id, known)
-        reset = (
-            (epoch is not None and epoch != thread.epoch)
-            or after_seq > thread.head_seq
-            # Retention removed events the client has not seen: it must rebuild its view.
-            or after_seq < thread.truncated_seq
-        )
-        cursor = 0 if reset else after_seq
+        cursor, reset = resume_point(thread, after_seq, epoch)
         existing = self._subscriptions.pop(thread_id, None)
         if existing is not None:
             existing.close()

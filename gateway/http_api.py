@@ -141,7 +141,11 @@ async def authenticate(request: Request, services: Services) -> Principal:
 
 
 def int_param(request: Request, name: str, default: int, *, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
+    return int_value(name, request.query_params.get(name), default, low=low, high=high)
+
+
+def int_value(name: str, raw: str | None, default: int, *, low: int, high: int) -> int:
+    """A query parameter's or header's integer, or `bad_request` naming it."""
     if raw is None:
         return default
     try:

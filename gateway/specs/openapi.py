@@ -225,6 +225,46 @@ def _paths() -> dict[str, dict[str, Any]]:
                 errors=(400, 401, 403, 404, 500, 503),
             )
         },
+        "/v1/threads/{thread_id}/stream": {
+            "get": _operation(
+                "streamThreadEvents",
+                "A thread's events as Server-Sent Events",
+                description=(
+                    "`thread.subscribe` over HTTP: same access, same replay and live "
+                    "guarantees. The first message is `event: subscribed` with the "
+                    "`subscribed` frame (`reset: true` when the cursor does not fit the "
+                    "thread: drop the view). Then every event with `seq` past the cursor, "
+                    "once and in order, as a message with `id` = `seq` and the `event` frame "
+                    "as its data; a `: heartbeat` comment every GATEWAY_HEARTBEAT_S. The "
+                    "cursor is the `Last-Event-ID` header (sent by a reconnecting "
+                    "EventSource), else `after_seq`."
+                ),
+                tag="threads",
+                parameters=[
+                    _path_id("thread_id"),
+                    _query(
+                        "after_seq",
+                        {"type": "integer", "minimum": 0, "maximum": MAX_AFTER, "default": 0},
+                        "stream events after this seq (ignored when Last-Event-ID is sent)",
+                    ),
+                    _query(
+                        "epoch",
+                        {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS},
+                        "the epoch the cursor belongs to; another epoch means `reset`",
+                    ),
+                    {
+                        "name": "Last-Event-ID",
+                        "in": "header",
+                        "required": False,
+                        "description": "the last `seq` received; resume after it",
+                        "schema": {"type": "integer", "minimum": 0, "maximum": MAX_AFTER},
+                    },
+                ],
+                ok=("the feed (`text/event-stream`), open until the client leaves", "EventPage"),
+                errors=(400, 401, 403, 404, 500, 503),
+                stream=True,
+            )
+        },
         "/v1/runs/{run_id}": {
             "get": _operation(
                 "getRun",
@@ -308,6 +348,7 @@ def _operation(
     body: str | None = None,
     notes: dict[int, str] | None = None,
     extra: dict[str, Any] | None = None,
+    stream: bool = False,
 ) -> dict[str, Any]:
     operation: dict[str, Any] = {"operationId": operation_id, "summary": summary, "tags": [tag]}
     if description:
@@ -324,6 +365,13 @@ def _operation(
     responses: dict[str, Any] = {
         "200": {"description": ok[0], "content": {JSON: {"schema": ref(ok[1])}}}
     }
+    if stream:
+        responses["200"]["content"] = {
+            "text/event-stream": {
+                "schema": {"type": "string"},
+                "x-sse-data": "each message's data is a frame: `subscribed`, then `event`",
+            }
+        }
     for status in errors:
         name, _ = ERRORS[status]
         response: dict[str, Any] = {"$ref": f"#/components/responses/{name}"}

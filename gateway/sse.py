@@ -1,0 +1,131 @@
+"""A thread's events as Server-Sent Events (docs/protocol.md §8): `thread.subscribe` over HTTP.
+
+The feed is the WebSocket subscription itself (`Subscription`: replay from a cursor, then live,
+every seq once and in order) with the same access check (`authorize_subscribe`) and the same
+resume rule (`resume_point`), written out as SSE messages instead of frames:
+
+- the first message is `event: subscribed` with the `subscribed` frame (`epoch`, `head_seq`,
+  `reset`), so a client whose cursor no longer fits (another epoch, past the head, cut by
+  retention) is told to drop its view, exactly as on the WebSocket;
+- every event is a message whose `id` is its `seq` and whose data is the `event` frame, so a
+  client's `Last-Event-ID` on reconnect is its cursor: no gap and no repeat;
+- a comment line every `GATEWAY_HEARTBEAT_S` keeps proxies from closing an idle feed and lets
+  the server notice a client that has gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from gateway import protocol
+from gateway.auth import Principal
+from gateway.errors import GatewayError
+from gateway.eventlog_types import LoggedEvent
+from gateway.http_api import authenticate, endpoint, int_value, path_id
+from gateway.protocol import MAX_ID_CHARS, ErrorCode
+from gateway.sensitive import reveal_approval_event, sees_sensitive_arguments
+from gateway.services import Services
+from gateway.subscription import Subscription, resume_point
+
+MAX_AFTER = 2**62
+# How long a browser's EventSource waits before reconnecting after the feed ends.
+RETRY_MS = 1000
+MEDIA_TYPE = "text/event-stream"
+
+
+def sse_message(data: str, *, event: str | None = None, event_id: int | None = None) -> bytes:
+    # Frames are compact JSON (no newlines), so each is one `data:` line.
+    head = f"event: {event}\n" if event else ""
+    if event_id is not None:
+        head += f"id: {event_id}\n"
+    return f"{head}data: {data}\n\n".encode()
+
+
+def _cursor(request: Request) -> int:
+    """`Last-Event-ID` (a reconnecting EventSource's) wins over `after_seq` (a first visit's)."""
+    header = request.headers.get("last-event-id")
+    if header is not None and header != "":
+        return int_value("Last-Event-ID", header, 0, low=0, high=MAX_AFTER)
+    return int_value("after_seq", request.query_params.get("after_seq"), 0, low=0, high=MAX_AFTER)
+
+
+def _epoch(request: Request) -> str | None:
+    epoch = request.query_params.get("epoch")
+    if epoch is not None and (not epoch or len(epoch) > MAX_ID_CHARS):
+        raise GatewayError(ErrorCode.BAD_REQUEST, "epoch must be a non-empty id")
+    return epoch
+
+
+@endpoint
+async def thread_stream(request: Request, services: Services) -> Response:
+    principal = await authenticate(request, services)
+    thread_id = path_id(request, "thread_id")
+    after_seq, epoch = _cursor(request), _epoch(request)
+    thread = await services.runs.authorize_subscribe(principal, thread_id)
+    cursor, reset = resume_point(thread, after_seq, epoch)
+    subscribed = protocol.encode(
+        protocol.subscribed(thread_id, thread.epoch, thread.head_seq, reset)
+    )
+    return StreamingResponse(
+        _feed(services, principal, thread_id, cursor, subscribed),
+        media_type=MEDIA_TYPE,
+        # No caching or buffering proxy may hold back a live feed.
+        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+    )
+
+
+async def _feed(
+    services: Services, principal: Principal, thread_id: str, cursor: int, subscribed: str
+) -> AsyncIterator[bytes]:
+    # Bounded like a WebSocket's outgoing queue: a reader that falls behind makes the
+    # subscription read the table at its pace instead of growing this queue.
+    queue: asyncio.Queue[str] = asyncio.Queue(maxsize=services.settings.send_queue_size)
+
+    def send_live(frame: str) -> bool:
+        try:
+            queue.put_nowait(frame)
+        except asyncio.QueueFull:
+            return False
+        return True
+
+    async def reveal(event: LoggedEvent) -> str:
+        if not sees_sensitive_arguments(principal):
+            return event.frame
+        return await reveal_approval_event(event, services.runs.approvals)
+
+    yield f"retry: {RETRY_MS}\n".encode() + sse_message(subscribed, event="subscribed")
+    subscription = Subscription(
+        thread_id=thread_id,
+        after_seq=cursor,
+        bus=services.bus,
+        log=services.log,
+        send_replay=queue.put,
+        send_live=send_live,
+        reveal=reveal,
+    )
+    subscription.start()
+    task = subscription.task
+    assert task is not None
+    try:
+        while True:
+            try:
+                frame = await asyncio.wait_for(queue.get(), services.settings.heartbeat_s)
+            except TimeoutError:
+                if task.done():
+                    # The subscription could not read the log: end the feed, and the client
+                    # resumes from its Last-Event-ID.
+                    return
+                yield b": heartbeat\n\n"
+                continue
+            seq = orjson.loads(frame).get("seq")
+            yield sse_message(frame, event_id=seq if isinstance(seq, int) else None)
+    finally:
+        subscription.close()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
