@@ -22,6 +22,7 @@ from gateway.demo import demo_graph
 from gateway.eventlog import EventLog
 from gateway.execution import SegmentRunner
 from gateway.http_api import routes as http_routes
+from gateway.http_runs import send_input, start_run
 from gateway.jwks import KeySource, RemoteKeys, StaticKeys
 from gateway.limits import Limits
 from gateway.log_watch import LogWatch
@@ -228,6 +229,8 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
     app_routes = [
         *http_routes(),
         Route("/v1/threads/{thread_id}/stream", thread_stream, methods=["GET"]),
+        Route("/v1/runs", start_run, methods=["POST"]),
+        Route("/v1/threads/{thread_id}/input", send_input, methods=["POST"]),
         *spec_routes(),
         WebSocketRoute("/v1/ws", GatewaySocket(), name="websocket"),
     ]

@@ -463,12 +463,7 @@ class Connection:
             # show. Checked first, as it costs the user nothing.
             if thread_id not in self._subscriptions:
                 self._check_subscription_slot()
-            wait_s = self._limits.start_run(principal.tenant, principal.user)
-            if wait_s:
-                limit = self._limits.settings.runs_per_minute
-                raise rate_limited(
-                    f"at most {limit} runs may be started per minute", retry_after_s=wait_s
-                )
+            self._limits.admit_run_start(principal.tenant, principal.user)
 
         return admit
 

@@ -43,6 +43,10 @@ ERRORS: Mapping[int, tuple[str, str]] = MappingProxyType(
             "UnsupportedMediaType",
             "`unsupported_media_type`: the body is not sent as `application/json`",
         ),
+        429: (
+            "RateLimited",
+            "`rate_limited`: over a limit; `retry_after_s` says when a retry is admitted",
+        ),
         500: ("Internal", "`internal`: an unexpected server error (logged with its traceback)"),
         503: (
             "Unavailable",
@@ -263,6 +267,38 @@ def _paths() -> dict[str, dict[str, Any]]:
                 ok=("the feed (`text/event-stream`), open until the client leaves", "EventPage"),
                 errors=(400, 401, 403, 404, 500, 503),
                 stream=True,
+            )
+        },
+        "/v1/runs": {
+            "post": _operation(
+                "startRun",
+                "Start a run (and its thread when none is named)",
+                description=(
+                    "The WebSocket's `run.start` over HTTP: same validation, access rules, "
+                    "run-start limit and errors. The answer comes once the run is stored; "
+                    "follow it on `GET /v1/threads/{thread_id}/stream` from `first_seq - 1`."
+                ),
+                tag="runs",
+                body="RunStartRequest",
+                ok=("the run has started", "RunStarted"),
+                errors=(400, 401, 403, 404, 409, 413, 415, 429, 500, 503),
+                notes={429: "over GATEWAY_MAX_RUNS_PER_MINUTE (`retry_after_s` in the body)"},
+            )
+        },
+        "/v1/threads/{thread_id}/input": {
+            "post": _operation(
+                "sendInput",
+                "Send input to a thread",
+                description=(
+                    "The WebSocket's `run.input` over HTTP: starts a run on an idle thread, "
+                    "else stages or queues the input on the active run."
+                ),
+                tag="runs",
+                parameters=[_path_id("thread_id")],
+                body="InputRequest",
+                ok=("what became of the input", "InputAccepted"),
+                errors=(400, 401, 403, 404, 409, 413, 415, 429, 500, 503),
+                notes={429: "over the run-start or pending-input limit"},
             )
         },
         "/v1/runs/{run_id}": {
