@@ -282,7 +282,7 @@ def _paths() -> dict[str, dict[str, Any]]:
                 body="RunStartRequest",
                 ok=("the run has started", "RunStarted"),
                 errors=(400, 401, 403, 404, 409, 413, 415, 429, 500, 503),
-                notes={429: "over GATEWAY_MAX_RUNS_PER_MINUTE (`retry_after_s` in the body)"},
+                notes={429: "over GATEWAY_RUNS_PER_MINUTE (`retry_after_s` in the body)"},
             )
         },
         "/v1/threads/{thread_id}/input": {

@@ -411,7 +411,11 @@ class RunStartRequest(BaseModel):
     thread_id: Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)] | None = Field(
         None, description="an existing thread; omitted: a new thread owned by the caller"
     )
-    input: str = Field(description="the user's message (at most GATEWAY_MAX_INPUT_CHARS)")
+    input: str = Field(
+        min_length=1,
+        pattern=r"\S",
+        description="the user's message: not blank, at most GATEWAY_MAX_INPUT_CHARS",
+    )
     agent: Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)] | None = Field(
         None, description="an agent graph by name; omitted: the default graph"
     )
@@ -428,7 +432,11 @@ class RunStarted(_Shape):
 
 
 class InputRequest(BaseModel):
-    input: str = Field(description="the user's message (at most GATEWAY_MAX_INPUT_CHARS)")
+    input: str = Field(
+        min_length=1,
+        pattern=r"\S",
+        description="the user's message: not blank, at most GATEWAY_MAX_INPUT_CHARS",
+    )
 
 
 class InputAccepted(_Shape):
