@@ -35,7 +35,7 @@ from gateway.services import Services
 from gateway.settings import Settings
 from gateway.shared_usage import SharedUsage
 from gateway.specs.serve import routes as spec_routes
-from gateway.sse import thread_stream
+from gateway.sse import inbox_stream, thread_stream
 from gateway.static import demo_app, demo_fallback
 from gateway.storage_health import (
     ReportingStore,
@@ -229,6 +229,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
     app_routes = [
         *http_routes(),
         Route("/v1/threads/{thread_id}/stream", thread_stream, methods=["GET"]),
+        Route("/v1/approvals/stream", inbox_stream, methods=["GET"]),
         Route("/v1/runs", start_run, methods=["POST"]),
         Route("/v1/threads/{thread_id}/input", send_input, methods=["POST"]),
         *spec_routes(),

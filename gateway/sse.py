@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from gateway import protocol
-from gateway.auth import Principal
+from gateway.auth import AccessDenied, Principal, check_can_use_inbox
 from gateway.errors import GatewayError
 from gateway.eventlog_types import LoggedEvent
 from gateway.http_api import authenticate, endpoint, int_value, path_id
@@ -129,3 +130,54 @@ async def _feed(
         subscription.close()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
+
+
+@endpoint
+async def inbox_stream(request: Request, services: Services) -> Response:
+    """`inbox.subscribe` over HTTP: `event: inbox` with the pending approvals, then an
+    `event: inbox.update` message per change, with the same access and per-reader views."""
+    principal = await authenticate(request, services)
+    try:
+        check_can_use_inbox(principal)
+    except AccessDenied as exc:
+        raise GatewayError(exc.code, exc.message) from None
+    return StreamingResponse(
+        _inbox_feed(services, principal),
+        media_type=MEDIA_TYPE,
+        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+    )
+
+
+async def _inbox_feed(services: Services, principal: Principal) -> AsyncIterator[bytes]:
+    views = services.runs.views
+    queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=services.settings.send_queue_size)
+
+    def on_update(added: list[dict[str, Any]], removed: list[str]) -> None:
+        frame = protocol.inbox_update(views.for_inbox_reader(principal, added), removed)
+        try:
+            queue.put_nowait(protocol.encode(frame))
+        except asyncio.QueueFull:
+            # The inbox has no cursor to resume from: a reader this far behind is ended (as a
+            # WebSocket is) and gets a fresh snapshot when it reconnects.
+            with contextlib.suppress(asyncio.QueueEmpty):
+                queue.get_nowait()
+            queue.put_nowait(None)
+
+    # Subscribed before the snapshot is read, so no change falls between the two; updates
+    # that arrive meanwhile wait in the queue and follow the snapshot.
+    unsubscribe = services.bus.subscribe_inbox(principal.tenant, on_update)
+    try:
+        pending = await views.inbox_views(principal)
+        snapshot = protocol.encode(protocol.inbox(pending))
+        yield f"retry: {RETRY_MS}\n".encode() + sse_message(snapshot, event="inbox")
+        while True:
+            try:
+                frame = await asyncio.wait_for(queue.get(), services.settings.heartbeat_s)
+            except TimeoutError:
+                yield b": heartbeat\n\n"
+                continue
+            if frame is None:
+                return
+            yield sse_message(frame, event="inbox.update")
+    finally:
+        unsubscribe()

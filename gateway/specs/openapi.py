@@ -172,6 +172,23 @@ def _paths() -> dict[str, dict[str, Any]]:
                 notes={403: "the caller is neither a reviewer nor an admin"},
             )
         },
+        "/v1/approvals/stream": {
+            "get": _operation(
+                "streamInbox",
+                "The tenant's approval inbox as Server-Sent Events",
+                description=(
+                    "`inbox.subscribe` over HTTP, for reviewers and admins: `event: inbox` "
+                    "with the `inbox` frame (the pending approvals), then `event: "
+                    "inbox.update` with each `inbox.update` frame; a `: heartbeat` comment "
+                    "every GATEWAY_HEARTBEAT_S. A reconnect gets a fresh `inbox`."
+                ),
+                tag="approvals",
+                ok=("the feed (`text/event-stream`), open until the client leaves", "ApprovalList"),
+                errors=(401, 403, 500, 503),
+                notes={403: "the caller is neither a reviewer nor an admin"},
+                stream=True,
+            )
+        },
         "/v1/approvals/{approval_id}/decision": {
             "post": _operation(
                 "decideApproval",

@@ -204,3 +204,43 @@ async def test_feed_access_and_bad_cursors(gateway: Gateway, connect) -> None:
         assert_error(
             await http.get(path, params={"after_seq": "-1"}, headers=alice), 400, "bad_request"
         )
+
+
+async def test_a_reviewer_follows_the_inbox_feed_and_decides_over_http(gateway: Gateway) -> None:
+    bob = bearer(gateway, "bob", "reviewer")
+    seen: list[Message] = []
+    async with gateway.http() as http:
+        assert_error(
+            await http.get("/v1/approvals/stream", headers=bearer(gateway, "alice", "user")),
+            403,
+            "forbidden",
+        )
+        async with http.stream("GET", "/v1/approvals/stream", headers=bob) as response:
+            assert response.status_code == 200
+            feed = messages(response)
+            first = await asyncio.wait_for(anext(feed), 10)
+            assert first.event == "inbox" and first.frame["approvals"] == []
+            started = await http.post(
+                "/v1/runs",
+                json={"input": "refund order 42 for 30"},
+                headers=bearer(gateway, "alice", "user"),
+            )
+            assert started.status_code == 200, started.text
+            while True:
+                message = await asyncio.wait_for(anext(feed), 10)
+                seen.append(message)
+                if message.event == "inbox.update" and message.frame["added"]:
+                    break
+            approval = message.frame["added"][0]
+            assert approval["tool_name"] == "issue_refund" and approval["can_decide"] is True
+            decided = await http.post(
+                f"/v1/approvals/{approval['approval_id']}/decision",
+                json={"decision": "approve"},
+                headers=bob,
+            )
+            assert decided.status_code == 200, decided.text
+            while True:
+                message = await asyncio.wait_for(anext(feed), 10)
+                if message.event == "inbox.update" and message.frame["removed"]:
+                    break
+            assert message.frame["removed"] == [approval["approval_id"]]
