@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -38,6 +39,9 @@ MAX_AFTER = 2**62
 # How long a browser's EventSource waits before reconnecting after the feed ends.
 RETRY_MS = 1000
 MEDIA_TYPE = "text/event-stream"
+HEARTBEAT = b": heartbeat\n\n"
+# Queued by the inbox feed in place of an update that did not fit: the feed ends there.
+OVERFLOW = ""
 
 
 def sse_message(data: str, *, event: str | None = None, event_id: int | None = None) -> bytes:
@@ -46,6 +50,35 @@ def sse_message(data: str, *, event: str | None = None, event_id: int | None = N
     if event_id is not None:
         head += f"id: {event_id}\n"
     return f"{head}data: {data}\n\n".encode()
+
+
+async def _frames(
+    services: Services,
+    principal: Principal,
+    queue: asyncio.Queue[str],
+    *,
+    stopped: Callable[[], bool] = lambda: False,
+) -> AsyncIterator[str | None]:
+    """The queued frames, and None whenever a heartbeat is due. Ends at the token's `exp`
+    (plus the verifier's leeway), as a WebSocket is closed then: the client comes back with a
+    fresh token (and its Last-Event-ID); or when `stopped()` says the source has ended."""
+    heartbeat_s = services.settings.heartbeat_s
+    deadline = None
+    if principal.expires_at is not None:
+        deadline = principal.expires_at + services.verifier.leeway_s
+    while True:
+        # `exp` is wall-clock time.
+        left = heartbeat_s if deadline is None else min(heartbeat_s, deadline - time.time())
+        if left <= 0:
+            return
+        try:
+            frame = await asyncio.wait_for(queue.get(), left)
+        except TimeoutError:
+            if stopped() or (deadline is not None and time.time() >= deadline):
+                return
+            yield None
+            continue
+        yield frame
 
 
 def _cursor(request: Request) -> int:
@@ -114,15 +147,11 @@ async def _feed(
     task = subscription.task
     assert task is not None
     try:
-        while True:
-            try:
-                frame = await asyncio.wait_for(queue.get(), services.settings.heartbeat_s)
-            except TimeoutError:
-                if task.done():
-                    # The subscription could not read the log: end the feed, and the client
-                    # resumes from its Last-Event-ID.
-                    return
-                yield b": heartbeat\n\n"
+        # The subscription's task ends only when it could not read the log: the feed ends
+        # then, and the client resumes from its Last-Event-ID.
+        async for frame in _frames(services, principal, queue, stopped=task.done):
+            if frame is None:
+                yield HEARTBEAT
                 continue
             seq = orjson.loads(frame).get("seq")
             yield sse_message(frame, event_id=seq if isinstance(seq, int) else None)
@@ -150,7 +179,7 @@ async def inbox_stream(request: Request, services: Services) -> Response:
 
 async def _inbox_feed(services: Services, principal: Principal) -> AsyncIterator[bytes]:
     views = services.runs.views
-    queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=services.settings.send_queue_size)
+    queue: asyncio.Queue[str] = asyncio.Queue(maxsize=services.settings.send_queue_size)
 
     def on_update(added: list[dict[str, Any]], removed: list[str]) -> None:
         frame = protocol.inbox_update(views.for_inbox_reader(principal, added), removed)
@@ -161,7 +190,7 @@ async def _inbox_feed(services: Services, principal: Principal) -> AsyncIterator
             # WebSocket is) and gets a fresh snapshot when it reconnects.
             with contextlib.suppress(asyncio.QueueEmpty):
                 queue.get_nowait()
-            queue.put_nowait(None)
+            queue.put_nowait(OVERFLOW)
 
     # Subscribed before the snapshot is read, so no change falls between the two; updates
     # that arrive meanwhile wait in the queue and follow the snapshot.
@@ -170,13 +199,11 @@ async def _inbox_feed(services: Services, principal: Principal) -> AsyncIterator
         pending = await views.inbox_views(principal)
         snapshot = protocol.encode(protocol.inbox(pending))
         yield f"retry: {RETRY_MS}\n".encode() + sse_message(snapshot, event="inbox")
-        while True:
-            try:
-                frame = await asyncio.wait_for(queue.get(), services.settings.heartbeat_s)
-            except TimeoutError:
-                yield b": heartbeat\n\n"
-                continue
+        async for frame in _frames(services, principal, queue):
             if frame is None:
+                yield HEARTBEAT
+                continue
+            if frame == OVERFLOW:
                 return
             yield sse_message(frame, event="inbox.update")
     finally:

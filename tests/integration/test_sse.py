@@ -244,3 +244,20 @@ async def test_a_reviewer_follows_the_inbox_feed_and_decides_over_http(gateway: 
                 if message.event == "inbox.update" and message.frame["removed"]:
                     break
             assert message.frame["removed"] == [approval["approval_id"]]
+
+
+async def test_a_feed_ends_when_its_token_expires(gateway_factory) -> None:
+    async with gateway_factory(jwt_leeway_s=0, heartbeat_s=0.2) as gw, gw.http() as http:
+        thread_id = await _thread(gw)
+        headers = {"Authorization": f"Bearer {gw.token('alice', 'user', ttl_s=2)}"}
+        loop = asyncio.get_running_loop()
+        opened = loop.time()
+        async with http.stream("GET", f"/v1/threads/{thread_id}/stream", headers=headers) as r:
+            assert r.status_code == 200
+            async for _ in messages(r):
+                pass  # heartbeats until the server ends the feed
+        assert 1.0 < loop.time() - opened < 5
+        # The same token is refused from then on; a fresh one resumes.
+        assert_error(
+            await http.get(f"/v1/threads/{thread_id}/stream", headers=headers), 401, "unauthorized"
+        )
