@@ -182,15 +182,11 @@ class Connection:
             unavailable = isinstance(exc, AuthUnavailable)
             self._close_code = CLOSE_TRY_AGAIN if unavailable else CLOSE_UNAUTHORIZED
             return False
-        slot = self._limits.connections.acquire((principal.tenant, principal.user))
-        if slot is None:
-            limit = self._limits.settings.connections_per_user
+        try:
+            slot = self._limits.open_connection(principal.tenant, principal.user)
+        except GatewayError as exc:
             await self._send_now(
-                protocol.error_frame(
-                    frame.id,
-                    ErrorCode.RATE_LIMITED,
-                    f"this user already has {limit} open connections; close one first",
-                )
+                protocol.error_frame(frame.id, ErrorCode.RATE_LIMITED, exc.message)
             )
             self._close_code = CLOSE_TOO_MANY_CONNECTIONS
             return False

@@ -337,6 +337,15 @@ class Limits:
             self.on_run_started((tenant, user))
         return wait_s
 
+    def open_connection(self, tenant: str, user: str) -> ConnectionSlot:
+        """Hold one of the user's open-connection slots (a WebSocket or an SSE feed), or raise
+        `rate_limited`. The caller releases the slot when the connection ends."""
+        slot = self.connections.acquire((tenant, user))
+        if slot is None:
+            limit = self.settings.connections_per_user
+            raise rate_limited(f"this user already has {limit} open connections; close one first")
+        return slot
+
     def admit_run_start(self, tenant: str, user: str) -> None:
         """Count one run start, or raise `rate_limited` (every transport's one rule)."""
         wait_s = self.start_run(tenant, user)

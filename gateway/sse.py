@@ -24,12 +24,14 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from gateway import protocol
 from gateway.auth import AccessDenied, Principal, check_can_use_inbox
 from gateway.errors import GatewayError
 from gateway.eventlog_types import LoggedEvent
 from gateway.http_api import authenticate, endpoint, int_value, path_id
+from gateway.limits import ConnectionSlot
 from gateway.protocol import MAX_ID_CHARS, ErrorCode
 from gateway.sensitive import reveal_approval_event, sees_sensitive_arguments
 from gateway.services import Services
@@ -42,6 +44,27 @@ MEDIA_TYPE = "text/event-stream"
 HEARTBEAT = b": heartbeat\n\n"
 # Queued by the inbox feed in place of an update that did not fit: the feed ends there.
 OVERFLOW = ""
+
+
+class FeedResponse(StreamingResponse):
+    """A feed that holds one of its user's open-connection slots (GATEWAY_MAX_CONNECTIONS_PER_USER
+    counts WebSockets and feeds alike) until it ends, however it ends: the body may never be
+    started when the client leaves at once, so the slot is not the generator's to release."""
+
+    def __init__(self, body: AsyncIterator[bytes], slot: ConnectionSlot) -> None:
+        # No caching or buffering proxy may hold back a live feed.
+        super().__init__(
+            body,
+            media_type=MEDIA_TYPE,
+            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+        )
+        self._slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._slot.release()
 
 
 def sse_message(data: str, *, event: str | None = None, event_id: int | None = None) -> bytes:
@@ -106,12 +129,8 @@ async def thread_stream(request: Request, services: Services) -> Response:
     subscribed = protocol.encode(
         protocol.subscribed(thread_id, thread.epoch, thread.head_seq, reset)
     )
-    return StreamingResponse(
-        _feed(services, principal, thread_id, cursor, subscribed),
-        media_type=MEDIA_TYPE,
-        # No caching or buffering proxy may hold back a live feed.
-        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
-    )
+    slot = services.limits.open_connection(principal.tenant, principal.user)
+    return FeedResponse(_feed(services, principal, thread_id, cursor, subscribed), slot)
 
 
 async def _feed(
@@ -170,11 +189,8 @@ async def inbox_stream(request: Request, services: Services) -> Response:
         check_can_use_inbox(principal)
     except AccessDenied as exc:
         raise GatewayError(exc.code, exc.message) from None
-    return StreamingResponse(
-        _inbox_feed(services, principal),
-        media_type=MEDIA_TYPE,
-        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
-    )
+    slot = services.limits.open_connection(principal.tenant, principal.user)
+    return FeedResponse(_inbox_feed(services, principal), slot)
 
 
 async def _inbox_feed(services: Services, principal: Principal) -> AsyncIterator[bytes]:

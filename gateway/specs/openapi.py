@@ -184,8 +184,11 @@ def _paths() -> dict[str, dict[str, Any]]:
                 ),
                 tag="approvals",
                 ok=("the feed (`text/event-stream`), open until the client leaves", "ApprovalList"),
-                errors=(401, 403, 500, 503),
-                notes={403: "the caller is neither a reviewer nor an admin"},
+                errors=(401, 403, 429, 500, 503),
+                notes={
+                    403: "the caller is neither a reviewer nor an admin",
+                    429: "over GATEWAY_MAX_CONNECTIONS_PER_USER (WebSockets and feeds)",
+                },
                 stream=True,
             )
         },
@@ -282,7 +285,8 @@ def _paths() -> dict[str, dict[str, Any]]:
                     },
                 ],
                 ok=("the feed (`text/event-stream`), open until the client leaves", "EventPage"),
-                errors=(400, 401, 403, 404, 500, 503),
+                errors=(400, 401, 403, 404, 429, 500, 503),
+                notes={429: "over GATEWAY_MAX_CONNECTIONS_PER_USER (WebSockets and feeds)"},
                 stream=True,
             )
         },

@@ -261,3 +261,20 @@ async def test_a_feed_ends_when_its_token_expires(gateway_factory) -> None:
         assert_error(
             await http.get(f"/v1/threads/{thread_id}/stream", headers=headers), 401, "unauthorized"
         )
+
+
+async def test_feeds_count_as_open_connections(gateway_factory) -> None:
+    async with gateway_factory(max_connections_per_user=1) as gw, gw.http() as http:
+        thread_id = await _thread(gw)
+        path = f"/v1/threads/{thread_id}/stream"
+        alice = bearer(gw, "alice", "user")
+        async with http.stream("GET", path, headers=alice) as held:
+            assert held.status_code == 200
+            assert_error(await http.get(path, headers=alice), 429, "rate_limited")
+        # The slot is free once the feed is gone (released as the server sees it close).
+        for _ in range(50):
+            async with http.stream("GET", path, headers=alice) as again:
+                if again.status_code == 200:
+                    break
+            await asyncio.sleep(0.1)
+        assert again.status_code == 200
