@@ -14,7 +14,7 @@ from typing import Any
 from agents import set_tracing_disabled
 from agents.models import get_default_model
 from starlette.applications import Starlette
-from starlette.routing import WebSocketRoute
+from starlette.routing import Route, WebSocketRoute
 
 from gateway.audit import AuditTrail
 from gateway.auth import TokenVerifier
@@ -24,6 +24,7 @@ from gateway.demo import demo_graph
 from gateway.eventlog import EventLog
 from gateway.execution import SegmentRunner
 from gateway.http_api import routes as http_routes
+from gateway.http_runs import send_input, start_run
 from gateway.jwks import KeySource, RemoteKeys, StaticKeys
 from gateway.limits import Limits
 from gateway.log_watch import LogWatch
@@ -36,6 +37,7 @@ from gateway.services import Services
 from gateway.settings import Settings
 from gateway.shared_usage import SharedUsage
 from gateway.specs.serve import routes as spec_routes
+from gateway.sse import inbox_stream, thread_stream
 from gateway.static import demo_app, demo_fallback
 from gateway.storage_health import (
     ReportingStore,
@@ -254,6 +256,10 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
 
     app_routes = [
         *http_routes(),
+        Route("/v1/threads/{thread_id}/stream", thread_stream, methods=["GET"]),
+        Route("/v1/approvals/stream", inbox_stream, methods=["GET"]),
+        Route("/v1/runs", start_run, methods=["POST"]),
+        Route("/v1/threads/{thread_id}/input", send_input, methods=["POST"]),
         *spec_routes(),
         WebSocketRoute("/v1/ws", GatewaySocket(), name="websocket"),
     ]

@@ -33,7 +33,7 @@ from gateway.sensitive import reveal_approval_event, sees_sensitive_arguments
 from gateway.server_limits import CLOSE_TIMEOUT_S
 from gateway.services import Services
 from gateway.storage_health import log_failure
-from gateway.subscription import Subscription
+from gateway.subscription import Subscription, resume_point
 from persistence.errors import StorageUnavailable
 from persistence.threads import ThreadRecord
 
@@ -182,15 +182,11 @@ class Connection:
             unavailable = isinstance(exc, AuthUnavailable)
             self._close_code = CLOSE_TRY_AGAIN if unavailable else CLOSE_UNAUTHORIZED
             return False
-        slot = self._limits.connections.acquire((principal.tenant, principal.user))
-        if slot is None:
-            limit = self._limits.settings.connections_per_user
+        try:
+            slot = self._limits.open_connection(principal.tenant, principal.user)
+        except GatewayError as exc:
             await self._send_now(
-                protocol.error_frame(
-                    frame.id,
-                    ErrorCode.RATE_LIMITED,
-                    f"this user already has {limit} open connections; close one first",
-                )
+                protocol.error_frame(frame.id, ErrorCode.RATE_LIMITED, exc.message)
             )
             self._close_code = CLOSE_TOO_MANY_CONNECTIONS
             return False
@@ -463,12 +459,7 @@ class Connection:
             # show. Checked first, as it costs the user nothing.
             if thread_id not in self._subscriptions:
                 self._check_subscription_slot()
-            wait_s = self._limits.start_run(principal.tenant, principal.user)
-            if wait_s:
-                limit = self._limits.settings.runs_per_minute
-                raise rate_limited(
-                    f"at most {limit} runs may be started per minute", retry_after_s=wait_s
-                )
+            self._limits.admit_run_start(principal.tenant, principal.user)
 
         return admit
 
@@ -581,13 +572,7 @@ class Connection:
             # Run starts checked this before starting (`_admit_run`).
             self._check_subscription_slot()
         thread = await self._services.runs.authorize_subscribe(principal, thread_id, known)
-        reset = (
-            (epoch is not None and epoch != thread.epoch)
-            or after_seq > thread.head_seq
-            # Retention removed events the client has not seen: it must rebuild its view.
-            or after_seq < thread.truncated_seq
-        )
-        cursor = 0 if reset else after_seq
+        cursor, reset = resume_point(thread, after_seq, epoch)
         existing = self._subscriptions.pop(thread_id, None)
         if existing is not None:
             existing.close()

@@ -52,8 +52,11 @@ class JSONBody(JSONResponse):
         return orjson.dumps(content)
 
 
-def error_response(code: ErrorCode | str, message: str, status: int) -> Response:
-    return JSONBody({"error": {"code": str(code), "message": message}}, status_code=status)
+def error_response(code: ErrorCode | str, message: str, status: int, **fields: Any) -> Response:
+    """`fields`: what the error frame carries beside code and message (`retry_after_s`)."""
+    return JSONBody(
+        {"error": {"code": str(code), "message": message, **fields}}, status_code=status
+    )
 
 
 Handler = Callable[[Request, Services], Awaitable[Response]]
@@ -68,7 +71,7 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             return await handler(request, services)
         except GatewayError as exc:
             _note_denial(request, services, exc)
-            return error_response(exc.code, exc.message, exc.http_status)
+            return error_response(exc.code, exc.message, exc.http_status, **exc.fields)
         except StorageUnavailable:
             return error_response(
                 ErrorCode.UNAVAILABLE, "storage is unavailable; nothing was changed", 503
@@ -141,7 +144,11 @@ async def authenticate(request: Request, services: Services) -> Principal:
 
 
 def int_param(request: Request, name: str, default: int, *, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
+    return int_value(name, request.query_params.get(name), default, low=low, high=high)
+
+
+def int_value(name: str, raw: str | None, default: int, *, low: int, high: int) -> int:
+    """A query parameter's or header's integer, or `bad_request` naming it."""
     if raw is None:
         return default
     try:

@@ -20,6 +20,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gateway.errors import rate_limited
+
 if TYPE_CHECKING:
     from gateway.settings import Settings
 
@@ -334,6 +336,24 @@ class Limits:
         if not wait_s and self.on_run_started is not None:
             self.on_run_started((tenant, user))
         return wait_s
+
+    def open_connection(self, tenant: str, user: str) -> ConnectionSlot:
+        """Hold one of the user's open-connection slots (a WebSocket or an SSE feed), or raise
+        `rate_limited`. The caller releases the slot when the connection ends."""
+        slot = self.connections.acquire((tenant, user))
+        if slot is None:
+            limit = self.settings.connections_per_user
+            raise rate_limited(f"this user already has {limit} open connections; close one first")
+        return slot
+
+    def admit_run_start(self, tenant: str, user: str) -> None:
+        """Count one run start, or raise `rate_limited` (every transport's one rule)."""
+        wait_s = self.start_run(tenant, user)
+        if wait_s:
+            limit = self.settings.runs_per_minute
+            raise rate_limited(
+                f"at most {limit} runs may be started per minute", retry_after_s=wait_s
+            )
 
     def subscription_allowed(self, current: int) -> bool:
         limit = self.settings.subscriptions_per_connection

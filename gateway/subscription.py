@@ -16,6 +16,7 @@ from gateway.bus import EventBus
 from gateway.eventlog import EventLog
 from gateway.eventlog_types import LoggedEvent
 from gateway.sensitive import needs_reveal
+from persistence.threads import ThreadRecord
 
 REPLAY_PAGE = 500
 # A replay page is held until the connection has taken all of it, so its size is bounded in
@@ -127,3 +128,16 @@ def next_page_limit(page: Sequence[LoggedEvent]) -> int:
     """How many events the next replay page may ask for, after a full `page`."""
     average = max(1, sum(len(event.frame) for event in page) // len(page))
     return max(1, min(REPLAY_PAGE, REPLAY_PAGE_BYTES // average))
+
+
+def resume_point(thread: ThreadRecord, after_seq: int, epoch: str | None) -> tuple[int, bool]:
+    """Where a subscription from `after_seq` (in `epoch`, when the client knows it) starts,
+    and whether the client must drop its view first (`reset`, docs/protocol.md §4). One rule
+    for every transport that follows a thread: the WebSocket and the SSE feed."""
+    reset = (
+        (epoch is not None and epoch != thread.epoch)
+        or after_seq > thread.head_seq
+        # Retention removed events the client has not seen: it must rebuild its view.
+        or after_seq < thread.truncated_seq
+    )
+    return (0 if reset else after_seq), reset

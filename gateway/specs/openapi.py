@@ -43,6 +43,10 @@ ERRORS: Mapping[int, tuple[str, str]] = MappingProxyType(
             "UnsupportedMediaType",
             "`unsupported_media_type`: the body is not sent as `application/json`",
         ),
+        429: (
+            "RateLimited",
+            "`rate_limited`: over a limit; `retry_after_s` says when a retry is admitted",
+        ),
         500: ("Internal", "`internal`: an unexpected server error (logged with its traceback)"),
         503: (
             "Unavailable",
@@ -168,6 +172,26 @@ def _paths() -> dict[str, dict[str, Any]]:
                 notes={403: "the caller is neither a reviewer nor an admin"},
             )
         },
+        "/v1/approvals/stream": {
+            "get": _operation(
+                "streamInbox",
+                "The tenant's approval inbox as Server-Sent Events",
+                description=(
+                    "`inbox.subscribe` over HTTP, for reviewers and admins: `event: inbox` "
+                    "with the `inbox` frame (the pending approvals), then `event: "
+                    "inbox.update` with each `inbox.update` frame; a `: heartbeat` comment "
+                    "every GATEWAY_HEARTBEAT_S. A reconnect gets a fresh `inbox`."
+                ),
+                tag="approvals",
+                ok=("the feed (`text/event-stream`), open until the client leaves", "ApprovalList"),
+                errors=(401, 403, 429, 500, 503),
+                notes={
+                    403: "the caller is neither a reviewer nor an admin",
+                    429: "over GATEWAY_MAX_CONNECTIONS_PER_USER (WebSockets and feeds)",
+                },
+                stream=True,
+            )
+        },
         "/v1/approvals/{approval_id}/decision": {
             "post": _operation(
                 "decideApproval",
@@ -223,6 +247,79 @@ def _paths() -> dict[str, dict[str, Any]]:
                 ],
                 ok=("the page", "EventPage"),
                 errors=(400, 401, 403, 404, 500, 503),
+            )
+        },
+        "/v1/threads/{thread_id}/stream": {
+            "get": _operation(
+                "streamThreadEvents",
+                "A thread's events as Server-Sent Events",
+                description=(
+                    "`thread.subscribe` over HTTP: same access, same replay and live "
+                    "guarantees. The first message is `event: subscribed` with the "
+                    "`subscribed` frame (`reset: true` when the cursor does not fit the "
+                    "thread: drop the view). Then every event with `seq` past the cursor, "
+                    "once and in order, as a message with `id` = `seq` and the `event` frame "
+                    "as its data; a `: heartbeat` comment every GATEWAY_HEARTBEAT_S. The "
+                    "cursor is the `Last-Event-ID` header (sent by a reconnecting "
+                    "EventSource), else `after_seq`."
+                ),
+                tag="threads",
+                parameters=[
+                    _path_id("thread_id"),
+                    _query(
+                        "after_seq",
+                        {"type": "integer", "minimum": 0, "maximum": MAX_AFTER, "default": 0},
+                        "stream events after this seq (ignored when Last-Event-ID is sent)",
+                    ),
+                    _query(
+                        "epoch",
+                        {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS},
+                        "the epoch the cursor belongs to; another epoch means `reset`",
+                    ),
+                    {
+                        "name": "Last-Event-ID",
+                        "in": "header",
+                        "required": False,
+                        "description": "the last `seq` received; resume after it",
+                        "schema": {"type": "integer", "minimum": 0, "maximum": MAX_AFTER},
+                    },
+                ],
+                ok=("the feed (`text/event-stream`), open until the client leaves", "EventPage"),
+                errors=(400, 401, 403, 404, 429, 500, 503),
+                notes={429: "over GATEWAY_MAX_CONNECTIONS_PER_USER (WebSockets and feeds)"},
+                stream=True,
+            )
+        },
+        "/v1/runs": {
+            "post": _operation(
+                "startRun",
+                "Start a run (and its thread when none is named)",
+                description=(
+                    "The WebSocket's `run.start` over HTTP: same validation, access rules, "
+                    "run-start limit and errors. The answer comes once the run is stored; "
+                    "follow it on `GET /v1/threads/{thread_id}/stream` from `first_seq - 1`."
+                ),
+                tag="runs",
+                body="RunStartRequest",
+                ok=("the run has started", "RunStarted"),
+                errors=(400, 401, 403, 404, 409, 413, 415, 429, 500, 503),
+                notes={429: "over GATEWAY_RUNS_PER_MINUTE (`retry_after_s` in the body)"},
+            )
+        },
+        "/v1/threads/{thread_id}/input": {
+            "post": _operation(
+                "sendInput",
+                "Send input to a thread",
+                description=(
+                    "The WebSocket's `run.input` over HTTP: starts a run on an idle thread, "
+                    "else stages or queues the input on the active run."
+                ),
+                tag="runs",
+                parameters=[_path_id("thread_id")],
+                body="InputRequest",
+                ok=("what became of the input", "InputAccepted"),
+                errors=(400, 401, 403, 404, 409, 413, 415, 429, 500, 503),
+                notes={429: "over the run-start or pending-input limit"},
             )
         },
         "/v1/runs/{run_id}": {
@@ -308,6 +405,7 @@ def _operation(
     body: str | None = None,
     notes: dict[int, str] | None = None,
     extra: dict[str, Any] | None = None,
+    stream: bool = False,
 ) -> dict[str, Any]:
     operation: dict[str, Any] = {"operationId": operation_id, "summary": summary, "tags": [tag]}
     if description:
@@ -324,6 +422,13 @@ def _operation(
     responses: dict[str, Any] = {
         "200": {"description": ok[0], "content": {JSON: {"schema": ref(ok[1])}}}
     }
+    if stream:
+        responses["200"]["content"] = {
+            "text/event-stream": {
+                "schema": {"type": "string"},
+                "x-sse-data": "each message's data is a frame: `subscribed`, then `event`",
+            }
+        }
     for status in errors:
         name, _ = ERRORS[status]
         response: dict[str, Any] = {"$ref": f"#/components/responses/{name}"}

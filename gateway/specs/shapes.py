@@ -407,6 +407,46 @@ class DecisionRequest(BaseModel):
     )
 
 
+class RunStartRequest(BaseModel):
+    thread_id: Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)] | None = Field(
+        None, description="an existing thread; omitted: a new thread owned by the caller"
+    )
+    input: str = Field(
+        min_length=1,
+        pattern=r"\S",
+        description="the user's message: not blank, at most GATEWAY_MAX_INPUT_CHARS",
+    )
+    agent: Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)] | None = Field(
+        None, description="an agent graph by name; omitted: the default graph"
+    )
+    on_disconnect: Literal["continue"] = Field(
+        "continue", description="only `continue`: an HTTP caller holds no connection to lose"
+    )
+
+
+class RunStarted(_Shape):
+    thread_id: str
+    run_id: str
+    epoch: str = Field(description="the thread's epoch, for the SSE feed's `epoch` parameter")
+    first_seq: int = Field(ge=1, description="seq of the run's `run.started` event")
+
+
+class InputRequest(BaseModel):
+    input: str = Field(
+        min_length=1,
+        pattern=r"\S",
+        description="the user's message: not blank, at most GATEWAY_MAX_INPUT_CHARS",
+    )
+
+
+class InputAccepted(_Shape):
+    disposition: Literal["started", "staged", "queued"]
+    run_id: str
+    first_seq: int | None = Field(
+        None, ge=1, description="when `started`: seq of the new run's `run.started` event"
+    )
+
+
 class ApprovalList(_Shape):
     approvals: list[Approval]
 
@@ -480,6 +520,10 @@ HTTP_BODIES: tuple[type[BaseModel], ...] = (
     DevTokenRequest,
     DevToken,
     DecisionRequest,
+    RunStartRequest,
+    RunStarted,
+    InputRequest,
+    InputAccepted,
     ApprovalList,
     ApprovalEnvelope,
     ThreadList,

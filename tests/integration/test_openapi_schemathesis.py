@@ -128,11 +128,20 @@ def test_the_tested_document_is_the_served_one(seeded: Seeded) -> None:
     assert response.json() == DOCUMENT
 
 
-@schema.parametrize()
+# The SSE feeds answer with a stream that stays open: tests/integration/test_sse.py reads them.
+@schema.exclude(path_regex=r"/stream$").parametrize()
 @FUZZ
 def test_every_operation_conforms_to_the_served_document(
     case: schemathesis.Case, seeded: Seeded
 ) -> None:
+    if unknown_agent(case):
+        # Which agents exist is the deployment's, not the document's: an unknown one is
+        # `bad_request`, as for `run.start` on the WebSocket.
+        response = case.call(base_url=seeded.base_url)
+        case.validate_response(response, excluded_checks=[positive_data_acceptance])
+        # (or whatever a request fails on first: the token, the media type, the thread).
+        assert response.status_code in (400, 401, 403, 404, 415), response.text
+        return
     if not inverted_audit_window(case):
         case.call_and_validate(base_url=seeded.base_url)
         return
@@ -142,6 +151,13 @@ def test_every_operation_conforms_to_the_served_document(
     response = case.call(base_url=seeded.base_url)
     case.validate_response(response, excluded_checks=[positive_data_acceptance])
     assert response.status_code in (400, 401), response.text
+
+
+def unknown_agent(case: schemathesis.Case) -> bool:
+    body = case.body if isinstance(case.body, dict) else {}
+    if (case.method.upper(), case.path) != ("POST", "/v1/runs"):
+        return False
+    return body.get("agent") not in (None, "assistant")
 
 
 def inverted_audit_window(case: schemathesis.Case) -> bool:
@@ -192,7 +208,8 @@ def call(seeded: Seeded, path: str, method: str, **kwargs: Any) -> schemathesis.
 
 def test_success_bodies_conform_for_real_objects(seeded: Seeded) -> None:
     threads = call(seeded, "/v1/threads", "GET")
-    assert [t["thread_id"] for t in threads.json()["threads"]] == [seeded.thread_id]
+    # The fuzzed `POST /v1/runs` may have started threads of its own beside the seeded one.
+    assert seeded.thread_id in [t["thread_id"] for t in threads.json()["threads"]]
     events = call(
         seeded,
         "/v1/threads/{thread_id}/events",
