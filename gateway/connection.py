@@ -29,7 +29,7 @@ from gateway.eventlog_types import LoggedEvent
 from gateway.limits import ConnectionSlot
 from gateway.outbox import Outbox
 from gateway.protocol import ErrorCode, ProtocolError
-from gateway.sensitive import reveal_approval_event, sees_sensitive_arguments
+from gateway.sensitive import frame_for
 from gateway.server_limits import CLOSE_TIMEOUT_S
 from gateway.services import Services
 from gateway.storage_health import log_failure
@@ -403,10 +403,7 @@ class Connection:
         """A masked `approval.requested`, as this connection may see it: with the real
         arguments for reviewers and admins. Checked at send time, as a new hello can change
         the connection's roles."""
-        principal = self._principal
-        if principal is None or not sees_sensitive_arguments(principal):
-            return event.frame
-        return await reveal_approval_event(event, self._services.runs.approvals)
+        return await frame_for(self._principal, event, self._services.runs.approvals)
 
     def _source(self) -> str | None:
         """The client's address, for the audit trail (uvicorn applies trusted proxy headers)."""

@@ -121,3 +121,13 @@ async def reveal_approval_event(event: LoggedEvent, approvals: ApprovalRepositor
     if approval is None or approval.thread_id != event.thread_id:
         return event.frame
     return revealed_frame(event.frame, approval.arguments)
+
+
+async def frame_for(
+    principal: Principal | None, event: LoggedEvent, approvals: ApprovalRepository
+) -> str:
+    """An event's frame as `principal` may see it: a masked `approval.requested` with the real
+    arguments for reviewers and admins, every other frame as stored."""
+    if principal is None or not sees_sensitive_arguments(principal):
+        return event.frame
+    return await reveal_approval_event(event, approvals)

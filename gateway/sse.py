@@ -33,7 +33,7 @@ from gateway.eventlog_types import LoggedEvent
 from gateway.http_api import authenticate, endpoint, int_value, path_id
 from gateway.limits import ConnectionSlot
 from gateway.protocol import MAX_ID_CHARS, ErrorCode
-from gateway.sensitive import reveal_approval_event, sees_sensitive_arguments
+from gateway.sensitive import frame_for
 from gateway.services import Services
 from gateway.subscription import Subscription, resume_point
 
@@ -148,9 +148,7 @@ async def _feed(
         return True
 
     async def reveal(event: LoggedEvent) -> str:
-        if not sees_sensitive_arguments(principal):
-            return event.frame
-        return await reveal_approval_event(event, services.runs.approvals)
+        return await frame_for(principal, event, services.runs.approvals)
 
     yield f"retry: {RETRY_MS}\n".encode() + sse_message(subscribed, event="subscribed")
     subscription = Subscription(
