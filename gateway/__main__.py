@@ -248,10 +248,10 @@ def serve(settings: Settings, argv: list[str]) -> None:
     # SDK loaded one took ~200 ms, stalling every run and socket, ~25 ms once frozen.
     gc.collect()
     gc.freeze()
-    if settings.listen_fd is not None:
+    if settings.supervisor_pid is not None:
         from gateway.workers import stop_with_supervisor
 
-        stop_with_supervisor()
+        stop_with_supervisor(settings.supervisor_pid)
     # A worker of `serve --workers` accepts on the socket its supervisor bound.
     where = {"fd": settings.listen_fd} if settings.listen_fd is not None else {}
     config = gateway_config(

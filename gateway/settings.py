@@ -113,9 +113,11 @@ class Settings(BaseSettings):
     # How often each process looks for runs whose lease expired (default: half the TTL).
     lease_scan_s: float | None = Field(None, ge=0.1, le=3600.0)
     # `serve --workers N` (gateway/workers.py): N processes on one port. Each worker is told
-    # the listening socket it inherited and, in development mode, the signing secret they share.
+    # the listening socket it inherited, the supervisor's pid (to stop when it is gone) and, in
+    # development mode, the signing secret they share.
     workers: int = Field(1, ge=1, le=64)
     listen_fd: int | None = Field(None, ge=0)
+    supervisor_pid: int | None = Field(None, ge=1)
     dev_secret: SecretStr | None = None
     # How often to look for events other processes appended to watched threads (0: never,
     # for a single process per database).

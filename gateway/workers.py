@@ -67,6 +67,7 @@ class Supervisor:
             **os.environ,
             "GATEWAY_WORKERS": "1",
             "GATEWAY_LISTEN_FD": str(self._socket.fileno()),
+            "GATEWAY_SUPERVISOR_PID": str(os.getpid()),
             "GATEWAY_HOST": settings.host,
             "GATEWAY_PORT": str(self.port),
         }
@@ -164,10 +165,11 @@ class Supervisor:
                 worker.process.send_signal(signal.SIGTERM)
 
 
-def stop_with_supervisor() -> None:
-    """In a worker: shut down gracefully (SIGTERM to itself) if the supervisor goes away, so
-    no worker outlives it (a supervisor killed with SIGKILL cannot tell them)."""
-    supervisor = os.getppid()
+def stop_with_supervisor(supervisor: int) -> None:
+    """In a worker: shut down gracefully (SIGTERM to itself) if the supervisor (pid
+    `supervisor`) goes away, so no worker outlives it (a supervisor killed with SIGKILL cannot
+    tell them). The pid comes from the supervisor itself: one that died while this worker was
+    starting has already left it to another parent, which `os.getppid()` here would name."""
 
     def watch() -> None:
         while os.getppid() == supervisor:
