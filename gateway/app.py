@@ -28,6 +28,7 @@ from gateway.http_runs import send_input, start_run
 from gateway.jwks import KeySource, RemoteKeys, StaticKeys
 from gateway.limits import Limits
 from gateway.log_watch import LogWatch
+from gateway.metrics import GatewayMetrics, metrics_route
 from gateway.models import OFFLINE, build_model_provider, default_model_name, model_of
 from gateway.registry import AgentGraph, AgentRegistry, load_registry
 from gateway.relay import open_relay
@@ -163,7 +164,9 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             open_relay(settings.bus_url, prefix=settings.bus_prefix, instance_id=instance_id)
         )
         await bus.start()
-        event_log = EventLog(store, bus)
+        # Created whether or not it is served: counting is cheap, and one code path runs.
+        metrics = GatewayMetrics()
+        event_log = EventLog(store, bus, metrics=metrics)
         await event_log.start()
         log_watch = LogWatch(ThreadRepository(store), bus, settings.log_watch_interval_s)
         log_watch.start()
@@ -227,7 +230,9 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             storage=health,
             server_name="agents-ws-gateway",
             server_version=server_version(),
+            metrics=metrics,
         )
+        metrics.count_connections(services.connections.__len__)
         # On the gateway's own application, not the one running the lifespan: an application
         # that mounts the gateway runs its lifespan (docs/examples/mounted_gateway.py), and
         # requests under the mount see the gateway's state.
@@ -263,6 +268,8 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
         *spec_routes(),
         WebSocketRoute("/v1/ws", GatewaySocket(), name="websocket"),
     ]
+    if settings.metrics:
+        app_routes.append(metrics_route())
     app = Starlette(routes=app_routes, lifespan=lifespan)
     if settings.demo_ui and STATIC_DIR.is_dir():
         # The demo gets only requests no route claims. Mounted at "/", it also took API paths

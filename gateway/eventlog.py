@@ -28,6 +28,7 @@ import orjson
 
 from gateway.bus import EventBus
 from gateway.eventlog_types import LoggedEvent, encode_page
+from gateway.metrics import GatewayMetrics
 from persistence.errors import StorageUnavailable
 from persistence.events import NewEvent
 from persistence.leases import Lease, LeaseLost
@@ -127,8 +128,16 @@ class _Atomic:
 
 
 class EventLog:
-    def __init__(self, store: Store, bus: EventBus, *, max_queued: int = 10_000) -> None:
+    def __init__(
+        self,
+        store: Store,
+        bus: EventBus,
+        *,
+        max_queued: int = 10_000,
+        metrics: GatewayMetrics | None = None,
+    ) -> None:
         self._store = store
+        self._metrics = metrics
         self._bus = bus
         self._queue: asyncio.Queue[_Plain | _Atomic | None] = asyncio.Queue(max_queued)
         self._task: asyncio.Task[None] | None = None
@@ -255,13 +264,18 @@ class EventLog:
         for attempt, delay in enumerate((0.0, *RETRY_DELAYS_S)):
             if delay:
                 await asyncio.sleep(delay)
+            started = time.perf_counter()
             try:
                 records, lost = await self._store.append(events)
             except StorageUnavailable as exc:
                 log.warning("event log write failed (attempt %d): %s", attempt + 1, exc)
+                if self._metrics is not None:
+                    self._metrics.failed()
                 continue
             except Exception as exc:  # a bug or a vanished thread: fail these callers only
                 log.error("event log write failed", exc_info=True)
+                if self._metrics is not None:
+                    self._metrics.failed()
                 for entry in entries:
                     _fail(entry.future, exc)
                 return
@@ -271,6 +285,8 @@ class EventLog:
                         _fail(entry.future, LeaseLost(entry.event.run_id or ""))
                 kept = [i for i, entry in enumerate(entries) if entry.event.lease not in lost]
                 entries, events = [entries[i] for i in kept], [events[i] for i in kept]
+            if self._metrics is not None:
+                self._metrics.committed(records, time.perf_counter() - started)
             logged = [LoggedEvent.from_record(record) for record in records]
             for entry, event in zip(entries, logged, strict=True):
                 if not entry.future.done():
@@ -282,14 +298,20 @@ class EventLog:
             _fail(entry.future, error)
 
     async def _commit_atomic(self, entry: _Atomic) -> None:
+        started = time.perf_counter()
         try:
             result, records = await self._store.commit(entry.events, entry.action)
         except BaseException as exc:
+            # A refused action (a stale decision, a lost lease) is not a storage error.
+            if self._metrics is not None and isinstance(exc, StorageUnavailable):
+                self._metrics.failed()
             if not entry.future.done():
                 entry.future.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
             return
+        if self._metrics is not None:
+            self._metrics.committed(records, time.perf_counter() - started)
         logged = [LoggedEvent.from_record(record) for record in records]
         if not entry.future.done():
             entry.future.set_result((result, logged))

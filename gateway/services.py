@@ -10,6 +10,7 @@ from gateway.auth import TokenVerifier
 from gateway.bus import EventBus
 from gateway.eventlog import EventLog
 from gateway.limits import Limits
+from gateway.metrics import GatewayMetrics
 from gateway.registry import AgentRegistry
 from gateway.settings import Settings
 from gateway.storage_health import StorageHealth
@@ -33,5 +34,6 @@ class Services:
     storage: StorageHealth
     server_name: str
     server_version: str
+    metrics: GatewayMetrics | None = None
     # Open WebSocket connections, so shutdown can close them with 1012.
     connections: set[Any] = field(default_factory=set)
