@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import gc
 import logging
+import logging.config
 import sys
 
 from gateway.settings import Settings, SettingsError, load_settings
@@ -141,6 +142,7 @@ FLAGS: dict[str, tuple[str, type, str]] = {
         "while storage fails, try a write this often (GATEWAY_STORAGE_PROBE_S)",
     ),
     "--log-level": ("log_level", str, "GATEWAY_LOG_LEVEL"),
+    "--log-format": ("log_format", str, "text or json, one object per line (GATEWAY_LOG_FORMAT)"),
     "--retention-s": (
         "retention_s",
         float,
@@ -227,16 +229,11 @@ def serve(settings: Settings, argv: list[str]) -> None:
     import uvicorn
 
     from gateway.app import create_app
-    from gateway.log_noise import uvicorn_log_config
+    from gateway.log_config import logging_config
     from gateway.server import gateway_config
 
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # aiosqlite's debug lines print every statement's parameters: conversation text, tool
-    # arguments (sensitive ones included). Kept quiet even when the gateway logs at debug.
-    logging.getLogger("aiosqlite").setLevel(max(logging.INFO, logging.getLogger().level))
+    log_config = logging_config(settings.log_level, settings.log_format)
+    logging.config.dictConfig(log_config)
     if settings.workers > 1 and settings.listen_fd is None:
         from gateway.workers import Supervisor
 
@@ -256,7 +253,7 @@ def serve(settings: Settings, argv: list[str]) -> None:
     # A worker of `serve --workers` accepts on the socket its supervisor bound.
     where = {"fd": settings.listen_fd} if settings.listen_fd is not None else {}
     config = gateway_config(
-        app, settings, log_level=settings.log_level, log_config=uvicorn_log_config(), **where
+        app, settings, log_level=settings.log_level, log_config=log_config, **where
     )
     uvicorn.Server(config).run()
 

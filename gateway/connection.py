@@ -82,6 +82,7 @@ class Connection:
 
     async def serve(self) -> None:
         await self._ws.accept()
+        log.debug("connection accepted")
         self._services.connections.add(self)
         try:
             if not await self._handshake():
@@ -113,6 +114,7 @@ class Connection:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._closing), CLOSE_TIMEOUT_S)
         await self._close(self._close_code or 1000)
+        log.debug("connection closed (%d)", self._close_code or 1000)
 
     async def _close(self, code: int) -> None:
         if self._ws.application_state == WebSocketState.CONNECTED:

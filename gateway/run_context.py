@@ -22,6 +22,7 @@ from gateway.bus import EventBus
 from gateway.errors import GRAPH_MISMATCH, GatewayError, not_found
 from gateway.eventlog import EventLog
 from gateway.execution import Execution, Segment, SegmentRunner
+from gateway.log_fields import bound
 from gateway.protocol import ErrorCode
 from gateway.registry import AgentGraph, AgentRegistry, GraphMismatchError, UnknownAgentError
 from gateway.restored import RestoredStates
@@ -171,7 +172,15 @@ class RunContext:
                 # Under a burst of starts, each client then hears of its run at once instead
                 # of after every other run's start-up.
                 await asyncio.sleep(0)
-                await self.segments.drive(segment, execution)
+                # The run's lines (the SDK's among them) say which run; a run started from a
+                # connection is not that connection's work.
+                with bound(
+                    thread_id=run.thread_id,
+                    run_id=run.run_id,
+                    agent=segment.agent.name,
+                    connection_id=None,
+                ):
+                    await self.segments.drive(segment, execution)
             finally:
                 if self.executions.get(run.run_id) is execution:
                     del self.executions[run.run_id]

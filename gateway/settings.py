@@ -134,6 +134,8 @@ class Settings(BaseSettings):
     retention_s: float = Field(0.0, ge=0.0)
     retention_sweep_s: float = Field(3600.0, gt=0.0)
     log_level: str = "info"
+    # json: one object per line, with the thread, run, agent and connection ids as keys.
+    log_format: Literal["text", "json"] = "text"
 
     # Read without the GATEWAY_ prefix: the SDK's own variables.
     openai_api_key: SecretStr | None = Field(None, validation_alias="OPENAI_API_KEY")

@@ -9,10 +9,13 @@ Starlette's `WebSocket`.
 
 from __future__ import annotations
 
+import secrets
+
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from gateway.connection import Connection
+from gateway.log_fields import bound
 from gateway.origin import origin_allowed
 from gateway.services import Services
 
@@ -25,4 +28,6 @@ class GatewaySocket:
             # Closing before accept makes the server answer the upgrade with HTTP 403.
             await websocket.close(code=1008)
             return
-        await Connection(websocket, services, send=send).serve()
+        # Every log line of the connection's work says which connection it was.
+        with bound(connection_id=secrets.token_hex(6)):
+            await Connection(websocket, services, send=send).serve()

@@ -1,0 +1,42 @@
+"""What each log line says it belongs to: the thread, run and agent of a run's work, the
+connection of a socket's (docs/operations.md "Logs").
+
+The fields live in a context variable, so a task and every task it starts carry them without
+being passed anything, and a filter on the log handlers copies them onto each record: the SDK's
+own lines inside a run carry the run's ids as well. Only ids go here, never user text.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+# The record attributes the fields become (the JSON keys of docs/operations.md "Logs").
+FIELD_NAMES = ("thread_id", "run_id", "agent", "connection_id")
+
+# (name, value) pairs, immutable: `bound` replaces them whole, a context's copy never changes.
+_FIELDS: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("gateway_log_fields", default=())
+
+
+@contextmanager
+def bound(**fields: str | None) -> Iterator[None]:
+    """Within the block (and the tasks it starts), log lines carry `fields`; a field given as
+    None is dropped (a run started from a connection is not that connection's work)."""
+    merged = {**dict(_FIELDS.get()), **fields}
+    token = _FIELDS.set(tuple((key, value) for key, value in merged.items() if value is not None))
+    try:
+        yield
+    finally:
+        _FIELDS.reset(token)
+
+
+class ContextFields(logging.Filter):
+    """On a handler: copies the current fields onto each record it formats."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in _FIELDS.get():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        return True
