@@ -25,13 +25,16 @@ from gateway.storage_health import log_failure
 from persistence.clock import utcnow
 from persistence.errors import StaleWrite
 from persistence.events import NewEvent
-from persistence.leases import Lease
+from persistence.leases import Lease, LeaseLost
 from persistence.runs import RunRecord, RunRepository, RunStatus
 
 log = logging.getLogger(__name__)
 
 # The statuses of a run some process was executing: taken over when that process is gone.
 TAKEN_OVER = (RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.RECOVERING)
+# The runs a process shutting down cut short (no turn boundary within its grace), their
+# leases released: the others recover them at once.
+CUT = (RunStatus.RUNNING, RunStatus.RECOVERING)
 
 
 class Recovery:
@@ -94,8 +97,11 @@ class Recovery:
                     continue
                 if run.status is RunStatus.SUSPENDED:
                     taken += await self._continue_after_shutdown(run)
-                elif run.status in TAKEN_OVER:
+                elif run.status in CUT:
                     taken += await self._recover_one(run)
+                # RESUMING: another process that heard of it is continuing it right now (it
+                # takes the lease a moment later). Were that process to die first, the run
+                # has no lease and the lease scan recovers it.
             except Exception as exc:
                 log_failure(log, exc, "taking over run %s failed", run_id)
         if taken:
@@ -111,6 +117,8 @@ class Recovery:
         try:
             async with self._ctx.lock(run.thread_id):
                 return await self._continuer.resume_suspended(run)
+        except (LeaseLost, StaleWrite):
+            return False  # another process continues it
         except Exception as exc:
             log_failure(log, exc, "continuing run %s after shutdown failed", run.run_id)
             return False
