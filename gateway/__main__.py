@@ -177,6 +177,7 @@ BOOL_FLAGS: dict[str, tuple[str, str]] = {
         "a run's requester may never approve its calls (GATEWAY_FOUR_EYES)",
     ),
     "--tracing": ("tracing", "send SDK traces to the configured exporter (GATEWAY_TRACING)"),
+    "--otel": ("otel", "export OpenTelemetry spans over OTLP (GATEWAY_OTEL)"),
     "--metrics": ("metrics", "serve Prometheus metrics at GET /metrics (GATEWAY_METRICS)"),
     "--allow-damaged-database": (
         "allow_damaged_database",

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents import set_tracing_disabled
 from agents.models import get_default_model
@@ -46,9 +46,13 @@ from gateway.storage_health import (
     integrity_problems,
     refuse_damaged,
 )
+from gateway.telemetry import Telemetry
 from gateway.ws_endpoint import GatewaySocket
 from persistence.schema import SchemaBehind, migrate, require_current
 from persistence.store import open_store
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 from persistence.threads import ThreadRepository
 
 log = logging.getLogger("gateway")
@@ -129,12 +133,23 @@ def build_verifier(settings: Settings, custom_roles: Iterable[str] = ()) -> Toke
     )
 
 
-def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> Starlette:
+def create_app(
+    settings: Settings,
+    *,
+    registry: AgentRegistry | None = None,
+    tracer_provider: TracerProvider | None = None,
+) -> Starlette:
+    """The gateway as an ASGI application. `registry`: the agent graphs (default: the one
+    `GATEWAY_AGENTS` names, or the demo); `tracer_provider`: an OpenTelemetry provider of the
+    host application's to record the gateway's spans with (default: one exporting over OTLP
+    when `GATEWAY_OTEL` is on, else none)."""
+
     @contextlib.asynccontextmanager
     async def lifespan(_host: Starlette) -> AsyncIterator[None]:
         # Traces would leave the machine (the SDK exports to OpenAI by default): off unless
         # asked for. Runs also pass `tracing_disabled` in their RunConfig.
         set_tracing_disabled(not settings.tracing)
+        telemetry = Telemetry.from_settings(settings.otel, tracer_provider)
         backend = open_store(settings.database_url)
         health = StorageHealth(backend, probe_every_s=settings.storage_probe_s)
         problems = await integrity_problems(backend)
@@ -200,6 +215,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
                 log=event_log,
                 provider=provider,
                 tracing=settings.tracing,
+                telemetry=telemetry,
                 lease_ttl_s=settings.lease_ttl_s,
                 approval_ttl_s=settings.approval_ttl_s,
             ),
@@ -231,6 +247,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             server_name="agents-ws-gateway",
             server_version=server_version(),
             metrics=metrics,
+            telemetry=telemetry,
         )
         metrics.count_connections(services.connections.__len__)
         # On the gateway's own application, not the one running the lifespan: an application
@@ -258,6 +275,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
             await verifier.aclose()
             await health.close()
             await store.close()
+            await telemetry.close()
 
     app_routes = [
         *http_routes(),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
+from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
@@ -167,6 +168,7 @@ class Decisions:
             except StaleWrite:
                 raise conflict("approval was already decided") from None
             ctx.bus.publish_inbox(run.tenant, removed=[approval_id])
+            self._waited(approval, decision, now)
             # Exactly the row the compare-and-swap wrote, without reading it back.
             decided = replace(
                 approval, status=status, reviewer=principal.user, reason=reason, decided_at=now
@@ -174,6 +176,21 @@ class Decisions:
         # The decision is durable; the reviewer's ack need not wait for the restore.
         self._continue_soon(run, known)
         return decided
+
+    def _waited(self, approval: ApprovalRecord, outcome: str, decided_at: datetime) -> None:
+        """The wait for a review, as a span from the request to the stored decision."""
+        self._ctx.segments.telemetry.record(
+            "gateway.approval.wait",
+            approval.requested_at,
+            decided_at,
+            {
+                "gateway.approval.id": approval.approval_id,
+                "gateway.thread.id": approval.thread_id,
+                "gateway.run.id": approval.run_id,
+                "gen_ai.tool.name": approval.tool_name,
+                "gateway.approval.outcome": outcome,
+            },
+        )
 
     def _continue_soon(self, run: RunRecord, known: PauseInputs | None = None) -> None:
         self._ctx.spawn(
@@ -311,6 +328,7 @@ class Decisions:
         except StaleWrite:
             return False
         log.info("approval %s of run %s expired", approval.approval_id, run.run_id)
+        self._waited(approval, "expired", now)
         ctx.bus.publish_inbox(run.tenant, removed=[approval.approval_id])
         self._continue_soon(run)
         return True

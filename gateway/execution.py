@@ -39,6 +39,7 @@ from gateway.registry import AgentGraph
 from gateway.review_rules import ReviewContext
 from gateway.sensitive import masked_call_data
 from gateway.storage_health import describe, is_outage
+from gateway.telemetry import Telemetry
 from gateway.translate import StreamTranslator, output_text
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.audit import AuditEntry, AuditRepository
@@ -143,6 +144,7 @@ class SegmentRunner:
         log: EventLog,
         provider: ModelProvider,
         tracing: bool,
+        telemetry: Telemetry | None = None,
         on_inbox_added: Callable[[str, list[dict[str, Any]]], None],
         on_finished: Callable[[RunRecord, RunStatus], Awaitable[None]],
         on_suspended: Callable[[RunRecord, str], Awaitable[None]],
@@ -155,6 +157,8 @@ class SegmentRunner:
         self._marks = SessionMarks(store)
         self._provider = provider
         self._tracing = tracing
+        # Public: decisions record approval waits with it too.
+        self.telemetry = telemetry or Telemetry(None)
         self._on_inbox_added = on_inbox_added
         self._on_finished = on_finished
         self._on_suspended = on_suspended
@@ -193,6 +197,13 @@ class SegmentRunner:
                 on_reconcile=partial(self._needs_reconciliation, segment),
             )
         )
+        spans = self.telemetry.segment(
+            {
+                "gateway.thread.id": run.thread_id,
+                "gateway.run.id": run.run_id,
+                "gateway.agent": segment.agent.name,
+            }
+        )
         try:
             if segment.prepare is not None:
                 segment.prepare()
@@ -218,7 +229,9 @@ class SegmentRunner:
                     # turn to the session: only now is the session mark right for that state.
                     await self._save_turn(segment, turn_state)
                     turn_state = None
-                for type_, data in translator.translate(sdk_event):
+                emitted = translator.translate(sdk_event)
+                spans.observe(sdk_event, emitted)
+                for type_, data in emitted:
                     await self._log.append(run.thread_id, run.run_id, type_, data, segment.lease)
             if execution.cancel_requested:
                 await self._finish_cancelled(segment, translator, execution)
@@ -262,6 +275,7 @@ class SegmentRunner:
                 log.error("run %s failed", run.run_id, exc_info=True)
                 await self._fail(segment, translator, exc, execution.result)
         finally:
+            spans.close(_outcome(execution))
             if segment.lease is not None:
                 self._leases.drop(segment.lease)
             current_scope.reset(scope)
@@ -578,6 +592,20 @@ def elide_session_history(data: dict[str, Any]) -> None:
     if isinstance(items, list) and len(items) > 1:
         data[ELIDED_HISTORY_KEY] = len(items) - 1
         data["original_input"] = items[-1:]
+
+
+def _outcome(execution: Execution) -> str:
+    """How a segment ended, as its span says (gateway/telemetry.py)."""
+    result = execution.result
+    if execution.cancel_requested:
+        return "cancelled"
+    if result is None:
+        return "failed"
+    if result.interruptions:
+        return "paused"
+    if result.final_output is not None:
+        return "completed"
+    return "suspended" if execution.stop_reason is not None else "stopped"
 
 
 def _is_tool_output(event: Any) -> bool:

@@ -14,6 +14,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.registry import AgentRegistry
 from gateway.settings import Settings
 from gateway.storage_health import StorageHealth
+from gateway.telemetry import Telemetry
 from persistence.store import Store
 
 if TYPE_CHECKING:
@@ -35,5 +36,6 @@ class Services:
     server_name: str
     server_version: str
     metrics: GatewayMetrics | None = None
+    telemetry: Telemetry = field(default_factory=lambda: Telemetry(None))
     # Open WebSocket connections, so shutdown can close them with 1012.
     connections: set[Any] = field(default_factory=set)

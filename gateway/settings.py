@@ -102,6 +102,8 @@ class Settings(BaseSettings):
     max_subscriptions: int = Field(100, ge=0)
     max_pending_inputs: int = Field(10, ge=0)
     tracing: bool = False
+    # OpenTelemetry spans over OTLP (the `otel` extra; OTEL_EXPORTER_OTLP_* say where to).
+    otel: bool = False
     # Prometheus metrics at GET /metrics (docs/operations.md, "Metrics"); off, no route.
     metrics: bool = False
     # While storage fails, a cheap write is tried this often to see whether it is back.

@@ -28,6 +28,10 @@ class GatewaySocket:
             # Closing before accept makes the server answer the upgrade with HTTP 403.
             await websocket.close(code=1008)
             return
-        # Every log line of the connection's work says which connection it was.
-        with bound(connection_id=secrets.token_hex(6)):
+        # Every log line and span of the connection's work says which connection it was.
+        connection_id = secrets.token_hex(6)
+        with (
+            bound(connection_id=connection_id),
+            services.telemetry.span("gateway.websocket", {"gateway.connection.id": connection_id}),
+        ):
             await Connection(websocket, services, send=send).serve()

@@ -25,10 +25,17 @@ def gateway_factory(
     """`async with gateway_factory(registry=..., **settings) as gw:` on the test's database."""
 
     def make(
-        registry: AgentRegistry | None = None, *, socket_sndbuf: int | None = None, **overrides: Any
+        registry: AgentRegistry | None = None,
+        *,
+        socket_sndbuf: int | None = None,
+        tracer_provider: Any = None,
+        **overrides: Any,
     ) -> Any:
         return running_gateway(
-            test_settings(database_url, **overrides), registry, socket_sndbuf=socket_sndbuf
+            test_settings(database_url, **overrides),
+            registry,
+            socket_sndbuf=socket_sndbuf,
+            tracer_provider=tracer_provider,
         )
 
     return make

@@ -84,11 +84,16 @@ def test_settings(database: Path | str, **overrides: Any) -> Settings:
 
 @contextlib.asynccontextmanager
 async def running_gateway(
-    settings: Settings, registry: AgentRegistry | None = None, *, socket_sndbuf: int | None = None
+    settings: Settings,
+    registry: AgentRegistry | None = None,
+    *,
+    socket_sndbuf: int | None = None,
+    tracer_provider: Any = None,
 ) -> AsyncIterator[Gateway]:
     """`socket_sndbuf` shrinks the kernel send buffer of accepted sockets (Linux inherits it
-    from the listener), so a client that stops reading pushes back on the gateway quickly."""
-    app = create_app(settings, registry=registry)
+    from the listener), so a client that stops reading pushes back on the gateway quickly.
+    `tracer_provider`: an OpenTelemetry provider the gateway records its spans with."""
+    app = create_app(settings, registry=registry, tracer_provider=tracer_provider)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if socket_sndbuf is not None:
