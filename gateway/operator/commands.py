@@ -213,10 +213,7 @@ async def list_runs(store: Store, args: argparse.Namespace, out: TextIO) -> None
         limit=_limit(args.limit),
     )
     views = [output.run_view(leased, now) for leased in found]
-    if args.as_json:
-        output.write_json(out, views)
-    else:
-        output.write_table(out, output.RUN_COLUMNS, [output.run_cells(v) for v in views])
+    output.write_list(out, views, args.as_json, output.RUN_COLUMNS, output.run_cells)
 
 
 async def show_run(store: Store, run_id: str, as_json: bool, out: TextIO) -> None:
@@ -271,10 +268,7 @@ async def list_approvals(store: Store, args: argparse.Namespace, out: TextIO) ->
     pending = await ApprovalRepository(store).pending(tenant=args.tenant, limit=_limit(args.limit))
     now = utcnow()
     views = [output.pending_view(approval, now) for approval in pending]
-    if args.as_json:
-        output.write_json(out, views)
-    else:
-        output.write_table(out, output.APPROVAL_COLUMNS, [output.approval_cells(v) for v in views])
+    output.write_list(out, views, args.as_json, output.APPROVAL_COLUMNS, output.approval_cells)
 
 
 async def export_thread(store: Store, thread_id: str, after_seq: int, out: TextIO) -> None:

@@ -8,7 +8,7 @@ them can read the database they came from.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
@@ -162,6 +162,20 @@ def write_table(out: TextIO, columns: Sequence[str], rows: Sequence[Sequence[str
     for row in [columns, *rows]:
         out.write("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         out.write("\n")
+
+
+def write_list(
+    out: TextIO,
+    views: Sequence[dict[str, Any]],
+    as_json: bool,
+    columns: Sequence[str],
+    cells: Callable[[dict[str, Any]], Sequence[str]],
+) -> None:
+    """A listing: a JSON array of the views, or a table of their `cells`."""
+    if as_json:
+        write_json(out, list(views))
+    else:
+        write_table(out, columns, [cells(view) for view in views])
 
 
 def write_fields(out: TextIO, view: dict[str, Any]) -> None:

@@ -8,6 +8,8 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,17 @@ async def paused_refund(client: Client) -> dict[str, Any]:
     requested = await finished(client, ack["run_id"], "approval.requested")
     await finished(client, ack["run_id"], "run.paused")
     return {**ack, "approval_id": requested["data"]["approval_id"]}
+
+
+@asynccontextmanager
+async def paused_with_a_reviewer(
+    gateway_factory: Any,
+) -> AsyncIterator[tuple[Gateway, Client, Client, dict[str, Any]]]:
+    """A gateway with alice (`user`) and bob (`reviewer`) connected, and alice's refund paused."""
+    async with gateway_factory() as gw, clients(gw) as connect:
+        alice = await connect("alice", "user")
+        bob = await connect("bob", "reviewer")
+        yield gw, alice, bob, await paused_refund(alice)
 
 
 async def finished(client: Client, run_id: str, event: str = "run.completed") -> dict[str, Any]:
@@ -165,10 +178,7 @@ async def test_lists_filter_runs_and_order_approvals_by_wait(
 async def test_export_is_what_a_replay_from_cursor_zero_receives(
     gateway_factory: Any, database_url: str
 ) -> None:
-    async with gateway_factory() as gw, clients(gw) as connect:
-        alice = await connect("alice", "user")
-        bob = await connect("bob", "reviewer")
-        run = await paused_refund(alice)
+    async with paused_with_a_reviewer(gateway_factory) as (gw, alice, bob, run):
         await bob.request("approval.decide", approval_id=run["approval_id"], decision="approve")
         await finished(alice, run["run_id"])
         # A second run on the thread: the export spans runs.
@@ -194,10 +204,7 @@ async def test_export_is_what_a_replay_from_cursor_zero_receives(
 async def test_cancel_of_a_paused_run_reaches_watchers_and_refuses_its_approval(
     gateway_factory: Any, database_url: str
 ) -> None:
-    async with gateway_factory() as gw, clients(gw) as connect:
-        alice = await connect("alice", "user")
-        bob = await connect("bob", "reviewer")
-        run = await paused_refund(alice)
+    async with paused_with_a_reviewer(gateway_factory) as (gw, alice, bob, run):
         head = max(e["seq"] for e in alice.events_of(run["thread_id"]))
         before = utcnow()
 
