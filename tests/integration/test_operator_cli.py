@@ -22,6 +22,7 @@ from persistence.clock import utcnow
 from persistence.store import open_store
 from tests.support.client import Client, ProtocolFailure, clients
 from tests.support.gateway import ROOT, Gateway
+from tests.support.redis import bus_prefix, require_redis
 
 pytestmark = pytest.mark.both_backends
 
@@ -247,6 +248,33 @@ async def test_cancel_of_a_paused_run_reaches_watchers_and_refuses_its_approval(
         nxt = await alice.request("run.input", thread_id=run["thread_id"], input="hello")
         assert nxt["disposition"] == "started"
         await finished(alice, nxt["run_id"])
+
+
+async def test_over_redis_the_gateways_hear_of_a_cancel_at_once(
+    gateway_factory: Any, database_url: str
+) -> None:
+    bus = {"bus_url": require_redis(), "bus_prefix": bus_prefix()}
+    # No log watch: only the relay can tell this gateway of what the command wrote.
+    async with (
+        gateway_factory(log_watch_interval_s=0, **bus) as gw,
+        clients(gw) as connect,
+    ):
+        alice = await connect("alice", "user")
+        bob = await connect("bob", "reviewer")
+        run = await paused_refund(alice)
+        await bob.request("inbox.subscribe")
+        done = await cli(
+            database_url,
+            "runs",
+            "cancel",
+            run["run_id"],
+            env={"GATEWAY_BUS_URL": bus["bus_url"], "GATEWAY_BUS_PREFIX": bus["bus_prefix"]},
+        )
+        assert done.status == 0, done.err
+        await asyncio.wait_for(finished(alice, run["run_id"], "run.cancelled"), 5)
+        await bob.wait_for(
+            lambda f: f.get("type") == "inbox.update" and run["approval_id"] in f.get("removed", [])
+        )
 
 
 async def test_a_run_a_live_process_streams_is_cancelled_only_when_forced(
