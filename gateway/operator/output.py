@@ -185,6 +185,7 @@ def write_fields(out: TextIO, view: dict[str, Any]) -> None:
     if view["lease"] is not None:
         fields["lease"] += f", until {view['lease']['expires_at']}"
     fields["in_status_s"] = human_duration(view["in_status_s"])
+    fields = {("in_status" if k == "in_status_s" else k): v for k, v in fields.items()}
     width = max(len(name) for name in fields)
     for name, value in fields.items():
         text = NONE if value is None else value

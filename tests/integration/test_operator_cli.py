@@ -16,12 +16,13 @@ from typing import Any
 
 import pytest
 
+from gateway.auth import TokenVerifier
 from gateway.protocol import utc_ts
 from persistence import schema
 from persistence.clock import utcnow
 from persistence.store import open_store
 from tests.support.client import Client, ProtocolFailure, clients
-from tests.support.gateway import ROOT, Gateway
+from tests.support.gateway import ROOT, TEST_SECRET, Gateway, GatewayProcess, spawn_gateway
 from tests.support.redis import bus_prefix, require_redis
 
 pytestmark = pytest.mark.both_backends
@@ -309,6 +310,48 @@ async def test_a_run_a_live_process_streams_is_cancelled_only_when_forced(
         assert (last["seq"], last["event"]) == (cancelled["seq"], "run.cancelled")
         shown = (await cli(database_url, "runs", "show", run["run_id"], "--json")).json()
         assert shown["status"] == "cancelled" and shown["lease"] is None
+
+
+async def test_a_run_left_by_a_killed_process_is_cancelled_and_stays_cancelled(
+    tmp_path: Path, database_url: str, processes: list[GatewayProcess]
+) -> None:
+    env = {
+        "GATEWAY_DATABASE_URL": database_url,
+        "GATEWAY_LEASE_TTL_S": "2",
+        "GATEWAY_DEMO_DELAY_MS": "80",
+        "GATEWAY_INSTANCE_ID": "gw-a",
+    }
+    a = spawn_gateway(tmp_path, env=env)
+    processes.append(a)
+    token = TokenVerifier(TEST_SECRET).issue("alice", "acme", ["user"])
+    alice = await Client.connect(a.ws_url, token)
+    run = await alice.request("run.start", input=STORY)
+    await alice.wait_event("message.delta")
+    await alice.close()
+    a.kill()
+    await asyncio.sleep(2.5)  # past the lease's expiry: nobody streams the run any more
+
+    shown = (await cli(database_url, "runs", "show", run["run_id"], "--json")).json()
+    assert shown["status"] == "running"
+    assert (shown["lease"]["owner"], shown["lease"]["live"]) == ("gw-a", False)
+    done = await cli(database_url, "runs", "cancel", run["run_id"])
+    assert done.status == 0, done.err
+    assert f"cancelled run {run['run_id']} (was running)" in done.out
+
+    # The same instance id takes its own runs over at once on start-up: not a cancelled one.
+    again = spawn_gateway(tmp_path, env=env)
+    processes.append(again)
+    watcher = await Client.connect(again.ws_url, token)
+    try:
+        await watcher.request("thread.subscribe", thread_id=run["thread_id"], after_seq=0)
+        await finished(watcher, run["run_id"], "run.cancelled")
+        await asyncio.sleep(1)
+        names = [e["event"] for e in watcher.events_of(run["thread_id"])]
+        assert names[-1] == "run.cancelled" and "run.recovered" not in names
+    finally:
+        await watcher.close()
+    shown = (await cli(database_url, "runs", "show", run["run_id"], "--json")).json()
+    assert shown["status"] == "cancelled" and shown["lease"] is None
 
 
 async def test_errors_are_coded_and_on_stderr(database_url: str, tmp_path: Path) -> None:
