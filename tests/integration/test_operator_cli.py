@@ -18,9 +18,13 @@ import pytest
 
 from gateway.auth import TokenVerifier
 from gateway.protocol import utc_ts
+from gateway.registry import AgentRegistry
+from gateway.sensitive import MASK
 from persistence import schema
 from persistence.clock import utcnow
 from persistence.store import open_store
+from tests.integration.test_sensitive_arguments import CARD, SSN, vault_graph
+from tests.support.agents import EffectLog
 from tests.support.client import Client, ProtocolFailure, clients
 from tests.support.gateway import ROOT, TEST_SECRET, Gateway, GatewayProcess, spawn_gateway
 from tests.support.redis import bus_prefix, require_redis
@@ -201,6 +205,27 @@ async def test_export_is_what_a_replay_from_cursor_zero_receives(
 
         tail = await cli(database_url, "threads", "export", run["thread_id"], "--after-seq", "5")
         assert [json.loads(line) for line in tail.out.splitlines()] == replayed[5:]
+
+
+async def test_export_masks_sensitive_arguments_as_the_log_stores_them(
+    gateway_factory: Any, database_url: str
+) -> None:
+    registry = AgentRegistry([vault_graph(EffectLog())])
+    async with gateway_factory(registry=registry) as gw, clients(gw) as connect:
+        alice = await connect("alice", "user")
+        run = await alice.request("run.start", input="pay")
+        await finished(alice, run["run_id"], "run.paused")
+        exported = await cli(database_url, "threads", "export", run["thread_id"])
+        assert exported.status == 0, exported.err
+        # What the owner (no reviewer role) replays; the real values are nowhere in it.
+        assert [json.loads(line) for line in exported.out.splitlines()] == await replay(
+            gw, run["thread_id"]
+        )
+        assert CARD not in exported.out and SSN not in exported.out and MASK in exported.out
+        for command in (("approvals", "list"), ("runs", "show", run["run_id"])):
+            for form in ((), ("--json",)):
+                shown = await cli(database_url, *command, *form)
+                assert shown.status == 0 and CARD not in shown.out, (command, form)
 
 
 async def test_cancel_of_a_paused_run_reaches_watchers_and_refuses_its_approval(
