@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -46,7 +47,6 @@ EXIT_STATUS: dict[str, int] = {
 }
 # Events read per page by `threads export`, as a replay reads them.
 EXPORT_PAGE = 500
-COMMANDS = ("runs", "approvals", "threads")
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -159,6 +159,10 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout) 
     except StorageUnavailable as exc:
         print(f"error ({ErrorCode.UNAVAILABLE}): {exc}", file=sys.stderr)
         return EXIT_STATUS[ErrorCode.UNAVAILABLE]
+    except BrokenPipeError:
+        # The reader stopped early (`threads export ... | head`): what it read is what it
+        # wanted. Python would otherwise report the pipe again when it flushes at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
