@@ -8,10 +8,10 @@ subscribers read the new event, the inbox loses the approvals); otherwise their 
 finds the event within `GATEWAY_LOG_WATCH_INTERVAL_S`.
 
 A run whose lease is live is being streamed by that process right now. It is left alone
-unless forced: cancelling it through its gateway (`run.cancel`) cuts the stream at once and
-starts the thread's next queued input; from here, the lease is revoked and the process stops
-the run at its next write for it (at once over a shared bus), and a tool call in progress
-there still finishes.
+unless forced: `run.cancel` received by that process cuts the stream at once and starts the
+thread's next queued input; from here, the lease is revoked, nothing the process writes for
+the run is stored any more, and it stops the run at its next lease renewal (at once over a
+shared bus); a tool call in progress there goes on until then.
 """
 
 from __future__ import annotations

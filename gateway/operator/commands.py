@@ -85,8 +85,8 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     cancel.add_argument(
         "--force",
         action="store_true",
-        help="also when a gateway process streams the run: revoke its lease (it stops at its "
-        "next write for the run)",
+        help="also when a gateway process streams the run: revoke its lease (it stops the run "
+        "at its next lease renewal)",
     )
     cancel.add_argument(
         "--actor", help="who the audit trail records (default operator:<login name>)"
@@ -252,7 +252,7 @@ async def cancel(store: Store, settings: Settings, args: argparse.Namespace, out
             f"run {run.run_id} is streamed by gateway process {exc.holder.owner} right now "
             f"(its lease runs until {utc_ts(exc.holder.expires_at)}): cancel it through the "
             "gateway (run.cancel, as the run's owner or an admin), or pass --force to revoke "
-            "the lease (that process stops the run at its next write for it)"
+            "the lease (that process stops the run at its next lease renewal)"
         ) from None
     except StaleWrite:
         raise conflict(f"run {run.run_id} changed while cancelling; look again") from None
