@@ -1,4 +1,5 @@
-"""`python -m gateway serve` (flags mirror GATEWAY_* settings) and `python -m gateway migrate`."""
+"""`python -m gateway serve` (flags mirror GATEWAY_* settings), `python -m gateway migrate`, and
+the operator's commands on the database: `runs`, `approvals`, `threads` (gateway/operator/)."""
 
 from __future__ import annotations
 
@@ -216,6 +217,9 @@ def parser() -> argparse.ArgumentParser:
     chosen.add_argument(
         "--downgrade", metavar="REVISION", default=None, help="take the schema back to REVISION"
     )
+    from gateway.operator.commands import add_commands
+
+    add_commands(commands)
     return root
 
 
@@ -294,8 +298,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "serve":
         serve(settings, raw[1:])
-    else:
+    elif args.command == "migrate":
         migrate(settings, current=args.current, downgrade=args.downgrade)
+    else:
+        from gateway.operator import commands
+
+        return commands.run(args, settings)
     return 0
 
 

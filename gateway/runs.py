@@ -34,6 +34,7 @@ from gateway.auth import (
     check_can_subscribe,
 )
 from gateway.bus import EventBus
+from gateway.cancellation import cancel_unstreamed
 from gateway.continuation import Continuer
 from gateway.decisions import Decisions
 from gateway.errors import GatewayError, conflict, not_found, rate_limited
@@ -46,15 +47,14 @@ from gateway.registry import AgentGraph, AgentRegistry
 from gateway.run_context import RunContext, denied, thread_ref
 from gateway.storage_health import log_failure
 from gateway.views import Views
-from persistence.approvals import ApprovalRepository
 from persistence.audit import AuditEntry, AuditRepository
-from persistence.checkpoints import CheckpointRecord, CheckpointRepository
+from persistence.checkpoints import CheckpointRecord
 from persistence.clock import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.ids import new_id
 from persistence.inputs import Disposition, InputRepository
 from persistence.leases import Lease, LeaseRepository
-from persistence.runs import ACTIVE, RunRecord, RunRepository, RunStatus
+from persistence.runs import RunRecord, RunRepository, RunStatus
 from persistence.sessions import SessionMarks
 from persistence.store import Store
 from persistence.threads import ThreadRecord, ThreadRepository
@@ -426,32 +426,10 @@ class RunManager:
             )
 
     async def _cancel_idle(self, run: RunRecord, audit: AuditEntry) -> None:
-        removed: list[str] = []
-
-        def transition(conn: Connection) -> None:
-            moved = RunRepository.transition_in(
-                conn, run.run_id, RunStatus.CANCELLED, expected=ACTIVE
-            )
-            if not moved:
-                raise StaleWrite(run.run_id)
-            # Streamed by another process (this one has no execution of it): fenced off, so
-            # nothing it writes lands after `run.cancelled`; told over the bus to stop at once.
-            LeaseRepository.revoke_in(conn, run.run_id)
-            removed.extend(ApprovalRepository.supersede_pending_in(conn, run.run_id))
-            CheckpointRepository.drop_in(conn, run.run_id)
-            AuditRepository.insert_in(conn, audit)
-
         try:
-            await self._ctx.log.commit(
-                [self._ctx.log.new_event(run.thread_id, run.run_id, EventType.RUN_CANCELLED, {})],
-                transition,
-            )
+            await cancel_unstreamed(self._ctx.log, self._ctx.bus, run, audit)
         except StaleWrite:
             raise conflict("the run changed while cancelling; try again") from None
-        # The process streaming it stops at once rather than at its next (refused) write.
-        self._ctx.bus.tell({"kind": "revoked", "run_id": run.run_id})
-        if removed:
-            self._ctx.bus.publish_inbox(run.tenant, removed=removed)
         self._ctx.spawn(self._start_next_queued(run.thread_id), name="next-queued")
 
     def _handed_over(self, message: dict[str, Any]) -> None:

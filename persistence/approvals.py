@@ -120,15 +120,14 @@ class ApprovalRepository:
         return [ApprovalRecord.from_row(row) for row in rows]
 
     async def pending_for_tenant(self, tenant: str, limit: int = 500) -> list[ApprovalRecord]:
-        query = (
-            select(approvals)
-            .where(
-                approvals.c.tenant == tenant,
-                approvals.c.status == ApprovalStatus.PENDING.value,
-            )
-            .order_by(approvals.c.requested_at)
-            .limit(limit)
-        )
+        return await self.pending(tenant=tenant, limit=limit)
+
+    async def pending(self, *, tenant: str | None = None, limit: int = 500) -> list[ApprovalRecord]:
+        """Pending approvals, the longest waiting first; of one tenant, or of all of them."""
+        query = select(approvals).where(approvals.c.status == ApprovalStatus.PENDING.value)
+        if tenant is not None:
+            query = query.where(approvals.c.tenant == tenant)
+        query = query.order_by(approvals.c.requested_at, approvals.c.approval_id).limit(limit)
         return await self._store.read(partial(_records, query=query))
 
     @staticmethod

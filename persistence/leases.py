@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
 from sqlalchemy import bindparam, or_, select, tuple_, update
 from sqlalchemy.engine import Connection
 
-from persistence.clock import utcnow
+from persistence.clock import as_utc, utcnow
 from persistence.prepared import Prepared
 from persistence.slices import slices
 from persistence.tables import runs
@@ -39,6 +39,24 @@ class Lease:
     run_id: str
     owner: str
     token: int
+
+
+@dataclass(frozen=True)
+class LeaseHolder:
+    """Who holds a run's lease, as its row says: a process streams the run while the lease
+    is live; an expired one belongs to a process that stopped (the lease scan takes it)."""
+
+    owner: str
+    expires_at: datetime
+
+    def live(self, now: datetime) -> bool:
+        return self.expires_at > now
+
+    @classmethod
+    def of(cls, owner: str | None, expires_at: datetime | None) -> LeaseHolder | None:
+        """From a `runs` row's `lease_owner` and `lease_expires_at`; None for a free lease."""
+        moment = as_utc(expires_at)
+        return None if owner is None or moment is None else cls(owner, moment)
 
 
 # The current lease of each run, locked against a takeover until the transaction ends
@@ -148,6 +166,14 @@ class LeaseRepository:
         _RELEASE_OWNED.many(conn, [{"b_run": run_id, "b_owner": owner} for run_id in run_ids])
 
     @staticmethod
+    def live_holder_in(conn: Connection, run_id: str) -> LeaseHolder | None:
+        """Inside a write transaction: the process streaming the run, if its lease is live;
+        the row stays locked until the transaction ends, so nobody takes the lease meanwhile."""
+        rows = _HOLDER.rows(conn, {"b_run": run_id})
+        holder = LeaseHolder.of(*rows[0]) if rows else None
+        return holder if holder is not None and holder.live(utcnow()) else None
+
+    @staticmethod
     def revoke_in(conn: Connection, run_id: str) -> None:
         """Inside a write transaction: take the run's lease from whoever holds it (a new token,
         no owner), so a holder on another process fails its next fenced write (`LeaseLost`)
@@ -193,6 +219,11 @@ _RELEASE_OWNED = Prepared(
     update(runs)
     .where(runs.c.run_id == bindparam("b_run"), runs.c.lease_owner == bindparam("b_owner"))
     .values(lease_owner=None, lease_expires_at=None)
+)
+_HOLDER = Prepared(
+    select(runs.c.lease_owner, runs.c.lease_expires_at)
+    .where(runs.c.run_id == bindparam("b_run"))
+    .with_for_update()
 )
 _REVOKE = Prepared(
     update(runs)

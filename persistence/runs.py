@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, fields
 from datetime import datetime
 from enum import StrEnum
@@ -13,6 +13,7 @@ from sqlalchemy import Select, bindparam, select, text, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
+from persistence.leases import LeaseHolder
 from persistence.prepared import OneOf, Prepared
 from persistence.tables import ACTIVE_RUN_SQL, approvals, runs
 
@@ -100,6 +101,21 @@ class RunRecord:
         )
 
 
+@dataclass(frozen=True)
+class LeasedRun:
+    """A run with its lease as its row holds it: what an operator needs to tell a run that a
+    process streams from one nobody does any more."""
+
+    run: RunRecord
+    lease: LeaseHolder | None
+
+    @classmethod
+    def from_row(cls, row: RowMapping | dict[str, Any]) -> LeasedRun:
+        return cls(
+            RunRecord.from_row(row), LeaseHolder.of(row["lease_owner"], row["lease_expires_at"])
+        )
+
+
 class RunRepository:
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -115,6 +131,35 @@ class RunRepository:
     def get_in(conn: Connection, run_id: str) -> RunRecord | None:
         row = _BY_ID.record(conn, {"b_run": run_id})
         return RunRecord.from_row(row) if row else None
+
+    async def get_leased(self, run_id: str) -> LeasedRun | None:
+        row = await self._store.read(partial(_BY_ID.record, params={"b_run": run_id}))
+        return LeasedRun.from_row(row) if row else None
+
+    async def listing(
+        self,
+        *,
+        statuses: Collection[RunStatus] = (),
+        changed_before: datetime | None = None,
+        tenant: str | None = None,
+        thread_id: str | None = None,
+        limit: int = 100,
+    ) -> list[LeasedRun]:
+        """Runs matching every filter given, the longest in their status first (a run's
+        `updated_at` is its last status change): an operator looking for stuck runs."""
+        query = select(runs)
+        if statuses:
+            query = query.where(runs.c.status.in_([s.value for s in statuses]))
+        if changed_before is not None:
+            query = query.where(runs.c.updated_at <= changed_before)
+        if tenant is not None:
+            query = query.where(runs.c.tenant == tenant)
+        if thread_id is not None:
+            query = query.where(runs.c.thread_id == thread_id)
+        query = query.order_by(runs.c.updated_at, runs.c.run_id).limit(limit)
+        return await self._store.read(
+            lambda conn: [LeasedRun.from_row(row) for row in conn.execute(query).mappings()]
+        )
 
     async def active_for_thread(self, thread_id: str) -> RunRecord | None:
         return await self._store.read(partial(self.active_for_thread_in, thread_id=thread_id))
