@@ -218,12 +218,15 @@ class Continuer:
         if announce is EventType.RUN_RECOVERED:
             outputs = await ctx.events.for_run(run.thread_id, run.run_id, (EventType.TOOL_OUTPUT,))
             logged = frozenset(orjson.loads(e.data).get("call_id") for e in outputs)
+        caller = await ctx.caller(current, approvals)
         ctx.launch(
             Segment(
                 run=current,
                 graph=graph,
                 agent=agent,
                 start=state,
+                caller=caller,
+                context=graph.resumed_context(checkpoint.state, caller),
                 known_calls=known_calls,
                 logged_outputs=logged,
                 lease=held,

@@ -71,6 +71,9 @@ runs = Table(
     # When retention removed the ended run's checkpoints and events (null: not yet), so each
     # sweep looks only at runs it has not swept before.
     Column("swept_at", DateTime(timezone=True), nullable=True),
+    # The roles and chosen token claims of whoever asked for the run, for its run context
+    # (gateway/run_caller.py): a continuation in any process describes the same caller.
+    Column("caller", JSON, nullable=True),
     Index("ix_runs_thread", "thread_id"),
     Index("ix_runs_status", "status"),
     Index(
