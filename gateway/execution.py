@@ -623,7 +623,7 @@ async def storage_retry(
 
 
 def failure(exc: Exception) -> dict[str, Any]:
-    """The `error` of `run.failed` (docs/protocol.md "run.failed codes")."""
+    """The `error` of `run.failed` (docs/protocol.md §6)."""
     tripped = tripped_guardrail(exc)
     if tripped is not None:
         kind, name = tripped
