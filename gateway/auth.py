@@ -61,8 +61,9 @@ class Principal:
     # then (plus the verifier's leeway). Not part of equality: it says when, not who.
     expires_at: float | None = field(default=None, compare=False)
     # The token claims agent graphs asked for (`AgentGraph.context_claims`), by claim path,
-    # for the runs this caller starts; the others are not kept.
-    claims: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # for the runs this caller starts; the others are not kept. Not in the repr: claims can be
+    # personal data (an email), and a principal can end up in a log line.
+    claims: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def has(self, role: Role) -> bool:
         return role in self.roles

@@ -28,8 +28,9 @@ class RunCaller:
     tenant: str
     roles: frozenset[str]
     # The token claims the graph named in `context_claims` (claim path -> value) that the
-    # token carried; hash=False: a dict value must not make the frozen caller unhashable.
-    claims: Mapping[str, Any] = field(hash=False)
+    # token carried. hash=False: a dict value must not make the frozen caller unhashable;
+    # repr=False: claims can be personal data (an email), and a repr can end up in a log.
+    claims: Mapping[str, Any] = field(hash=False, repr=False)
     thread_id: str
     run_id: str
     agent: str
