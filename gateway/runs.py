@@ -358,11 +358,11 @@ class RunManager:
             if run.status in (RunStatus.WAITING_FOR_REVIEW, RunStatus.SUSPENDED):
                 await self._check_stageable(run, text)
                 await self._record_input(
-                    run, text, Disposition.STAGED, EventType.INPUT_STAGED, principal.user
+                    run, text, Disposition.STAGED, EventType.INPUT_STAGED, principal
                 )
                 return {"disposition": "staged", "run_id": run.run_id}
             await self._record_input(
-                run, text, Disposition.QUEUED, EventType.INPUT_QUEUED, principal.user
+                run, text, Disposition.QUEUED, EventType.INPUT_QUEUED, principal
             )
             return {"disposition": "queued", "run_id": run.run_id}
 
@@ -379,8 +379,17 @@ class RunManager:
             raise conflict(f"the paused run cannot take input now: {exc}") from None
 
     async def _record_input(
-        self, run: RunRecord, text: str, disposition: Disposition, event: EventType, sender: str
+        self,
+        run: RunRecord,
+        text: str,
+        disposition: Disposition,
+        event: EventType,
+        sender: Principal,
     ) -> None:
+        # A queued input starts a run of the default graph (`_start_next_queued`) for its
+        # sender, whose token is gone by then: what its context needs of it is kept now.
+        caller = stored_caller(sender, self._ctx.graph(None).context_claims)
+
         def insert(conn: Connection) -> None:
             InputRepository.insert_in(
                 conn,
@@ -388,7 +397,8 @@ class RunManager:
                 run_id=run.run_id,
                 text=text,
                 disposition=disposition,
-                sender=sender,
+                sender=sender.user,
+                caller=caller,
             )
 
         await self._ctx.log.commit(
@@ -605,6 +615,7 @@ class RunManager:
                     consumed_input_id=nxt.input_id,
                     # Inputs queued before migration 0005 have no sender: the owner stands in.
                     requested_by=nxt.sender or thread.owner,
+                    caller=nxt.caller,
                 )
             except (GatewayError, StorageUnavailable):
                 log.warning(

@@ -59,8 +59,7 @@ class RunRecord:
     # None for runs created before it was recorded.
     requested_by: str | None = None
     # What the run's context keeps of the token that asked for it: {"roles", "claims"}
-    # (gateway/run_caller.py); None for runs created before it was recorded, or started from
-    # queued input, whose sender's token is gone by then.
+    # (gateway/run_caller.py); None for runs created before it was recorded.
     caller: dict[str, Any] | None = None
 
     def values(self) -> dict[str, Any]:

@@ -152,6 +152,8 @@ pending_inputs = Table(
     Column("consumed_at", DateTime(timezone=True), nullable=True),
     # Who sent it: the requester of the run a queued input starts (four-eyes). Null before 0005.
     Column("sender", String(128), nullable=True),
+    # The sender's roles and chosen token claims, for the run a queued input starts (0007).
+    Column("caller", JSON, nullable=True),
     Index("ix_pending_inputs_thread", "thread_id", "consumed_at"),
     sqlite_autoincrement=True,
 )

@@ -4,10 +4,11 @@ and the same when another gateway recovers the run from its checkpoint."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +211,63 @@ async def test_without_a_factory_the_context_is_the_caller(gateway_factory: Any)
             "notes": None,
         }
     ]
+
+
+async def test_a_run_started_from_queued_input_runs_for_its_senders_token(
+    gateway_factory: Any,
+) -> None:
+    seen: list[dict[str, Any]] = []
+    released = asyncio.Event()
+
+    async def hold(ctx: RunContextWrapper[Any], raw: str) -> str:
+        await released.wait()  # keeps the first run running while the input is queued
+        return "held"
+
+    steps = [
+        ModelStep(output=[call("hold", "c1")]),
+        ModelStep(output=[say("first done")]),
+        ModelStep(output=[call("remember", "c2")]),
+        ModelStep(output=[say("second done")]),
+    ]
+    graph = desk_graph(steps, seen, typed=False)
+    build = graph.build
+
+    def with_hold() -> Agent[Any]:
+        agent = build()
+        holding = FunctionTool(
+            name="hold",
+            description="test tool hold",
+            params_json_schema={"type": "object", "properties": {}, "additionalProperties": True},
+            on_invoke_tool=hold,
+            strict_json_schema=False,
+        )
+        return agent.clone(tools=[*agent.tools, holding])
+
+    registry = AgentRegistry([replace(graph, build=with_hold)])
+    async with gateway_factory(registry=registry) as gw:
+        owner = await Client.connect(gw.ws_url, gw.token("olga", "user"))
+        # The same user on another device, with a token that has more to say.
+        token = gw.verifier.issue(
+            "olga", "acme", ["user", "reviewer"], extra_claims={"email": EMAIL}
+        )
+        phone = await Client.connect(gw.ws_url, token)
+        try:
+            ack = await owner.request("run.start", input="first")
+            await owner.wait_event("tool.called")
+            queued = await phone.request("run.input", thread_id=ack["thread_id"], input="second")
+            assert queued["disposition"] == "queued"
+            released.set()
+            await owner.wait_event("run.completed", final_output="second done")
+        finally:
+            await owner.close()
+            await phone.close()
+    [remember] = seen
+    caller = remember["caller"]
+    # The roles and claims of the token that sent the input, not of the one that started the
+    # first run.
+    assert (caller["user"], caller["roles"], caller["claims"]) == (
+        "olga",
+        ["reviewer", "user"],
+        {"email": EMAIL},
+    )
+    assert caller["run_id"] != ack["run_id"]
