@@ -97,7 +97,9 @@ def log_models(
         )
 
 
-def build_verifier(settings: Settings, custom_roles: Iterable[str] = ()) -> TokenVerifier:
+def build_verifier(
+    settings: Settings, custom_roles: Iterable[str] = (), kept_claims: Iterable[str] = ()
+) -> TokenVerifier:
     """HS256 with GATEWAY_SECRET (a random one in development mode), plus RS256/ES256 with
     the JWKS when one is configured. With only a JWKS, HS256 is not accepted at all.
     `custom_roles`: the roles agent graphs require for their tools, accepted in tokens."""
@@ -130,6 +132,7 @@ def build_verifier(settings: Settings, custom_roles: Iterable[str] = ()) -> Toke
         audience=settings.jwt_audience,
         custom_roles=custom_roles,
         claims=settings.claim_mapping(),
+        kept_claims=kept_claims,
     )
 
 
@@ -203,7 +206,11 @@ def create_app(
             openai_base_url=settings.openai_base_url,
             openai_api=settings.openai_api,
         )
-        verifier = build_verifier(settings, custom_roles=graphs.reviewer_role_names())
+        verifier = build_verifier(
+            settings,
+            custom_roles=graphs.reviewer_role_names(),
+            kept_claims=graphs.context_claim_paths(),
+        )
         runs = RunManager(
             store=store,
             log=event_log,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
@@ -60,6 +60,10 @@ class Principal:
     # The token's `exp` (Unix seconds): a long-lived connection stops honouring the token
     # then (plus the verifier's leeway). Not part of equality: it says when, not who.
     expires_at: float | None = field(default=None, compare=False)
+    # The token claims agent graphs asked for (`AgentGraph.context_claims`), by claim path,
+    # for the runs this caller starts; the others are not kept. Not in the repr: claims can be
+    # personal data (an email), and a principal can end up in a log line.
+    claims: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def has(self, role: Role) -> bool:
         return role in self.roles
@@ -127,8 +131,10 @@ class TokenVerifier:
         audience: str | None = None,
         custom_roles: Iterable[str] = (),
         claims: ClaimMapping = GATEWAY_LAYOUT,
+        kept_claims: Iterable[str] = (),
     ) -> None:
-        """`claims`: where tokens verified with the JWKS keep the user, tenant and roles."""
+        """`claims`: where tokens verified with the JWKS keep the user, tenant and roles.
+        `kept_claims`: claim paths whose values the principal carries (for run contexts)."""
         if secret is not None and not secret:
             raise ValueError("the token secret must not be empty")
         if secret is None and keys is None:
@@ -149,6 +155,7 @@ class TokenVerifier:
                 f"(known: {', '.join(sorted(known))})"
             )
         self._claims = claims
+        self._kept_claims = tuple(sorted(set(kept_claims)))
         required = list(_REQUIRED_CLAIMS)
         if self._issuer is not None:
             required.append("iss")
@@ -247,9 +254,17 @@ class TokenVerifier:
             roles=roles,
             extra_roles=extra_roles,
             expires_at=float(claims["exp"]),
+            claims=_kept(claims, self._kept_claims),
         )
 
-    def issue(self, user: str, tenant: str, roles: Iterable[Role | str], ttl_s: int = 3600) -> str:
+    def issue(
+        self,
+        user: str,
+        tenant: str,
+        roles: Iterable[Role | str],
+        ttl_s: int = 3600,
+        extra_claims: Mapping[str, Any] | None = None,
+    ) -> str:
         if self._secret is None:
             raise ValueError("this verifier has no secret to sign tokens with")
         if ttl_s <= 0:
@@ -260,6 +275,7 @@ class TokenVerifier:
         except AuthError as exc:
             raise ValueError(exc.message) from None
         claims: dict[str, Any] = {
+            **(extra_claims or {}),
             "sub": user,
             "tenant": tenant,
             "roles": sorted([role.value for role in core] + list(extra)),
@@ -285,6 +301,15 @@ def _header(token: str) -> dict[str, Any]:
         return jwt.get_unverified_header(token)
     except jwt.InvalidTokenError:
         raise AuthError("token is invalid") from None
+
+
+def _kept(claims: Mapping[str, Any], paths: tuple[str, ...]) -> dict[str, Any]:
+    kept = {}
+    for path in paths:
+        value = claim_at(claims, path)
+        if value is not MISSING:
+            kept[path] = value
+    return kept
 
 
 def _kid(header: dict[str, Any]) -> str:

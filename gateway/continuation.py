@@ -178,6 +178,10 @@ class Continuer:
             # anything is stored, the run stays as it was.
             _apply(state, decided, staged)
             prepare = None
+        # Before anything is stored, like the staged input: a context the graph's deserializer
+        # cannot rebuild leaves the run as it was.
+        caller = await ctx.caller(run, approvals)
+        context = graph.resumed_context(checkpoint.state, caller)
         # Decisions alone are never refused: the segment applies them as it starts, so
         # `run.resumed` is stored and sent without waiting for them (it would, ~1 ms each).
         data: dict[str, Any] = {"checkpoint_version": checkpoint.version}
@@ -224,6 +228,8 @@ class Continuer:
                 graph=graph,
                 agent=agent,
                 start=state,
+                caller=caller,
+                context=context,
                 known_calls=known_calls,
                 logged_outputs=logged,
                 lease=held,

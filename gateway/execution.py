@@ -20,11 +20,15 @@ import orjson
 from agents import (
     Agent,
     RawResponsesStreamEvent,
-    RunConfig,
     RunItemStreamEvent,
     Runner,
 )
-from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError
+from agents.exceptions import (
+    InputGuardrailTripwireTriggered,
+    MaxTurnsExceeded,
+    ModelBehaviorError,
+    OutputGuardrailTripwireTriggered,
+)
 from agents.models.interface import ModelProvider
 from agents.run_state import CURRENT_SCHEMA_VERSION, RunState
 from sqlalchemy.engine import Connection
@@ -37,6 +41,8 @@ from gateway.ledger import LedgerScope, current_scope
 from gateway.protocol import TOOL_NEEDS_RECONCILIATION, EventType, utc_ts
 from gateway.registry import AgentGraph
 from gateway.review_rules import ReviewContext
+from gateway.run_caller import RunCaller
+from gateway.run_settings import run_config
 from gateway.sensitive import masked_call_data
 from gateway.storage_health import describe, is_outage
 from gateway.telemetry import Telemetry
@@ -59,6 +65,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# `run.failed` code: a guardrail of the graph's run settings tripped (gateway/run_settings.py).
+GUARDRAIL_TRIPPED = "guardrail_tripped"
+
 
 @dataclass
 class Segment:
@@ -68,6 +77,8 @@ class Segment:
     graph: AgentGraph
     agent: Agent[Any]
     start: str | RunState[Any, Any]
+    # Who the run runs for; its context and settings are made from it.
+    caller: RunCaller
     known_calls: dict[str, str] = field(default_factory=dict)
     context: Any = None
     # call ids whose `tool.output` is already in the run's log (a recovery replays the turn)
@@ -176,9 +187,6 @@ class SegmentRunner:
         # It is also the template every run's session is copied from (`session`).
         self._sessions = GatewaySession("gateway-start-up", store=store)
 
-    def run_config(self) -> RunConfig:
-        return RunConfig(model_provider=self._provider, tracing_disabled=not self._tracing)
-
     def session(self, thread_id: str) -> GatewaySession:
         return self._sessions.for_session(thread_id)
 
@@ -207,12 +215,17 @@ class SegmentRunner:
         try:
             if segment.prepare is not None:
                 segment.prepare()
+            settings = segment.graph.settings_for(segment.caller)
             result = Runner.run_streamed(
                 segment.agent,
                 segment.start,
                 session=self.session(run.thread_id),
-                run_config=self.run_config(),
+                run_config=run_config(
+                    settings, segment.caller, provider=self._provider, tracing=self._tracing
+                ),
+                hooks=settings.hooks,
                 max_turns=segment.graph.max_turns,
+                # On a restored state, replaces only the application context the SDK keeps.
                 context=segment.context,
             )
             execution.result = result
@@ -272,7 +285,11 @@ class SegmentRunner:
             elif execution.cancel_requested:
                 await self._finish_cancelled(segment, translator, execution)
             else:
-                log.error("run %s failed", run.run_id, exc_info=True)
+                if tripped_guardrail(exc) is None:
+                    log.error("run %s failed", run.run_id, exc_info=True)
+                else:
+                    # The graph's own policy stopped the run: an outcome, not a fault.
+                    log.info("run %s stopped by a guardrail", run.run_id)
                 await self._fail(segment, translator, exc, execution.result)
         finally:
             spans.close(_outcome(execution))
@@ -288,7 +305,7 @@ class SegmentRunner:
         self, segment: Segment, result: RunResultStreaming, *, final: bool = False
     ) -> str:
         state = result.to_state()
-        data = state.to_json(context_serializer=segment.graph.context_serializer)
+        data = state.to_json(context_serializer=segment.graph.serialize_context)
         if final:
             elide_session_history(data)
         return orjson.dumps(data).decode()
@@ -505,7 +522,7 @@ class SegmentRunner:
         exc: Exception,
         result: RunResultStreaming | None,
     ) -> None:
-        error = {"code": _failure_code(exc), "message": _failure_message(exc)}
+        error = failure(exc)
         events = [self._ev(segment, t, d) for t, d in translator.abort_open("failed")]
         events.append(self._ev(segment, EventType.RUN_FAILED, {"error": error}))
         checkpoint = await self._final_checkpoint(segment, result, "error")
@@ -631,6 +648,29 @@ async def storage_retry(
             log.warning("storage unavailable; retrying in %.1f s", delay)
             await asyncio.sleep(delay)
     await operation()
+
+
+def failure(exc: Exception) -> dict[str, Any]:
+    """The `error` of `run.failed` (docs/protocol.md §6)."""
+    tripped = tripped_guardrail(exc)
+    if tripped is not None:
+        kind, name = tripped
+        return {
+            "code": GUARDRAIL_TRIPPED,
+            "message": f"{type(exc).__name__}: the {kind} guardrail {name!r} tripped",
+            "guardrail": name,
+            "guardrail_kind": kind,
+        }
+    return {"code": _failure_code(exc), "message": _failure_message(exc)}
+
+
+def tripped_guardrail(exc: BaseException) -> tuple[str, str] | None:
+    """("input" or "output", the guardrail's name) when a guardrail's tripwire ended the run."""
+    if isinstance(exc, InputGuardrailTripwireTriggered):
+        return "input", exc.guardrail_result.guardrail.get_name()
+    if isinstance(exc, OutputGuardrailTripwireTriggered):
+        return "output", exc.guardrail_result.guardrail.get_name()
+    return None
 
 
 def _failure_code(exc: Exception) -> str:

@@ -204,14 +204,15 @@ class Recovery:
                 mark_running,
             )
             current = await ctx.runs.get(run.run_id) or run
-            context = graph.make_context() if graph.make_context else None
+            caller = await ctx.caller(current)
             ctx.launch(
                 Segment(
                     run=current,
                     graph=graph,
                     agent=ctx.agent(graph),
                     start=run.input,
-                    context=context,
+                    caller=caller,
+                    context=graph.new_context(caller),
                     lease=lease,
                 )
             )

@@ -42,6 +42,15 @@ class _Entry:
     state: asyncio.Future[RunState[Any, Any] | None]
 
 
+async def restore_state(
+    checkpoint: CheckpointRecord, graph: AgentGraph, agent: Any
+) -> RunState[Any, Any]:
+    """The checkpoint's state, its context as the graph reads it back (`restore_context`)."""
+    return await RunState.from_string(
+        agent, checkpoint.state, context_deserializer=graph.restore_context
+    )
+
+
 class RestoredStates:
     def __init__(
         self,
@@ -79,7 +88,7 @@ class RestoredStates:
                 return state
             self._entries.pop(key, None)
         agent = self._agent_for(graph)
-        state = await self._restore(checkpoint, graph, agent)
+        state = await restore_state(checkpoint, graph, agent)
         done: asyncio.Future[RunState[Any, Any] | None] = asyncio.get_running_loop().create_future()
         done.set_result(state)
         self._put(_Entry(checkpoint, agent, done))
@@ -94,7 +103,7 @@ class RestoredStates:
             state = await asyncio.shield(entry.state)
             if state is not None:
                 return state
-        return await self._restore(checkpoint, graph, self._agent_for(graph))
+        return await restore_state(checkpoint, graph, self._agent_for(graph))
 
     def _usable(self, key: tuple[str, int], graph: AgentGraph) -> _Entry | None:
         entry = self._entries.get(key)
@@ -110,19 +119,11 @@ class RestoredStates:
         while len(self._entries) > self._limit:
             self._entries.popitem(last=False)
 
-    @staticmethod
-    async def _restore(
-        checkpoint: CheckpointRecord, graph: AgentGraph, agent: Any
-    ) -> RunState[Any, Any]:
-        return await RunState.from_string(
-            agent, checkpoint.state, context_deserializer=graph.context_deserializer
-        )
-
     async def _restore_quietly(
         self, checkpoint: CheckpointRecord, graph: AgentGraph, agent: Any
     ) -> RunState[Any, Any] | None:
         try:
-            return await self._restore(checkpoint, graph, agent)
+            return await restore_state(checkpoint, graph, agent)
         except Exception:
             log.warning(
                 "restoring checkpoint %d of run %s in advance failed",

@@ -26,6 +26,7 @@ from gateway.log_fields import bound
 from gateway.protocol import ErrorCode
 from gateway.registry import AgentGraph, AgentRegistry, GraphMismatchError, UnknownAgentError
 from gateway.restored import RestoredStates
+from gateway.run_caller import RunCaller, caller_of, latest_decision
 from persistence.approvals import ApprovalRecord, ApprovalRepository
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
 from persistence.events import EventRepository
@@ -121,6 +122,16 @@ class RunContext:
         except GraphMismatchError as exc:
             raise GatewayError(GRAPH_MISMATCH, str(exc)) from None
         return graph
+
+    async def caller(
+        self, run: RunRecord, decisions: list[ApprovalRecord] | None = None
+    ) -> RunCaller:
+        """Who `run` runs for, as of now. `decisions`: the approvals of the pause being
+        continued, when the caller has them; otherwise the run's latest decision is read."""
+        latest = latest_decision(decisions or ())
+        if latest is None:
+            latest = await self.approvals.latest_decision(run.run_id)
+        return caller_of(run, latest.reviewer if latest is not None else None)
 
     # -- the caller's threads and runs ---------------------------------------------------
 

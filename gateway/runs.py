@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agents.run_state import RunState
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -44,6 +43,8 @@ from gateway.execution import Segment, SegmentRunner
 from gateway.protocol import ErrorCode, EventType
 from gateway.recovery import Recovery
 from gateway.registry import AgentGraph, AgentRegistry
+from gateway.restored import restore_state
+from gateway.run_caller import caller_of, stored_caller
 from gateway.run_context import RunContext, denied, thread_ref
 from gateway.storage_health import log_failure
 from gateway.views import Views
@@ -211,6 +212,7 @@ class RunManager:
                 on_disconnect,
                 admit=admit,
                 requested_by=principal.user,
+                caller=stored_caller(principal, graph.context_claims),
             )
 
     async def _start_locked(
@@ -224,6 +226,7 @@ class RunManager:
         consumed_input_id: int | None = None,
         admit: Callable[[], None] | None = None,
         requested_by: str | None = None,
+        caller: dict[str, Any] | None = None,
     ) -> Started:
         if thread is not None and await self._ctx.runs.active_for_thread(thread.thread_id):
             raise conflict("the thread already has an active run; send run.input instead")
@@ -257,6 +260,7 @@ class RunManager:
             created_at=now,
             updated_at=now,
             requested_by=requested_by or owner,
+            caller=caller,
         )
 
         instance_id, ttl_s = self._ctx.instance_id, self._ctx.lease_ttl_s
@@ -282,9 +286,17 @@ class RunManager:
             raise conflict("the thread already has an active run; send run.input instead") from None
         record = replace(record, session_mark=mark)
         agent = self._ctx.agent(graph)
-        context = graph.make_context() if graph.make_context else None
+        run_caller = caller_of(record)
         self._ctx.launch(
-            Segment(run=record, graph=graph, agent=agent, start=text, context=context, lease=lease)
+            Segment(
+                run=record,
+                graph=graph,
+                agent=agent,
+                start=text,
+                caller=run_caller,
+                context=graph.new_context(run_caller),
+                lease=lease,
+            )
         )
         first_seq = logged[0].seq
         known = replace(base, head_seq=logged[-1].seq)
@@ -318,15 +330,17 @@ class RunManager:
             if run is None:
                 if self._ctx.closing:
                     raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down")
+                graph = self._ctx.graph(None)
                 started = await self._start_locked(
                     principal.tenant,
                     thread.owner,
                     thread,
-                    self._ctx.graph(None),
+                    graph,
                     text,
                     "continue",
                     admit=admit,
                     requested_by=principal.user,
+                    caller=stored_caller(principal, graph.context_claims),
                 )
                 return {
                     "disposition": "started",
@@ -344,11 +358,11 @@ class RunManager:
             if run.status in (RunStatus.WAITING_FOR_REVIEW, RunStatus.SUSPENDED):
                 await self._check_stageable(run, text)
                 await self._record_input(
-                    run, text, Disposition.STAGED, EventType.INPUT_STAGED, principal.user
+                    run, text, Disposition.STAGED, EventType.INPUT_STAGED, principal
                 )
                 return {"disposition": "staged", "run_id": run.run_id}
             await self._record_input(
-                run, text, Disposition.QUEUED, EventType.INPUT_QUEUED, principal.user
+                run, text, Disposition.QUEUED, EventType.INPUT_QUEUED, principal
             )
             return {"disposition": "queued", "run_id": run.run_id}
 
@@ -358,19 +372,24 @@ class RunManager:
         if checkpoint is None:
             raise conflict("the run has no checkpoint to stage input on")
         graph = self._ctx.graph_for_checkpoint(run, checkpoint)
-        state = await RunState.from_string(
-            self._ctx.agent(graph),
-            checkpoint.state,
-            context_deserializer=graph.context_deserializer,
-        )
+        state = await restore_state(checkpoint, graph, self._ctx.agent(graph))
         try:
             state.add_input(text)
         except Exception as exc:
             raise conflict(f"the paused run cannot take input now: {exc}") from None
 
     async def _record_input(
-        self, run: RunRecord, text: str, disposition: Disposition, event: EventType, sender: str
+        self,
+        run: RunRecord,
+        text: str,
+        disposition: Disposition,
+        event: EventType,
+        sender: Principal,
     ) -> None:
+        # A queued input starts a run of the default graph (`_start_next_queued`) for its
+        # sender, whose token is gone by then: what its context needs of it is kept now.
+        caller = stored_caller(sender, self._ctx.graph(None).context_claims)
+
         def insert(conn: Connection) -> None:
             InputRepository.insert_in(
                 conn,
@@ -378,7 +397,8 @@ class RunManager:
                 run_id=run.run_id,
                 text=text,
                 disposition=disposition,
-                sender=sender,
+                sender=sender.user,
+                caller=caller,
             )
 
         await self._ctx.log.commit(
@@ -573,6 +593,7 @@ class RunManager:
                     consumed_input_id=nxt.input_id,
                     # Inputs queued before migration 0005 have no sender: the owner stands in.
                     requested_by=nxt.sender or thread.owner,
+                    caller=nxt.caller,
                 )
             except (GatewayError, StorageUnavailable):
                 log.warning(

@@ -119,6 +119,15 @@ class ApprovalRepository:
         rows = _OF_CHECKPOINT.records(conn, {"b_run": run_id, "b_version": checkpoint_version})
         return [ApprovalRecord.from_row(row) for row in rows]
 
+    async def latest_decision(self, run_id: str) -> ApprovalRecord | None:
+        """The run's most recently decided approval (approved, rejected or expired)."""
+
+        def read(conn: Connection) -> ApprovalRecord | None:
+            row = conn.execute(_LATEST_DECISION, {"b_run": run_id}).mappings().first()
+            return ApprovalRecord.from_row(row) if row else None
+
+        return await self._store.read(read)
+
     async def pending_for_tenant(self, tenant: str, limit: int = 500) -> list[ApprovalRecord]:
         return await self.pending(tenant=tenant, limit=limit)
 
@@ -260,6 +269,22 @@ _SETTLE = Prepared(
         reason=bindparam("b_reason"),
         decided_at=bindparam("b_decided_at"),
     )
+)
+# Not prepared: the status list is an expanding IN.
+_LATEST_DECISION = (
+    select(approvals)
+    .where(
+        approvals.c.run_id == bindparam("b_run"),
+        approvals.c.status.in_(
+            [
+                ApprovalStatus.APPROVED.value,
+                ApprovalStatus.REJECTED.value,
+                ApprovalStatus.EXPIRED.value,
+            ]
+        ),
+    )
+    .order_by(approvals.c.decided_at.desc(), approvals.c.approval_id.desc())
+    .limit(1)
 )
 _OF_CHECKPOINT = Prepared(
     select(approvals)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, bindparam, func, or_, select, update
 from sqlalchemy.engine import Connection
@@ -31,6 +31,8 @@ class PendingInput:
     input: str
     disposition: Disposition
     sender: str | None = None
+    # The sender's roles and chosen claims for the run a queued input starts (`runs.caller`).
+    caller: dict[str, Any] | None = None
 
 
 class InputRepository:
@@ -46,6 +48,7 @@ class InputRepository:
         text: str,
         disposition: Disposition,
         sender: str | None = None,
+        caller: dict[str, Any] | None = None,
     ) -> None:
         _INSERT.rowcount(
             conn,
@@ -55,6 +58,7 @@ class InputRepository:
                 "input": text,
                 "disposition": disposition.value,
                 "sender": sender,
+                "caller": caller,
                 "created_at": utcnow(),
             },
         )
@@ -115,6 +119,7 @@ class InputRepository:
                 input=row["input"],
                 disposition=Disposition(row["disposition"]),
                 sender=row["sender"],
+                caller=row["caller"],
             )
             for row in rows
         ]
@@ -122,7 +127,7 @@ class InputRepository:
 
 _INSERT = Prepared(
     pending_inputs.insert(),
-    keys=["thread_id", "run_id", "input", "disposition", "sender", "created_at"],
+    keys=["thread_id", "run_id", "input", "disposition", "sender", "caller", "created_at"],
 )
 _CONSUME = (
     update(pending_inputs)

@@ -59,6 +59,9 @@ class RunRecord:
     # Who started the run, or sent the input that started it (the four-eyes "requester");
     # None for runs created before it was recorded.
     requested_by: str | None = None
+    # What the run's context keeps of the token that asked for it: {"roles", "claims"}
+    # (gateway/run_caller.py); None for runs created before it was recorded.
+    caller: dict[str, Any] | None = None
 
     def values(self) -> dict[str, Any]:
         """The row to insert for a new run."""
@@ -78,6 +81,7 @@ class RunRecord:
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             "requested_by": self.requested_by,
+            "caller": self.caller,
         }
 
     @classmethod
@@ -98,6 +102,7 @@ class RunRecord:
             created_at=as_utc(row["created_at"]) or utcnow(),
             updated_at=as_utc(row["updated_at"]) or utcnow(),
             requested_by=row.get("requested_by"),
+            caller=row.get("caller"),
         )
 
 

@@ -71,6 +71,9 @@ runs = Table(
     # When retention removed the ended run's checkpoints and events (null: not yet), so each
     # sweep looks only at runs it has not swept before.
     Column("swept_at", DateTime(timezone=True), nullable=True),
+    # The roles and chosen token claims of whoever asked for the run, for its run context
+    # (gateway/run_caller.py): a continuation in any process describes the same caller.
+    Column("caller", JSON, nullable=True),
     Index("ix_runs_thread", "thread_id"),
     Index("ix_runs_status", "status"),
     Index(
@@ -149,6 +152,8 @@ pending_inputs = Table(
     Column("consumed_at", DateTime(timezone=True), nullable=True),
     # Who sent it: the requester of the run a queued input starts (four-eyes). Null before 0005.
     Column("sender", String(128), nullable=True),
+    # The sender's roles and chosen token claims, for the run a queued input starts (0007).
+    Column("caller", JSON, nullable=True),
     Index("ix_pending_inputs_thread", "thread_id", "consumed_at"),
     sqlite_autoincrement=True,
 )

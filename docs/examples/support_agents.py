@@ -3,11 +3,13 @@
     GATEWAY_AGENTS=support_agents:registry PYTHONPATH=docs/examples python -m gateway serve
 
 One graph, `support`, with a plain tool and a tool that waits for a reviewer holding the
-`billing` role; the customer id is masked for everyone but reviewers.
+`billing` role; the customer id is masked for everyone but reviewers. The run context carries
+the caller: the cancellation says who asked for it and who approved it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,13 +18,31 @@ from agents.tool_context import ToolContext
 
 from gateway.ledger import Policy, run_once
 from gateway.registry import AgentGraph, AgentRegistry
+from gateway.run_caller import RunCaller
+from gateway.run_settings import RunSettings
 
 
 @dataclass
 class SupportContext:
     """The run context: saved in every checkpoint, so it must round-trip through a dict."""
 
+    caller: RunCaller
     tier: str
+
+
+def support_context(caller: RunCaller) -> SupportContext:
+    # Called for each new run, with who it runs for.
+    return SupportContext(caller=caller, tier="standard")
+
+
+def save_context(context: SupportContext) -> dict[str, Any]:
+    # The caller is not saved: the gateway describes it again at every restore.
+    return {"tier": context.tier}
+
+
+def load_context(data: Mapping[str, Any], caller: RunCaller) -> SupportContext:
+    # At every continuation: `caller.decided_by` is who decided the latest approval.
+    return SupportContext(caller=caller, tier=data["tier"])
 
 
 def lookup_invoice(invoice_id: str) -> str:
@@ -34,17 +54,21 @@ def lookup_invoice(invoice_id: str) -> str:
     return f"Invoice {invoice_id} is paid."
 
 
-async def cancel_subscription(ctx: ToolContext[Any], customer_id: str) -> str:
+async def cancel_subscription(ctx: ToolContext[SupportContext], customer_id: str) -> str:
     """Cancel a customer's subscription.
 
     Args:
         customer_id: The customer's id.
     """
+    caller = ctx.context.caller
 
     def cancel(idempotency_key: str) -> str:
         # Call your billing system here, passing it `idempotency_key`: the same for this call
         # across retries and restarts, so the system can refuse a repeat.
-        return f"Subscription of {customer_id} cancelled."
+        return (
+            f"Subscription of {customer_id} cancelled for {caller.user} "
+            f"(tenant {caller.tenant}), approved by {caller.decided_by}."
+        )
 
     # Once per call, even when the run is continued after a crash (docs/agents.md).
     return await run_once(ctx, cancel, policy=Policy.RECONCILE)
@@ -69,9 +93,11 @@ def support_graph(build: Any = build_support_agent) -> AgentGraph:
         # Bump whenever the agents, their tools or their handoffs change.
         version="2026-12",
         build=build,
-        make_context=lambda: SupportContext(tier="standard"),
-        context_serializer=lambda context: {"tier": context.tier},
-        context_deserializer=lambda data: SupportContext(**data),
+        make_context=support_context,
+        context_serializer=save_context,
+        context_deserializer=load_context,
+        # Traces of a run name the graph's workflow; a thread's runs are one group.
+        run_settings=lambda caller: RunSettings(workflow_name="customer support"),
         reviewer_roles={"cancel_subscription": frozenset({"billing"})},
         sensitive_arguments={"cancel_subscription": frozenset({"customer_id"})},
     )

@@ -92,10 +92,17 @@ class Approval(_Shape):
 
 
 class RunError(_Shape):
-    """Why a run failed: `max_turns`, `model_behavior` or `run_error`, and a short message."""
+    """Why a run failed: `max_turns`, `model_behavior`, `guardrail_tripped` or `run_error`, and
+    a short message."""
 
     code: str
     message: str
+    guardrail: str | Absent = Field(
+        None, description="`guardrail_tripped`: the name of the guardrail that tripped"
+    )
+    guardrail_kind: Literal["input", "output"] | Absent = Field(
+        None, description="`guardrail_tripped`: whether it guarded the run's input or output"
+    )
 
 
 # --- server frames (WebSocket) ------------------------------------------------------------

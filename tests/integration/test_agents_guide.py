@@ -1,7 +1,7 @@
 """The example of docs/agents.md (docs/examples/support_agents.py), run as written: its graph
 serves a run whose gated call waits for a reviewer with the role it names, shows the masked
 argument to the owner, continues after the approval with the call run once, and keeps its
-typed context through the checkpoint."""
+typed context, with the caller and who approved, through the checkpoint."""
 
 from __future__ import annotations
 
@@ -74,7 +74,10 @@ async def test_the_guides_support_agent_pauses_masks_and_continues(
             await billing.request("approval.decide", approval_id=approval_id, decision="approve")
 
             output = await owner.wait_event("tool.output")
-            assert output["data"]["output"] == "Subscription of c-42 cancelled."
+            # The tool read who asked and who approved from the run context.
+            assert output["data"]["output"] == (
+                "Subscription of c-42 cancelled for olga (tenant acme), approved by bea."
+            )
             done = await owner.wait_event("run.completed")
             assert done["run_id"] == started["run_id"]
         finally:
