@@ -290,6 +290,7 @@ class SegmentRunner:
                 else:
                     # The graph's own policy stopped the run: an outcome, not a fault.
                     log.info("run %s stopped by a guardrail", run.run_id)
+                spans.fail(exc)
                 await self._fail(segment, translator, exc, execution.result)
         finally:
             spans.close(_outcome(execution))

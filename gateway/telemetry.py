@@ -62,6 +62,7 @@ class SegmentSpans:
         self._token = context.attach(self._context)
         self._model: Span | None = None
         self._tools: dict[str, Span] = {}
+        self._failed = False
 
     def observe(self, event: Any, emitted: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
         """One SDK stream event and the gateway events it became."""
@@ -86,6 +87,14 @@ class SegmentSpans:
                 if span is not None:
                     span.end()
 
+    def fail(self, error: BaseException) -> None:
+        """The segment ends in `run.failed`: the span's status says so, with the error's class
+        only (its text can hold model output or tool arguments)."""
+        from opentelemetry.trace import Status, StatusCode
+
+        self._failed = True
+        self._span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+
     def close(self, outcome: str) -> None:
         """At the segment's end: `outcome` is how it ended (completed, paused, failed, ...).
         A tool call still open is one waiting for a review (or cut by the end)."""
@@ -96,7 +105,7 @@ class SegmentSpans:
             span.set_attribute("gateway.tool.outcome", "not_run")
             span.end()
         self._tools.clear()
-        self._span.set_attribute("gateway.run.outcome", outcome)
+        self._span.set_attribute("gateway.run.outcome", "failed" if self._failed else outcome)
         self._span.end()
         context.detach(self._token)
 
@@ -116,6 +125,9 @@ class NoSpans:
     """What a segment gets while telemetry is off: every call does nothing."""
 
     def observe(self, event: Any, emitted: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        pass
+
+    def fail(self, error: BaseException) -> None:
         pass
 
     def close(self, outcome: str) -> None:

@@ -12,13 +12,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agents import Agent, FunctionTool, RunContextWrapper
 from agents.testing import ModelStep, ScriptedModel
 
+from gateway.auth import TokenVerifier
 from gateway.registry import AgentGraph, AgentRegistry
 from gateway.run_caller import RunCaller
 from tests.support.agents import call, say
 from tests.support.client import Client
+from tests.support.gateway import TEST_SECRET, GatewayProcess, spawn_gateway
 from tests.support.sqlite_file import sql
 
 EMAIL = "olga@example.com"
@@ -271,3 +274,48 @@ async def test_a_run_started_from_queued_input_runs_for_its_senders_token(
         {"email": EMAIL},
     )
     assert caller["run_id"] != ack["run_id"]
+
+
+@pytest.mark.both_backends
+async def test_a_run_paused_on_a_killed_process_sees_its_caller_on_the_next(
+    tmp_path: Path, database_url: str, processes: list[GatewayProcess]
+) -> None:
+    """kill -9 of the process a run paused on; a reviewer decides on another process, which
+    continues the run from its checkpoint: the tool sees the run's caller and who decided."""
+    caller_file = tmp_path / "callers.jsonl"
+    env = {"GATEWAY_DATABASE_URL": database_url, "TEST_CALLER_FILE": str(caller_file)}
+    args = ["--agents", "tests.support.agents:caller_registry"]
+    first = spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-a"}, args=args)
+    processes.append(first)
+    verifier = TokenVerifier(TEST_SECRET)
+    olga = await Client.connect(first.ws_url, verifier.issue("olga", "acme", ["user"]))
+    try:
+        ack = await olga.request("run.start", input="who am I?", agent="whoami")
+        await olga.wait_event("run.paused")
+    finally:
+        await olga.close()
+    first.kill()
+
+    second = spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-b"}, args=args)
+    processes.append(second)
+    rex = await Client.connect(second.ws_url, verifier.issue("rex", "acme", ["reviewer"]))
+    try:
+        await rex.request("inbox.subscribe")
+        inbox = await rex.wait_for(lambda frame: frame.get("type") == "inbox")
+        [pending] = inbox["approvals"]
+        await rex.request("approval.decide", approval_id=pending["approval_id"], decision="approve")
+        await rex.request("thread.subscribe", thread_id=ack["thread_id"], after_seq=0)
+        await rex.wait_event("run.completed")
+    finally:
+        await rex.close()
+    [seen] = [json.loads(line) for line in caller_file.read_text().splitlines()]
+    assert seen == {
+        "user": "olga",
+        "tenant": "acme",
+        "roles": ["user"],
+        "claims": {},
+        "thread_id": ack["thread_id"],
+        "run_id": ack["run_id"],
+        "agent": "whoami",
+        "decided_by": "rex",
+    }

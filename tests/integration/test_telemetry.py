@@ -7,12 +7,17 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from agents import Agent
+from agents.testing import ModelStep, ScriptedModel
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
+from gateway.registry import AgentGraph, AgentRegistry
 from gateway.settings import load_settings
 from gateway.telemetry import Telemetry, TelemetryConfigError
+from tests.support.agents import call
 from tests.support.client import Client
 from tests.support.gateway import Gateway
 
@@ -119,3 +124,27 @@ async def test_spans_off_unless_asked_for_and_a_clear_error_without_the_extra(
     )
     with pytest.raises(TelemetryConfigError, match=r"agents-ws-gateway\[otel\]"):
         Telemetry.from_settings(True)
+
+
+async def test_a_failed_segment_has_the_error_status(gateway_factory: Callable[..., Any]) -> None:
+    # A call to a tool the agent does not have: the SDK raises, the run fails.
+    model = ScriptedModel([ModelStep(output=[call("no_such_tool", "c1")])])
+    graph = AgentGraph(
+        name="broken",
+        version="1",
+        build=lambda: Agent(name="broken", instructions="test agent", model=model),
+    )
+    provider, exporter = recorder()
+    async with gateway_factory(registry=AgentRegistry([graph]), tracer_provider=provider) as gw:
+        alice = await connect(gw, "alice", "user")
+        ack = await alice.request("run.start", input="hello")
+        await alice.wait_event("run.failed")
+        await alice.close()
+    [segment] = [
+        s
+        for s in named(exporter.get_finished_spans(), "gateway.run.segment")
+        if s.attributes["gateway.run.id"] == ack["run_id"]
+    ]
+    assert segment.attributes["gateway.run.outcome"] == "failed"
+    assert segment.status.status_code is StatusCode.ERROR
+    assert segment.status.description == "ModelBehaviorError"

@@ -237,3 +237,38 @@ def sensitive_registry() -> AgentRegistry:
         sensitive_arguments={"charge": frozenset({"card"})},
     )
     return AgentRegistry([demo_graph("offline"), vault], default="assistant")
+
+
+def caller_registry() -> AgentRegistry:
+    """For gateway subprocesses: the demo agent plus `whoami`, whose approval-gated tool
+    `whoami` appends the run context it sees (the gateway's `RunCaller`, as JSON) to the file
+    TEST_CALLER_FILE, then answers; a final message follows its output."""
+    path = Path(os.environ["TEST_CALLER_FILE"])
+
+    def record(line: str) -> None:
+        with path.open("a") as handle:
+            handle.write(line + "\n")
+
+    async def invoke(ctx: ToolContext[Any], raw: str) -> str:
+        record(json.dumps(ctx.context.to_json()))
+        return "noted"
+
+    whoami = FunctionTool(
+        name="whoami",
+        description="test tool whoami",
+        params_json_schema={"type": "object", "properties": {}, "additionalProperties": True},
+        on_invoke_tool=invoke,
+        strict_json_schema=False,
+        needs_approval=True,
+    )
+
+    def build() -> Agent[Any]:
+        return Agent(
+            name="whoami",
+            instructions="whoami",
+            model=charge_per_input(lambda call_id: [call("whoami", call_id)], "you are known"),
+            tools=[whoami],
+        )
+
+    graph = AgentGraph(name="whoami", version="1", build=build)
+    return AgentRegistry([demo_graph("offline"), graph], default="assistant")
