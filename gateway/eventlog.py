@@ -125,6 +125,8 @@ class _Atomic:
     events: list[NewEvent]
     action: Work[Any] | None
     future: asyncio.Future[tuple[Any, list[LoggedEvent]]]
+    # The agent of the run whose `run.*` events these are, for the metrics' `agent` label.
+    agent: str | None = None
 
 
 class EventLog:
@@ -208,9 +210,14 @@ class EventLog:
         return future
 
     async def commit(
-        self, events: Sequence[NewEvent] = (), action: Work[Any] | None = None
+        self,
+        events: Sequence[NewEvent] = (),
+        action: Work[Any] | None = None,
+        *,
+        agent: str | None = None,
     ) -> tuple[Any, list[LoggedEvent]]:
         """Run `action` and store `events` in one transaction, after everything queued before.
+        `agent`: the run's, when `events` hold a run's `run.*` events (counted by agent).
 
         Returns the action's result and the stored events. If the action raises, nothing is
         stored and the exception propagates to the caller; storage failures surface as
@@ -221,7 +228,7 @@ class EventLog:
         )
         # Nothing produced after this commit may be stored before it.
         self._open_deltas.clear()
-        await self._queue.put(_Atomic(list(events), action, future))
+        await self._queue.put(_Atomic(list(events), action, future, agent))
         return await future
 
     async def flush(self) -> None:
@@ -285,9 +292,11 @@ class EventLog:
                         _fail(entry.future, LeaseLost(entry.event.run_id or ""))
                 kept = [i for i, entry in enumerate(entries) if entry.event.lease not in lost]
                 entries, events = [entries[i] for i in kept], [events[i] for i in kept]
+            # One stamp per transaction: the delivery lag is measured from it.
+            now = time.perf_counter()
             if self._metrics is not None:
-                self._metrics.committed(records, time.perf_counter() - started)
-            logged = [LoggedEvent.from_record(record) for record in records]
+                self._metrics.committed(records, now - started)
+            logged = [LoggedEvent.from_record(record, now) for record in records]
             for entry, event in zip(entries, logged, strict=True):
                 if not entry.future.done():
                     entry.future.set_result(event)
@@ -310,9 +319,10 @@ class EventLog:
             if not isinstance(exc, Exception):
                 raise
             return
+        now = time.perf_counter()
         if self._metrics is not None:
-            self._metrics.committed(records, time.perf_counter() - started)
-        logged = [LoggedEvent.from_record(record) for record in records]
+            self._metrics.committed(records, now - started, entry.agent)
+        logged = [LoggedEvent.from_record(record, now) for record in records]
         if not entry.future.done():
             entry.future.set_result((result, logged))
         self._publish(logged)

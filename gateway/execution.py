@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from agents import (
@@ -34,9 +35,12 @@ from gateway.binding import arguments_digest, interruption_arguments, interrupti
 from gateway.eventlog import EventLog
 from gateway.lease_keeper import LeaseKeeper
 from gateway.ledger import LedgerScope, current_scope
+from gateway.metrics import GatewayMetrics
+from gateway.outbox import encoded_size
 from gateway.protocol import TOOL_NEEDS_RECONCILIATION, EventType, utc_ts
 from gateway.registry import AgentGraph
 from gateway.review_rules import ReviewContext
+from gateway.run_hooks import MetricsHooks
 from gateway.sensitive import masked_call_data
 from gateway.storage_health import describe, is_outage
 from gateway.translate import StreamTranslator, output_text
@@ -57,6 +61,8 @@ if TYPE_CHECKING:
     from agents.result import RunResultStreaming
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -149,8 +155,10 @@ class SegmentRunner:
         on_paused: Callable[[CheckpointRecord, AgentGraph], None] | None = None,
         lease_ttl_s: float = 15.0,
         approval_ttl_s: float = 0.0,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self._store = store
+        self._metrics = metrics
         self._log = log
         self._marks = SessionMarks(store)
         self._provider = provider
@@ -203,6 +211,7 @@ class SegmentRunner:
                 run_config=self.run_config(),
                 max_turns=segment.graph.max_turns,
                 context=segment.context,
+                hooks=MetricsHooks(self._metrics) if self._metrics is not None else None,
             )
             execution.result = result
             if segment.lease is not None:
@@ -307,7 +316,7 @@ class SegmentRunner:
                 expected=(RunStatus.RUNNING,),
             )
 
-        await self._log.commit((), store)
+        await self._commit(segment, (), store, checkpoint)
         segment.run = replace(run, checkpoint_version=checkpoint.version)
 
     async def _needs_reconciliation(
@@ -321,6 +330,23 @@ class SegmentRunner:
             {"call_id": call_id, "tool_name": tool_name, "idempotency_key": key},
             segment.lease,
         )
+
+    async def _commit(
+        self,
+        segment: Segment,
+        events: Sequence[NewEvent],
+        action: Callable[[Connection], T],
+        checkpoint: CheckpointRecord | None,
+    ) -> T:
+        """The segment's transaction that stores `checkpoint` (if any): its write time is
+        measured as the run waits for it, queue included."""
+        started = time.perf_counter()
+        result, _ = await self._log.commit(events, action, agent=segment.graph.name)
+        if self._metrics is not None and checkpoint is not None:
+            self._metrics.checkpoint_stored(
+                encoded_size(checkpoint.state), time.perf_counter() - started
+            )
+        return result  # type: ignore[no-any-return]
 
     def _ev(self, segment: Segment, type_: str, data: Any) -> NewEvent:
         return self._log.new_event(
@@ -466,8 +492,7 @@ class SegmentRunner:
                 LeaseRepository.release_in(conn, lease)
             return stored
 
-        stored, _ = await self._log.commit(events, store)
-        return stored
+        return await self._commit(segment, events, store, checkpoint)
 
     async def _complete(
         self, segment: Segment, translator: StreamTranslator, result: RunResultStreaming
@@ -556,7 +581,7 @@ class SegmentRunner:
             if audit is not None:
                 AuditRepository.insert_in(conn, audit)
 
-        await self._log.commit(events, transition)
+        await self._commit(segment, events, transition, checkpoint)
         await self._on_finished(run, status)
 
 

@@ -22,6 +22,7 @@ from gateway.bus import EventBus
 from gateway.errors import GRAPH_MISMATCH, GatewayError, not_found
 from gateway.eventlog import EventLog
 from gateway.execution import Execution, Segment, SegmentRunner
+from gateway.metrics import GatewayMetrics
 from gateway.protocol import ErrorCode
 from gateway.registry import AgentGraph, AgentRegistry, GraphMismatchError, UnknownAgentError
 from gateway.restored import RestoredStates
@@ -55,8 +56,10 @@ class RunContext:
         segments: SegmentRunner,
         instance_id: str,
         lease_ttl_s: float,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self.store = store
+        self.metrics = metrics
         self.log = log
         self.bus = bus
         self.registry = registry

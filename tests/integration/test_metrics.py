@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.client import Client
+from tests.support.client import Client, ProtocolFailure
 from tests.support.gateway import Gateway
 
 
@@ -35,7 +36,8 @@ async def connect(gw: Gateway, user: str, *roles: str) -> Client:
 async def test_approval_flow_moves_the_metrics(gateway_factory: Callable[..., Any]) -> None:
     async with gateway_factory(metrics=True) as gw:
         before = await scrape(gw)
-        assert value(before, "gateway_runs_total", state="started") == 0
+        assert value(before, "gateway_runs_total", state="started", agent="assistant") == 0
+        assert value(before, "gateway_approvals_pending") == 0
         alice = await connect(gw, "alice", "user")
         bob = await connect(gw, "bob", "reviewer")
         try:
@@ -43,11 +45,20 @@ async def test_approval_flow_moves_the_metrics(gateway_factory: Callable[..., An
             requested = await alice.wait_event("approval.requested")
             await alice.wait_event("run.paused")
             paused = await scrape(gw)
-            assert value(paused, "gateway_runs_total", state="started") == 1
-            assert value(paused, "gateway_runs_total", state="paused") == 1
+            assert value(paused, "gateway_runs_total", state="started", agent="assistant") == 1
+            assert value(paused, "gateway_runs_total", state="paused", agent="assistant") == 1
             assert value(paused, "gateway_approvals_requested_total") == 1
+            assert value(paused, "gateway_approvals_pending") == 1
+            assert value(paused, "gateway_approval_wait_seconds_count") == 0
             assert value(paused, "gateway_approval_decisions_total", outcome="approve") == 0
             assert value(paused, "gateway_connections") == 2
+            assert value(paused, "gateway_subscriptions") == 1
+            # The pause stored the run's state.
+            assert value(paused, "gateway_checkpoint_bytes_count") >= 1
+            assert value(paused, "gateway_checkpoint_bytes_sum") > 0
+            assert value(paused, "gateway_checkpoint_write_seconds_count") >= 1
+            # The refund waits for its review: not called yet.
+            assert value(paused, "gateway_tool_call_seconds_count", tool="issue_refund") == 0
 
             await bob.request(
                 "approval.decide",
@@ -59,17 +70,45 @@ async def test_approval_flow_moves_the_metrics(gateway_factory: Callable[..., An
         finally:
             await alice.close()
             await bob.close()
+        closed = await scrape(gw)
+    assert value(done, "gateway_approvals_pending") == 0
+    assert value(done, "gateway_approval_wait_seconds_count") == 1
+    assert value(done, "gateway_approval_wait_seconds_sum") >= 0
     assert value(done, "gateway_approval_decisions_total", outcome="approve") == 1
     assert value(done, "gateway_approval_decisions_total", outcome="reject") == 0
-    assert value(done, "gateway_runs_total", state="resumed") == 1
-    assert value(done, "gateway_runs_total", state="completed") == 1
-    assert value(done, "gateway_runs_total", state="failed") == 0
+    assert value(done, "gateway_runs_total", state="resumed", agent="assistant") == 1
+    assert value(done, "gateway_runs_total", state="completed", agent="assistant") == 1
+    assert value(done, "gateway_runs_total", state="failed", agent="assistant") == 0
+    assert value(done, "gateway_tool_call_seconds_count", tool="issue_refund") == 1
+    assert value(done, "gateway_model_call_seconds_count", agent="assistant") > 0
+    # Alice watched the run live: its events reached her socket from their commit.
+    assert value(done, "gateway_delivery_lag_seconds_count") > 0
     events = value(done, "gateway_events_appended_total")
     assert events > value(paused, "gateway_events_appended_total") > 0
     # Every stored event went through a timed transaction.
     assert value(done, "gateway_storage_commit_batch_events_sum") == events
     assert value(done, "gateway_storage_commit_seconds_count") >= 1
     assert value(done, "gateway_storage_errors_total") == 0
+    assert value(done, "gateway_slow_consumer_closes_total") == 0
+    assert value(closed, "gateway_connections") == 0
+    assert value(closed, "gateway_subscriptions") == 0
+
+
+async def test_refusals_are_counted_by_limit(gateway_factory: Callable[..., Any]) -> None:
+    async with gateway_factory(metrics=True, max_subscriptions=1) as gw:
+        alice = await connect(gw, "alice", "user")
+        try:
+            t1, t2 = [(await alice.request("thread.create"))["thread_id"] for _ in range(2)]
+            await alice.request("thread.subscribe", thread_id=t1)
+            with pytest.raises(ProtocolFailure) as refused:
+                await alice.request("thread.subscribe", thread_id=t2)
+            assert refused.value.code == "rate_limited"
+            samples = await scrape(gw)
+        finally:
+            await alice.close()
+    assert value(samples, "gateway_rate_limit_refusals_total", limit="subscriptions") == 1
+    assert value(samples, "gateway_rate_limit_refusals_total", limit="frames") == 0
+    assert value(samples, "gateway_subscriptions") == 1
 
 
 async def test_no_metrics_route_unless_enabled(gateway: Gateway) -> None:
