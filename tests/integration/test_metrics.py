@@ -3,23 +3,35 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.metrics import MULTIPROC_ENV
+from tests.integration.test_workers import dev_token, serving_pids, worker_pids
 from tests.support.client import Client, ProtocolFailure
-from tests.support.gateway import Gateway
+from tests.support.gateway import Gateway, GatewayProcess, spawn_gateway
+from tests.support.redis import bus_prefix, require_redis
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-async def scrape(gw: Gateway) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+async def scrape(gw: Gateway) -> Samples:
     async with gw.http() as http:
         response = await http.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
-    values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-    for family in text_string_to_metric_families(response.text):
+    return parse(response.text)
+
+
+def parse(text: str) -> Samples:
+    values: Samples = {}
+    for family in text_string_to_metric_families(text):
         for sample in family.samples:
             values[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return values
@@ -115,3 +127,69 @@ async def test_no_metrics_route_unless_enabled(gateway: Gateway) -> None:
     async with gateway.http() as http:
         response = await http.get("/metrics")
     assert response.status_code == 404
+
+
+def metrics_dir(pid: int) -> str:
+    """The PROMETHEUS_MULTIPROC_DIR a worker was given by its supervisor."""
+    environ = Path(f"/proc/{pid}/environ").read_text().split("\0")
+    return dict(entry.split("=", 1) for entry in environ if "=" in entry)[MULTIPROC_ENV]
+
+
+async def test_a_scrape_of_any_worker_adds_up_every_worker(
+    tmp_path: Path, processes: list[GatewayProcess]
+) -> None:
+    gateway = spawn_gateway(
+        tmp_path,
+        env={
+            "GATEWAY_BUS_URL": require_redis(),
+            "GATEWAY_BUS_PREFIX": bus_prefix(),
+            "GATEWAY_METRICS": "true",
+            # Development mode: the workers share one signing secret.
+            "GATEWAY_SECRET": "",
+        },
+        args=["--workers", "2"],
+    )
+    processes.append(gateway)
+    pids = worker_pids(gateway)
+    assert len(pids) == 2
+    directories = {metrics_dir(pid) for pid in pids.values()}
+    # One directory for both workers, made for this gateway.
+    assert len(directories) == 1
+    clients: list[Client] = []
+    try:
+        # Connect until both workers serve some connection, so runs start on both.
+        while serving_pids(gateway.port) != set(pids.values()):
+            assert len(clients) < 64, f"every connection went to one worker: {pids}"
+            clients.append(
+                await Client.connect(gateway.ws_url, await dev_token(gateway.port, "al"))
+            )
+        for client in clients:
+            await client.request("run.start", input="hello")
+        for client in clients:
+            await client.wait_event("run.completed")
+        # Whichever worker answers a scrape, it reports the runs of both.
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gateway.port}") as http:
+            for _ in range(6):
+                response = await http.get("/metrics")
+                assert response.status_code == 200
+                samples = parse(response.text)
+                runs = len(clients)
+                assert (
+                    value(samples, "gateway_runs_total", state="started", agent="assistant") == runs
+                )
+                assert (
+                    value(samples, "gateway_runs_total", state="completed", agent="assistant")
+                    == runs
+                )
+                assert value(samples, "gateway_model_call_seconds_count", agent="assistant") >= runs
+                assert value(samples, "gateway_connections") == len(clients)
+                # Each worker told the other of its threads' growth over Redis.
+                assert value(samples, "gateway_bus_messages_sent_total") > 0
+                assert value(samples, "gateway_bus_messages_received_total") > 0
+                assert value(samples, "gateway_bus_outages_total") == 0
+    finally:
+        for client in clients:
+            await client.close()
+    gateway.terminate()
+    # The supervisor removed the workers' metrics files as it exited.
+    assert not any(map(os.path.exists, directories))
