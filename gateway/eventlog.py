@@ -292,11 +292,9 @@ class EventLog:
                         _fail(entry.future, LeaseLost(entry.event.run_id or ""))
                 kept = [i for i, entry in enumerate(entries) if entry.event.lease not in lost]
                 entries, events = [entries[i] for i in kept], [events[i] for i in kept]
-            # One stamp per transaction: the delivery lag is measured from it.
-            now = time.perf_counter()
             if self._metrics is not None:
-                self._metrics.committed(records, now - started)
-            logged = [LoggedEvent.from_record(record, now) for record in records]
+                self._metrics.committed(records, time.perf_counter() - started)
+            logged = [LoggedEvent.from_record(record) for record in records]
             for entry, event in zip(entries, logged, strict=True):
                 if not entry.future.done():
                     entry.future.set_result(event)
@@ -319,10 +317,9 @@ class EventLog:
             if not isinstance(exc, Exception):
                 raise
             return
-        now = time.perf_counter()
         if self._metrics is not None:
-            self._metrics.committed(records, now - started, entry.agent)
-        logged = [LoggedEvent.from_record(record, now) for record in records]
+            self._metrics.committed(records, time.perf_counter() - started, entry.agent)
+        logged = [LoggedEvent.from_record(record) for record in records]
         if not entry.future.done():
             entry.future.set_result((result, logged))
         self._publish(logged)

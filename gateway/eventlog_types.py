@@ -19,14 +19,11 @@ class LoggedEvent(NamedTuple):
     type: str
     ts: str
     frame: str  # the complete `event` frame as JSON text
-    # When this process committed it (`time.perf_counter`), for the delivery lag metric;
-    # 0.0 for an event read back from the table.
-    committed: float = 0.0
 
     @classmethod
-    def from_record(cls, record: EventRecord, committed: float = 0.0) -> LoggedEvent:
+    def from_record(cls, record: EventRecord) -> LoggedEvent:
         thread_id, seq, run_id, type_, ts, _ = record
-        return cls(thread_id, seq, run_id, type_, ts, encode_event_frame(record), committed)
+        return cls(thread_id, seq, run_id, type_, ts, encode_event_frame(record))
 
 
 def encode_event_frame(record: EventRecord) -> str:

@@ -10,6 +10,7 @@ interleaving the writer and the replay have.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.bus import EventBus
@@ -42,7 +43,9 @@ class Subscription:
         metrics: GatewayMetrics | None = None,
     ) -> None:
         """`send_replay` may wait for queue space; `send_live` must not (False = no room).
-        `send_live` also gets the event's commit time (`LoggedEvent.committed`).
+        `send_live` also gets the time (`time.perf_counter`) its event was committed, with
+        metrics on (else 0.0): the event log publishes each commit's events the moment it is
+        stored, so the time of that call is the commit's.
 
         `reveal` gives the frame to send for a stored event whose sensitive arguments are
         masked (the connection knows whether its caller may see them). It may read storage,
@@ -75,7 +78,7 @@ class Subscription:
         for event in initial:
             if event.seq != self.last_seq + 1 or (self._reveal is not None and needs_reveal(event)):
                 break
-            if not self._send_live(event.frame, event.committed):
+            if not self._send_live(event.frame, 0.0):
                 break
             self.last_seq = event.seq
         self._task = asyncio.create_task(self._pump(), name=f"subscription-{self.thread_id}")
@@ -97,6 +100,8 @@ class Subscription:
         if not events or not self._live or events[0].seq > self.last_seq + 1:
             self._wakeup.set()
             return
+        # One stamp per published batch, and only when it is measured.
+        committed = time.perf_counter() if self._metrics is not None else 0.0
         for event in events:
             if event.seq <= self.last_seq:
                 continue
@@ -104,7 +109,7 @@ class Subscription:
                 self._live = False
                 self._wakeup.set()
                 return
-            if not self._send_live(event.frame, event.committed):
+            if not self._send_live(event.frame, committed):
                 self._live = False
                 self._wakeup.set()
                 return
