@@ -15,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.metrics import MULTIPROC_ENV
 from tests.integration.test_workers import dev_token, serving_pids, worker_pids
 from tests.support.client import Client, ProtocolFailure
+from tests.support.crash import close_all, crash
+from tests.support.crash import connect as crash_connect
 from tests.support.gateway import Gateway, GatewayProcess, spawn_gateway
 from tests.support.redis import bus_prefix, require_redis
 
@@ -193,3 +195,34 @@ async def test_a_scrape_of_any_worker_adds_up_every_worker(
     gateway.terminate()
     # The supervisor removed the workers' metrics files as it exited.
     assert not any(map(os.path.exists, directories))
+
+
+async def test_a_run_taken_over_at_start_up_is_counted(
+    tmp_path: Path, processes: list[GatewayProcess]
+) -> None:
+    env = {"GATEWAY_METRICS": "true", "GATEWAY_DEMO_DELAY_MS": "30"}
+    first = spawn_gateway(tmp_path, env=env)
+    processes.append(first)
+    opened: list[Client] = []
+    alice = await crash_connect(first, opened, "alice", "user")
+    ack = await alice.request("run.start", input="tell me a story")
+    await alice.wait_event("message.delta")
+    await crash(first, opened)
+    # The same instance id and database: the new process recovers the run at start-up.
+    second = spawn_gateway(tmp_path, env=env)
+    processes.append(second)
+    watcher = await crash_connect(second, opened, "alice", "user")
+    try:
+        await watcher.request("thread.subscribe", thread_id=ack["thread_id"], after_seq=0)
+        await watcher.wait_event("run.completed", timeout=30)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{second.port}") as client:
+            response = await client.get("/metrics")
+    finally:
+        await close_all(opened)
+    samples = parse(response.text)
+    assert value(samples, "gateway_run_takeovers_total", kind="startup") == 1
+    assert value(samples, "gateway_run_takeovers_total", kind="lease_expired") == 0
+    assert value(samples, "gateway_runs_total", state="recovered", agent="assistant") == 1
+    assert value(samples, "gateway_runs_total", state="completed", agent="assistant") == 1
+    # Counts are the process's own: the first process's start is not among them.
+    assert value(samples, "gateway_runs_total", state="started", agent="assistant") == 0
