@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterable
 from functools import partial
@@ -28,7 +29,7 @@ from gateway.http_runs import send_input, start_run
 from gateway.jwks import KeySource, RemoteKeys, StaticKeys
 from gateway.limits import Limits
 from gateway.log_watch import LogWatch
-from gateway.metrics import GatewayMetrics, metrics_route
+from gateway.metrics import MULTIPROC_ENV, GatewayMetrics, metrics_route
 from gateway.models import OFFLINE, build_model_provider, default_model_name, model_of
 from gateway.registry import AgentGraph, AgentRegistry, load_registry
 from gateway.relay import open_relay
@@ -178,13 +179,22 @@ def create_app(
         audit = AuditTrail(store)
         audit.start()
         instance_id = settings.resolved_instance_id()
+        # Only when served: off, nothing is counted (docs/benchmarks.md "Cost of metrics").
+        metrics = (
+            GatewayMetrics(multiprocess_dir=os.environ.get(MULTIPROC_ENV) or None)
+            if settings.metrics
+            else None
+        )
         bus = EventBus(
-            open_relay(settings.bus_url, prefix=settings.bus_prefix, instance_id=instance_id)
+            open_relay(
+                settings.bus_url,
+                prefix=settings.bus_prefix,
+                instance_id=instance_id,
+                metrics=metrics,
+            )
         )
         await bus.start()
-        # Created whether or not it is served: counting is cheap, and one code path runs.
-        metrics = GatewayMetrics()
-        event_log = EventLog(store, bus, metrics=metrics)
+        event_log = EventLog(store, bus, metrics=metrics, telemetry=telemetry)
         await event_log.start()
         log_watch = LogWatch(ThreadRepository(store), bus, settings.log_watch_interval_s)
         log_watch.start()
@@ -225,6 +235,7 @@ def create_app(
                 telemetry=telemetry,
                 lease_ttl_s=settings.lease_ttl_s,
                 approval_ttl_s=settings.approval_ttl_s,
+                metrics=metrics,
             ),
             self_approval=settings.self_approval,
             suspend_grace_s=settings.suspend_grace_s,
@@ -234,6 +245,7 @@ def create_app(
             four_eyes=settings.four_eyes,
             approval_ttl_s=settings.approval_ttl_s,
             approval_sweep_s=settings.approval_sweep_s,
+            metrics=metrics,
         )
         log_models(graphs, settings, model_name, runs.starting_agent)
         limits = Limits.from_settings(settings)
@@ -256,7 +268,10 @@ def create_app(
             metrics=metrics,
             telemetry=telemetry,
         )
-        metrics.count_connections(services.connections.__len__)
+        if metrics is not None:
+            metrics.know_agents(graphs.names())
+            metrics.count_pending(runs.approvals.count_pending)
+            limits.on_refused = metrics.refused
         # On the gateway's own application, not the one running the lifespan: an application
         # that mounts the gateway runs its lifespan (docs/examples/mounted_gateway.py), and
         # requests under the mount see the gateway's state.

@@ -64,7 +64,9 @@ async def cancel_unstreamed(
         return removed
 
     removed, _ = await log.commit(
-        [log.new_event(run.thread_id, run.run_id, EventType.RUN_CANCELLED, {})], transition
+        [log.new_event(run.thread_id, run.run_id, EventType.RUN_CANCELLED, {})],
+        transition,
+        agent=run.agent,
     )
     # The process streaming it stops at once rather than at its next (refused) write.
     bus.tell({"kind": "revoked", "run_id": run.run_id})

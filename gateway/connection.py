@@ -77,6 +77,7 @@ class Connection:
         self._limits = services.limits
         self._gate = services.limits.frame_gate()
         self._slot: ConnectionSlot | None = None
+        self._metrics = services.metrics
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -84,6 +85,8 @@ class Connection:
         await self._ws.accept()
         log.debug("connection accepted")
         self._services.connections.add(self)
+        if self._metrics is not None:
+            self._metrics.connections.inc()
         try:
             if not await self._handshake():
                 return
@@ -99,6 +102,8 @@ class Connection:
             if self._slot is not None:
                 self._slot.release()
             self._services.connections.discard(self)
+            if self._metrics is not None:
+                self._metrics.connections.dec()
             await self._cleanup()
 
     async def _cleanup(self) -> None:
@@ -125,6 +130,8 @@ class Connection:
         """Close from outside the reader (overflow, shutdown): stop the reader and writer."""
         if self._close_code is None:
             self._close_code = code
+            if code == CLOSE_TOO_SLOW and self._metrics is not None:
+                self._metrics.slow_closes.inc()
         for task in self._tasks:
             task.cancel()
         # Nobody will send what is queued: drop it, so a reader or subscription waiting for
@@ -439,6 +446,7 @@ class Connection:
         if kind == "pong" and self._gate.pong_is_free(admitted=False):
             return
         refusal = self._gate.refuse(wait_s)
+        self._limits.refused("frames")
         if refusal.flooding:
             log.info("closing a connection that keeps sending after being rate limited")
             self._close_code = CLOSE_FLOODING
@@ -464,6 +472,7 @@ class Connection:
 
     def _check_subscription_slot(self) -> None:
         if not self._limits.subscription_allowed(len(self._subscriptions)):
+            self._limits.refused("subscriptions")
             limit = self._limits.settings.subscriptions_per_connection
             raise rate_limited(
                 f"this connection already has {limit} thread subscriptions; unsubscribe first"
@@ -586,7 +595,8 @@ class Connection:
             bus=self._services.bus,
             log=self._services.log,
             send_replay=self._send_replay,
-            send_live=self._try_send,
+            send_live=self._send_live,
+            metrics=self._metrics,
             reveal=self._reveal,
         )
         self._subscriptions[thread_id] = subscription
@@ -646,6 +656,14 @@ class Connection:
             return False
         return True
 
+    def _send_live(self, text: str, committed: float) -> bool:
+        """A subscription's live event: `_try_send`, remembering when it was committed."""
+        try:
+            self._outbox.put_stamped_nowait(text, committed)
+        except asyncio.QueueFull:
+            return False
+        return True
+
     def _send_replay(self, text: str) -> Coroutine[Any, Any, None] | None:
         """A subscription's send: queued at once when there is room (None), else the wait.
 
@@ -692,15 +710,20 @@ class Connection:
         await self._ws.send_text(protocol.encode(frame))
 
     async def _writer(self) -> None:
+        outbox = self._outbox
+        delivered = self._metrics.delivered if self._metrics is not None else None
         try:
             while True:
                 # Take what is already queued without a coroutine per frame (replays queue
                 # hundreds at once); wait only when the queue is empty.
                 try:
-                    text = self._outbox.get_nowait()
+                    text = outbox.get_nowait()
                 except asyncio.QueueEmpty:
-                    text = await self._outbox.get()
+                    text = await outbox.get()
+                committed = outbox.taken_stamp
                 await self._send_message({"type": "websocket.send", "text": text})
+                if committed and delivered is not None:
+                    delivered(committed)
         except (WebSocketDisconnect, RuntimeError, OSError):
             self.close_soon(CLOSE_GOING_AWAY)
 

@@ -215,6 +215,7 @@ class Continuer:
         (held, current), _ = await ctx.log.commit(
             [ctx.log.new_event(run.thread_id, run.run_id, announce, data, lease)],
             mark_running,
+            agent=run.agent,
         )
         if superseded:
             ctx.bus.publish_inbox(run.tenant, removed=superseded)

@@ -167,6 +167,8 @@ class Decisions:
                 known, _ = await ctx.log.commit([event], record)
             except StaleWrite:
                 raise conflict("approval was already decided") from None
+            if ctx.metrics is not None:
+                ctx.metrics.reviewed((now - approval.requested_at).total_seconds())
             ctx.bus.publish_inbox(run.tenant, removed=[approval_id])
             self._waited(approval, decision, now)
             # Exactly the row the compare-and-swap wrote, without reading it back.

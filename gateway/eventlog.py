@@ -29,8 +29,9 @@ import orjson
 from gateway.bus import EventBus
 from gateway.eventlog_types import LoggedEvent, encode_page
 from gateway.metrics import GatewayMetrics
+from gateway.telemetry import Telemetry
 from persistence.errors import StorageUnavailable
-from persistence.events import NewEvent
+from persistence.events import EventRecord, NewEvent
 from persistence.leases import Lease, LeaseLost
 from persistence.store import Store, Work
 
@@ -125,6 +126,8 @@ class _Atomic:
     events: list[NewEvent]
     action: Work[Any] | None
     future: asyncio.Future[tuple[Any, list[LoggedEvent]]]
+    # The agent of the run whose `run.*` events these are, for the metrics' `agent` label.
+    agent: str | None = None
 
 
 class EventLog:
@@ -135,9 +138,11 @@ class EventLog:
         *,
         max_queued: int = 10_000,
         metrics: GatewayMetrics | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._store = store
         self._metrics = metrics
+        self._telemetry = telemetry or Telemetry(None)
         self._bus = bus
         self._queue: asyncio.Queue[_Plain | _Atomic | None] = asyncio.Queue(max_queued)
         self._task: asyncio.Task[None] | None = None
@@ -208,9 +213,14 @@ class EventLog:
         return future
 
     async def commit(
-        self, events: Sequence[NewEvent] = (), action: Work[Any] | None = None
+        self,
+        events: Sequence[NewEvent] = (),
+        action: Work[Any] | None = None,
+        *,
+        agent: str | None = None,
     ) -> tuple[Any, list[LoggedEvent]]:
         """Run `action` and store `events` in one transaction, after everything queued before.
+        `agent`: the run's, when `events` hold a run's `run.*` events (counted by agent).
 
         Returns the action's result and the stored events. If the action raises, nothing is
         stored and the exception propagates to the caller; storage failures surface as
@@ -221,7 +231,7 @@ class EventLog:
         )
         # Nothing produced after this commit may be stored before it.
         self._open_deltas.clear()
-        await self._queue.put(_Atomic(list(events), action, future))
+        await self._queue.put(_Atomic(list(events), action, future, agent))
         return await future
 
     async def flush(self) -> None:
@@ -285,8 +295,7 @@ class EventLog:
                         _fail(entry.future, LeaseLost(entry.event.run_id or ""))
                 kept = [i for i, entry in enumerate(entries) if entry.event.lease not in lost]
                 entries, events = [entries[i] for i in kept], [events[i] for i in kept]
-            if self._metrics is not None:
-                self._metrics.committed(records, time.perf_counter() - started)
+            self._committed(records, started)
             logged = [LoggedEvent.from_record(record) for record in records]
             for entry, event in zip(entries, logged, strict=True):
                 if not entry.future.done():
@@ -310,12 +319,30 @@ class EventLog:
             if not isinstance(exc, Exception):
                 raise
             return
-        if self._metrics is not None:
-            self._metrics.committed(records, time.perf_counter() - started)
+        self._committed(records, started, entry.agent)
         logged = [LoggedEvent.from_record(record) for record in records]
         if not entry.future.done():
             entry.future.set_result((result, logged))
         self._publish(logged)
+
+    def _committed(
+        self, records: list[EventRecord], started: float, agent: str | None = None
+    ) -> None:
+        """One transaction stored `records` (`started`: its `perf_counter` start), for the
+        metrics and the traces."""
+        if self._metrics is None and not self._telemetry.enabled:
+            return
+        seconds = time.perf_counter() - started
+        if self._metrics is not None:
+            self._metrics.committed(records, seconds, agent)
+        if records and self._telemetry.enabled:
+            ended = time.time()
+            self._telemetry.record(
+                "gateway.storage.commit",
+                ended - seconds,
+                ended,
+                {"gateway.storage.events": len(records)},
+            )
 
     def _publish(self, logged: list[LoggedEvent]) -> None:
         by_thread: dict[str, list[LoggedEvent]] = {}

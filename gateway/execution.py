@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from agents import (
@@ -38,10 +39,13 @@ from gateway.binding import arguments_digest, interruption_arguments, interrupti
 from gateway.eventlog import EventLog
 from gateway.lease_keeper import LeaseKeeper
 from gateway.ledger import LedgerScope, current_scope
+from gateway.metrics import GatewayMetrics
+from gateway.outbox import encoded_size
 from gateway.protocol import TOOL_NEEDS_RECONCILIATION, EventType, utc_ts
 from gateway.registry import AgentGraph
 from gateway.review_rules import ReviewContext
 from gateway.run_caller import RunCaller
+from gateway.run_hooks import MetricsHooks
 from gateway.run_settings import run_config
 from gateway.sensitive import masked_call_data
 from gateway.storage_health import describe, is_outage
@@ -67,6 +71,7 @@ log = logging.getLogger(__name__)
 
 # `run.failed` code: a guardrail of the graph's run settings tripped (gateway/run_settings.py).
 GUARDRAIL_TRIPPED = "guardrail_tripped"
+T = TypeVar("T")
 
 
 @dataclass
@@ -162,8 +167,10 @@ class SegmentRunner:
         on_paused: Callable[[CheckpointRecord, AgentGraph], None] | None = None,
         lease_ttl_s: float = 15.0,
         approval_ttl_s: float = 0.0,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self._store = store
+        self._metrics = metrics
         self._log = log
         self._marks = SessionMarks(store)
         self._provider = provider
@@ -223,7 +230,12 @@ class SegmentRunner:
                 run_config=run_config(
                     settings, segment.caller, provider=self._provider, tracing=self._tracing
                 ),
-                hooks=settings.hooks,
+                # The metrics' hooks pass every callback on to the graph's own.
+                hooks=(
+                    MetricsHooks(self._metrics, settings.hooks)
+                    if self._metrics is not None
+                    else settings.hooks
+                ),
                 max_turns=segment.graph.max_turns,
                 # On a restored state, replaces only the application context the SDK keeps.
                 context=segment.context,
@@ -339,7 +351,7 @@ class SegmentRunner:
                 expected=(RunStatus.RUNNING,),
             )
 
-        await self._log.commit((), store)
+        await self._commit(segment, (), store, checkpoint)
         segment.run = replace(run, checkpoint_version=checkpoint.version)
 
     async def _needs_reconciliation(
@@ -353,6 +365,23 @@ class SegmentRunner:
             {"call_id": call_id, "tool_name": tool_name, "idempotency_key": key},
             segment.lease,
         )
+
+    async def _commit(
+        self,
+        segment: Segment,
+        events: Sequence[NewEvent],
+        action: Callable[[Connection], T],
+        checkpoint: CheckpointRecord | None,
+    ) -> T:
+        """The segment's transaction that stores `checkpoint` (if any): its write time is
+        measured as the run waits for it, queue included."""
+        started = time.perf_counter()
+        result, _ = await self._log.commit(events, action, agent=segment.graph.name)
+        if self._metrics is not None and checkpoint is not None:
+            self._metrics.checkpoint_stored(
+                encoded_size(checkpoint.state), time.perf_counter() - started
+            )
+        return result  # type: ignore[no-any-return]
 
     def _ev(self, segment: Segment, type_: str, data: Any) -> NewEvent:
         return self._log.new_event(
@@ -498,8 +527,7 @@ class SegmentRunner:
                 LeaseRepository.release_in(conn, lease)
             return stored
 
-        stored, _ = await self._log.commit(events, store)
-        return stored
+        return await self._commit(segment, events, store, checkpoint)
 
     async def _complete(
         self, segment: Segment, translator: StreamTranslator, result: RunResultStreaming
@@ -588,7 +616,7 @@ class SegmentRunner:
             if audit is not None:
                 AuditRepository.insert_in(conn, audit)
 
-        await self._log.commit(events, transition)
+        await self._commit(segment, events, transition, checkpoint)
         await self._on_finished(run, status)
 
 

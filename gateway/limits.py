@@ -296,6 +296,8 @@ class Limits:
         # here (gateway/shared_usage.py reports them to the other processes).
         self.on_run_started: Callable[[Hashable], None] | None = None
         self.on_connections_changed: Callable[[Hashable, int], None] | None = None
+        # Told of each refusal, by limit kind (the metrics count them).
+        self.on_refused: Callable[[str], None] | None = None
         self.connections = ConnectionCounter(
             settings.connections_per_user, clock, on_change=self._connections_changed
         )
@@ -342,6 +344,7 @@ class Limits:
         `rate_limited`. The caller releases the slot when the connection ends."""
         slot = self.connections.acquire((tenant, user))
         if slot is None:
+            self.refused("connections")
             limit = self.settings.connections_per_user
             raise rate_limited(f"this user already has {limit} open connections; close one first")
         return slot
@@ -350,10 +353,17 @@ class Limits:
         """Count one run start, or raise `rate_limited` (every transport's one rule)."""
         wait_s = self.start_run(tenant, user)
         if wait_s:
+            self.refused("run_starts")
             limit = self.settings.runs_per_minute
             raise rate_limited(
                 f"at most {limit} runs may be started per minute", retry_after_s=wait_s
             )
+
+    def refused(self, kind: str) -> None:
+        """A request this kind of limit refused (`frames`, `subscriptions`, `connections`,
+        `run_starts`, `pending_inputs`)."""
+        if self.on_refused is not None:
+            self.on_refused(kind)
 
     def subscription_allowed(self, current: int) -> bool:
         limit = self.settings.subscriptions_per_connection

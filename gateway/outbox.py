@@ -25,6 +25,20 @@ class Outbox(asyncio.Queue[str]):
         self.queued_bytes = 0
         # The size of each queued frame, in queue order: each is measured once.
         self._sizes: deque[int] = deque()
+        # Beside each frame, the commit time of the live event it carries (0.0: none), and
+        # that of the frame `get` returned last: the writer measures the delivery lag with it
+        # and no frame has to be wrapped in an object of its own.
+        self._stamps: deque[float] = deque()
+        self._next_stamp = 0.0
+        self.taken_stamp = 0.0
+
+    def put_stamped_nowait(self, item: str, committed: float) -> None:
+        """`put_nowait` of the frame of a live event committed at `committed`."""
+        self._next_stamp = committed
+        try:
+            self.put_nowait(item)
+        finally:
+            self._next_stamp = 0.0
 
     def full(self) -> bool:
         return super().full() or self.queued_bytes >= self.max_bytes
@@ -35,8 +49,10 @@ class Outbox(asyncio.Queue[str]):
         size = encoded_size(item)
         self._sizes.append(size)
         self.queued_bytes += size
+        self._stamps.append(self._next_stamp)
         super()._put(item)  # type: ignore[misc]
 
     def _get(self) -> str:
         self.queued_bytes -= self._sizes.popleft()
+        self.taken_stamp = self._stamps.popleft()
         return super()._get()  # type: ignore[misc,no-any-return]

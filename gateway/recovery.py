@@ -106,6 +106,7 @@ class Recovery:
                 log_failure(log, exc, "taking over run %s failed", run_id)
         if taken:
             log.info("took over %d run(s) handed over by a process shutting down", taken)
+            self._took_over("handover", taken)
         return taken
 
     async def _continue_after_shutdown(self, run: RunRecord) -> bool:
@@ -138,6 +139,7 @@ class Recovery:
             else:
                 if recovered:
                     log.info("recovered %d run(s) left active by a previous process", recovered)
+                    self._took_over("startup", recovered)
             while not self._ctx.closing:
                 await asyncio.sleep(self._scan_s)
                 try:
@@ -147,8 +149,13 @@ class Recovery:
                     continue
                 if taken:
                     log.info("took over %d run(s) whose lease had expired", taken)
+                    self._took_over("lease_expired", taken)
 
         self._ctx.spawn(loop(), name="recovery")
+
+    def _took_over(self, kind: str, runs: int) -> None:
+        if self._ctx.metrics is not None:
+            self._ctx.metrics.took_over(kind, runs)
 
     async def _recover_one(self, run: RunRecord) -> bool:
         """Take over a run whose process is gone; False when a live process still holds it."""
@@ -202,6 +209,7 @@ class Recovery:
                     )
                 ],
                 mark_running,
+                agent=run.agent,
             )
             current = await ctx.runs.get(run.run_id) or run
             caller = await ctx.caller(current)

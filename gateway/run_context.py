@@ -23,6 +23,7 @@ from gateway.errors import GRAPH_MISMATCH, GatewayError, not_found
 from gateway.eventlog import EventLog
 from gateway.execution import Execution, Segment, SegmentRunner
 from gateway.log_fields import bound
+from gateway.metrics import GatewayMetrics
 from gateway.protocol import ErrorCode
 from gateway.registry import AgentGraph, AgentRegistry, GraphMismatchError, UnknownAgentError
 from gateway.restored import RestoredStates
@@ -57,8 +58,10 @@ class RunContext:
         segments: SegmentRunner,
         instance_id: str,
         lease_ttl_s: float,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self.store = store
+        self.metrics = metrics
         self.log = log
         self.bus = bus
         self.registry = registry

@@ -40,6 +40,7 @@ from gateway.errors import GatewayError, conflict, not_found, rate_limited
 from gateway.eventlog import EventLog
 from gateway.eventlog_types import LoggedEvent
 from gateway.execution import Segment, SegmentRunner
+from gateway.metrics import GatewayMetrics
 from gateway.protocol import ErrorCode, EventType
 from gateway.recovery import Recovery
 from gateway.registry import AgentGraph, AgentRegistry
@@ -91,6 +92,7 @@ class RunManager:
         four_eyes: bool = False,
         approval_ttl_s: float = 0.0,
         approval_sweep_s: float = 5.0,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         segments = segments_factory(
             on_inbox_added=self._inbox_added,
@@ -106,6 +108,7 @@ class RunManager:
             segments=segments,
             instance_id=instance_id,
             lease_ttl_s=lease_ttl_s,
+            metrics=metrics,
         )
         self._continuer = Continuer(ctx)
         self.decisions = Decisions(
@@ -280,7 +283,7 @@ class RunManager:
             thread_id, run_id, EventType.RUN_STARTED, {"input": text, "agent": graph.name}
         )
         try:
-            (lease, mark), logged = await self._ctx.log.commit([started], insert)
+            (lease, mark), logged = await self._ctx.log.commit([started], insert, agent=graph.name)
         except IntegrityError:
             # The partial unique index on active runs: another process won the race.
             raise conflict("the thread already has an active run; send run.input instead") from None
@@ -351,6 +354,8 @@ class RunManager:
                 await self._ctx.inputs.count_open(thread_id=thread.thread_id, run_id=run.run_id)
                 >= max_pending
             ):
+                if self._ctx.metrics is not None:
+                    self._ctx.metrics.refused("pending_inputs")
                 raise rate_limited(
                     f"the thread already has {max_pending} inputs waiting for the run; "
                     "send more when the run has taken them"

@@ -140,7 +140,7 @@ async def _feed(
     # subscription read the table at its pace instead of growing this queue.
     queue: asyncio.Queue[str] = asyncio.Queue(maxsize=services.settings.send_queue_size)
 
-    def send_live(frame: str) -> bool:
+    def send_live(frame: str, _committed: float) -> bool:
         try:
             queue.put_nowait(frame)
         except asyncio.QueueFull:
@@ -159,6 +159,7 @@ async def _feed(
         send_replay=queue.put,
         send_live=send_live,
         reveal=reveal,
+        metrics=services.metrics,
     )
     subscription.start()
     task = subscription.task

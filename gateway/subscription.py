@@ -10,11 +10,13 @@ interleaving the writer and the replay have.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.bus import EventBus
 from gateway.eventlog import EventLog
 from gateway.eventlog_types import LoggedEvent
+from gateway.metrics import GatewayMetrics
 from gateway.sensitive import needs_reveal
 from persistence.threads import ThreadRecord
 
@@ -36,10 +38,14 @@ class Subscription:
         bus: EventBus,
         log: EventLog,
         send_replay: Callable[[str], asyncio.Future[None] | object],
-        send_live: Callable[[str], bool],
+        send_live: Callable[[str, float], bool],
         reveal: Callable[[LoggedEvent], Awaitable[str]] | None = None,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         """`send_replay` may wait for queue space; `send_live` must not (False = no room).
+        `send_live` also gets the time (`time.perf_counter`) its event was committed, with
+        metrics on (else 0.0): the event log publishes each commit's events the moment it is
+        stored, so the time of that call is the commit's.
 
         `reveal` gives the frame to send for a stored event whose sensitive arguments are
         masked (the connection knows whether its caller may see them). It may read storage,
@@ -61,6 +67,9 @@ class Subscription:
         self._wakeup = asyncio.Event()
         self._unsubscribe = bus.subscribe(thread_id, self._on_events)
         self._task: asyncio.Task[None] | None = None
+        self._metrics = metrics
+        if metrics is not None:
+            metrics.subscriptions.inc()
 
     def start(self, initial: Sequence[LoggedEvent] = ()) -> None:
         """Start following the log. `initial`: stored events the caller already has (a run
@@ -69,12 +78,16 @@ class Subscription:
         for event in initial:
             if event.seq != self.last_seq + 1 or (self._reveal is not None and needs_reveal(event)):
                 break
-            if not self._send_live(event.frame):
+            if not self._send_live(event.frame, 0.0):
                 break
             self.last_seq = event.seq
         self._task = asyncio.create_task(self._pump(), name=f"subscription-{self.thread_id}")
 
     def close(self) -> None:
+        if self._metrics is not None:
+            # Once, however often it is closed.
+            self._metrics.subscriptions.dec()
+            self._metrics = None
         self._unsubscribe()
         if self._task is not None:
             self._task.cancel()
@@ -87,6 +100,8 @@ class Subscription:
         if not events or not self._live or events[0].seq > self.last_seq + 1:
             self._wakeup.set()
             return
+        # One stamp per published batch, and only when it is measured.
+        committed = time.perf_counter() if self._metrics is not None else 0.0
         for event in events:
             if event.seq <= self.last_seq:
                 continue
@@ -94,7 +109,7 @@ class Subscription:
                 self._live = False
                 self._wakeup.set()
                 return
-            if not self._send_live(event.frame):
+            if not self._send_live(event.frame, committed):
                 self._live = False
                 self._wakeup.set()
                 return

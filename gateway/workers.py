@@ -16,16 +16,19 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
 from dataclasses import dataclass
 from types import FrameType
 
+from gateway.metrics import MULTIPROC_ENV, worker_died
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway.workers")
@@ -73,10 +76,24 @@ class Supervisor:
         }
         if settings.dev_mode:
             self._env["GATEWAY_DEV_SECRET"] = secrets.token_urlsafe(48)
+        # prometheus-client's multiprocess mode: every worker writes its metrics to files of
+        # one fresh directory, and a scrape, whichever worker answers, adds them all up. Fresh,
+        # so no earlier gateway's counts are added; removed when the supervisor exits.
+        self._metrics_dir: str | None = None
+        if settings.metrics:
+            self._metrics_dir = tempfile.mkdtemp(prefix="gateway-metrics-")
+            self._env[MULTIPROC_ENV] = self._metrics_dir
         self._workers: dict[int, _Worker] = {}
         self._stopping = False
 
     def run(self) -> int:
+        try:
+            return self._run()
+        finally:
+            if self._metrics_dir is not None:
+                shutil.rmtree(self._metrics_dir, ignore_errors=True)
+
+    def _run(self) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._stop)
         for index in range(self._settings.workers):
@@ -99,6 +116,8 @@ class Supervisor:
                 if code is None:
                     continue
                 del self._workers[index]
+                if self._metrics_dir is not None:
+                    worker_died(self._metrics_dir, worker.process.pid)
                 if self._stopping:
                     continue
                 if not self._restart(worker, code):

@@ -9,7 +9,7 @@ from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, bindparam, select, update
+from sqlalchemy import Select, bindparam, func, select, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
@@ -127,6 +127,20 @@ class ApprovalRepository:
             return ApprovalRecord.from_row(row) if row else None
 
         return await self._store.read(read)
+
+    async def count_pending(self) -> int:
+        """Approvals waiting for a decision, in every tenant: a count over the leading column
+        of `ix_approvals_status_expires`, read by each metrics scrape."""
+        query = (
+            select(func.count())
+            .select_from(approvals)
+            .where(approvals.c.status == ApprovalStatus.PENDING.value)
+        )
+
+        def count(conn: Connection) -> int:
+            return int(conn.execute(query).scalar_one())
+
+        return await self._store.read(count)
 
     async def pending_for_tenant(self, tenant: str, limit: int = 500) -> list[ApprovalRecord]:
         return await self.pending(tenant=tenant, limit=limit)

@@ -27,7 +27,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gateway.metrics import GatewayMetrics
 
 # Handed every message another process published (never this process's own).
 MessageHandler = Callable[[dict[str, Any]], None]
@@ -74,12 +77,14 @@ class MemoryRelay(Relay):
         return None
 
 
-def open_relay(url: str, *, prefix: str, instance_id: str) -> Relay:
+def open_relay(
+    url: str, *, prefix: str, instance_id: str, metrics: GatewayMetrics | None = None
+) -> Relay:
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme == "memory":
         return MemoryRelay()
     if scheme in {"redis", "rediss", "unix"}:
         from gateway.relay.redis import RedisRelay
 
-        return RedisRelay(url, prefix=prefix, instance_id=instance_id)
+        return RedisRelay(url, prefix=prefix, instance_id=instance_id, metrics=metrics)
     raise RelayConfigError(f"unsupported bus URL scheme {scheme!r}: use memory:// or redis://")

@@ -13,11 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gateway.relay import MessageHandler, ReconnectHandler, Relay, RelayConfigError
+
+if TYPE_CHECKING:
+    from gateway.metrics import GatewayMetrics
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +32,14 @@ RETRY_S = (0.1, 0.2, 0.5, 1.0, 2.0)
 
 
 class RedisRelay(Relay):
-    def __init__(self, url: str, *, prefix: str, instance_id: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str,
+        instance_id: str,
+        metrics: GatewayMetrics | None = None,
+    ) -> None:
         try:
             import redis.asyncio as aioredis
         except ModuleNotFoundError as exc:
@@ -43,6 +53,7 @@ class RedisRelay(Relay):
         self._tasks: list[asyncio.Task[None]] = []
         self._up = False
         self.dropped = 0
+        self._metrics = metrics
 
     async def start(self, on_message: MessageHandler, on_reconnect: ReconnectHandler) -> None:
         connected = asyncio.Event()
@@ -104,6 +115,8 @@ class RedisRelay(Relay):
                         "bus lost: Redis unreachable (%s); readers fall back to the log watch",
                         type(exc).__name__,
                     )
+                    if self._metrics is not None:
+                        self._metrics.bus_outages.inc()
                 self._up = False
                 lost = True
                 connected.set()
@@ -123,6 +136,8 @@ class RedisRelay(Relay):
             return
         if not isinstance(message, dict) or message.get("from") == self._instance_id:
             return
+        if self._metrics is not None:
+            self._metrics.bus_received.inc()
         try:
             on_message(message)
         except Exception:
@@ -139,6 +154,8 @@ class RedisRelay(Relay):
                     for payload in payloads:
                         pipe.publish(self._channel, payload)
                     await pipe.execute()
+                if self._metrics is not None:
+                    self._metrics.bus_sent.inc(len(payloads))
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import websockets
 
+from tests.integration.test_metrics import scrape, value
 from tests.support.client import Client, ProtocolFailure
 from tests.support.gateway import Gateway
 
@@ -465,7 +466,7 @@ def _seqs(frames: list[dict[str, Any]], thread_id: str) -> list[int]:
 
 
 async def test_slow_consumer_is_closed_with_4009_and_catches_up(gateway_factory) -> None:
-    async with gateway_factory(**_slow_settings()) as gw:
+    async with gateway_factory(**_slow_settings(metrics=True)) as gw:
         slow = await _raw_slow_client(gw, gw.token("alice"))
         await _start_big_runs(slow)
         await asyncio.sleep(_stall_s(gw))  # not reading
@@ -506,11 +507,13 @@ async def test_slow_consumer_is_closed_with_4009_and_catches_up(gateway_factory)
             assert caught_up[-1] == log["head_seq"]
             assert log["events"][-1]["event"] == "run.completed"
         await alice.close()
+        samples = await scrape(gw)
         # Last, so that the catch-up above is checked whatever the close looked like.
         assert code == 4009, (
             f"the slow consumer read {len(frames)} frames, then the connection ended with "
             f"close code {code} (None: no close frame at all) instead of 4009"
         )
+        assert value(samples, "gateway_slow_consumer_closes_total") == 1
 
 
 async def test_fast_consumer_is_not_closed_as_slow(gateway_factory) -> None:

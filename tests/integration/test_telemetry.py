@@ -105,6 +105,11 @@ async def test_a_run_with_a_review_is_traced(gateway_factory: Callable[..., Any]
     assert wait.end_time >= wait.start_time
     assert segments[0].start_time <= wait.start_time <= segments[1].start_time
 
+    # Each event-log transaction: its events stored, and together every event the runs logged.
+    commits = named(spans, "gateway.storage.commit")
+    assert all(s.attributes["gateway.storage.events"] >= 1 for s in commits)
+    assert sum(s.attributes["gateway.storage.events"] for s in commits) >= len(alice.events)
+
     # One span per WebSocket session, and nothing of the conversation in any attribute.
     assert len(named(spans, "gateway.websocket")) == 2
     for span in spans:
