@@ -12,6 +12,7 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,10 @@ import uvicorn
 from gateway.sensitive import MASK
 from gateway.settings import SettingsError, load_settings
 from gateway.webhook_signature import verify
+from persistence.clock import utcnow
+from persistence.schema import migrate
 from persistence.store import open_store
+from persistence.tables import webhook_deliveries
 from persistence.webhooks import DeliveryStatus, WebhookRepository
 from tests.support.agents import VAULT_CARD, sensitive_registry
 from tests.support.gateway import Gateway, GatewayProcess, spawn_gateway
@@ -384,3 +388,46 @@ async def test_an_approval_nobody_decides_in_time_is_announced_as_expired(
     assert data["expired"] is True and data["reviewer"] is None
     assert data["status"] == "expired" and data["decision"] == "reject"
     assert receiver.of_type("approval.decided") == []
+
+
+async def test_two_dispatchers_never_hold_one_delivery_and_a_dead_ones_claims_run_out(
+    database_url: str,
+) -> None:
+    store = open_store(database_url)
+    try:
+        await migrate(store)
+        now = utcnow()
+        rows = [
+            {
+                "message_id": f"msg_{n}",
+                "endpoint": "http://127.0.0.1:9/hooks",
+                "type": "run.completed",
+                "payload": "{}",
+                "status": DeliveryStatus.PENDING.value,
+                "attempts": 0,
+                "created_at": now,
+                "next_attempt_at": now,
+            }
+            for n in range(40)
+        ]
+        await store.write(lambda conn: conn.execute(webhook_deliveries.insert(), rows))
+        repository = WebhookRepository(store)
+        # Claims at the same moment, as two processes polling together make them.
+        claims = await asyncio.gather(
+            *(repository.claim(f"p{n}", hold_s=30, limit=16, now=now) for n in range(4))
+        )
+        held = [d.message_id for claim in claims for d in claim]
+        assert len(held) == len(set(held)) == 40
+        assert await repository.claim("late", hold_s=30, limit=100, now=now) == []
+        # The holders die: once their claims run out, everything is claimable again, once.
+        later = now + timedelta(seconds=31)
+        again = await repository.claim("heir", hold_s=30, limit=100, now=later)
+        assert sorted(d.message_id for d in again) == sorted(held)
+        assert await repository.claim("late", hold_s=30, limit=100, now=later) == []
+        # A dead holder's late outcome does not touch the heir's claim.
+        await repository.delivered(claims[0][0], "p0")
+        assert len(await repository.of_status(DeliveryStatus.PENDING)) == 40
+        await repository.delivered(again[0], "heir")
+        assert len(await repository.of_status(DeliveryStatus.PENDING)) == 39
+    finally:
+        await store.close()
