@@ -118,32 +118,40 @@ class WebhookDispatcher:
         self._task = asyncio.create_task(self._loop(), name="webhook-dispatch")
 
     async def close(self) -> None:
-        # Deliveries in flight are abandoned; their claims run out and they are sent again
-        # (receivers dedupe on Webhook-Id).
+        # Deliveries in flight are abandoned and their claims given back: the next process
+        # sends them again (receivers dedupe on Webhook-Id). Should that fail, the claims run
+        # out instead.
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+            with contextlib.suppress(StorageUnavailable):
+                await self._repository.release(self._owner)
         if self._client is not None:
             await self._client.aclose()
             self._client = None
         logging.getLogger("httpx").removeFilter(self._quiet)
 
     async def _loop(self) -> None:
-        config = self._config
         while True:
             self._wake.clear()
             try:
-                claimed = await self._repository.claim(
-                    self._owner, hold_s=config.timeout_s + CLAIM_MARGIN_S, limit=CLAIM_BATCH
-                )
+                if await self._round():
+                    continue
             except StorageUnavailable:
                 log.warning("webhook deliveries not claimed: storage unavailable")
-                claimed = []
-            if claimed:
-                await asyncio.gather(*(self._attempt(delivery) for delivery in claimed))
-                continue
+            except Exception:
+                # A bug must not end the deliveries of the process for good.
+                log.error("webhook dispatch failed", exc_info=True)
             await self._sleep()
+
+    async def _round(self) -> bool:
+        """Claim and attempt the due deliveries; whether there were any."""
+        claimed = await self._repository.claim(
+            self._owner, hold_s=self._config.timeout_s + CLAIM_MARGIN_S, limit=CLAIM_BATCH
+        )
+        await asyncio.gather(*(self._attempt(delivery) for delivery in claimed))
+        return bool(claimed)
 
     async def _sleep(self) -> None:
         wait_s = self._config.poll_s

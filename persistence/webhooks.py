@@ -161,6 +161,11 @@ _SETTLE = Prepared(
         claim_expires_at=None,
     )
 )
+_RELEASE = Prepared(
+    update(webhook_deliveries)
+    .where(_t.claimed_by == bindparam("b_owner"))
+    .values(claimed_by=None, claim_expires_at=None)
+)
 _NEXT_DUE = select(func.min(_t.next_attempt_at)).where(_t.status == DeliveryStatus.PENDING.value)
 _OF_STATUS = select(_t.message_id, _t.type, _t.attempts, _t.last_error).where(
     _t.status == bindparam("b_status")
@@ -296,6 +301,11 @@ class WebhookRepository:
             "b_error": error[:256],
         }
         await self._store.write(lambda conn: _SETTLE.rowcount(conn, params))
+
+    async def release(self, owner: str) -> int:
+        """Give up `owner`'s claims (a process stopping with attempts in flight): whichever
+        process runs next attempts them at once instead of when the claims run out."""
+        return await self._store.write(lambda conn: _RELEASE.rowcount(conn, {"b_owner": owner}))
 
     async def next_due(self) -> datetime | None:
         """When the earliest pending delivery is due (None: nothing pending)."""

@@ -431,3 +431,34 @@ async def test_two_dispatchers_never_hold_one_delivery_and_a_dead_ones_claims_ru
         assert len(await repository.of_status(DeliveryStatus.PENDING)) == 39
     finally:
         await store.close()
+
+
+async def test_a_gateway_stopped_mid_attempt_leaves_the_delivery_to_the_next_at_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A graceful stop gives its claims back: the next process need not wait for them to run
+    out (here the claim would last 35 s)."""
+    processes: list[GatewayProcess] = []
+    receiver = Receiver(slow_first=1, slow_s=20.0)
+    async with serving(receiver):
+        env = {
+            "GATEWAY_DATABASE_URL": database_url,
+            "GATEWAY_WEBHOOK_URL": receiver.url,
+            "GATEWAY_WEBHOOK_SECRET": SECRET,
+            "GATEWAY_WEBHOOK_EVENTS": "approval.requested",
+            "GATEWAY_WEBHOOK_TIMEOUT_S": "30",
+            "GATEWAY_WEBHOOK_POLL_S": "0.2",
+        }
+        try:
+            first = spawn_gateway(tmp_path, env=env)
+            processes.append(first)
+            token = Gateway(first.port, load_settings()).token("alice", "user")
+            await start_run(f"http://127.0.0.1:{first.port}", token, REFUND)
+            (in_flight,) = await receiver.wait_for("approval.requested")
+            first.terminate()
+            processes.append(spawn_gateway(tmp_path, env=env))
+            _, again = await receiver.wait_for("approval.requested", count=2, timeout=15)
+            assert again.id == in_flight.id
+        finally:
+            for process in processes:
+                process.kill()
