@@ -462,3 +462,36 @@ async def test_a_gateway_stopped_mid_attempt_leaves_the_delivery_to_the_next_at_
         finally:
             for process in processes:
                 process.kill()
+
+
+async def test_two_gateways_on_one_database_deliver_each_webhook_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    processes: list[GatewayProcess] = []
+    async with serving(Receiver()) as receiver:
+        env = {
+            "GATEWAY_DATABASE_URL": database_url,
+            "GATEWAY_WEBHOOK_URL": receiver.url,
+            "GATEWAY_WEBHOOK_SECRET": SECRET,
+            "GATEWAY_WEBHOOK_EVENTS": "approval.requested",
+            # Both look at the table all the time, racing for every row.
+            "GATEWAY_WEBHOOK_POLL_S": "0.05",
+        }
+        try:
+            for name in ("gw-a", "gw-b"):
+                processes.append(spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": name}))
+            token = Gateway(0, load_settings()).token("alice", "user")
+            await asyncio.gather(
+                *(
+                    start_run(f"http://127.0.0.1:{process.port}", token, f"refund order {n} for 5")
+                    for n, process in enumerate(processes * 4)
+                )
+            )
+            requested = await receiver.wait_for("approval.requested", count=8)
+            await asyncio.sleep(1.0)
+        finally:
+            for process in processes:
+                process.kill()
+    assert len(receiver.requests) == 8
+    assert len({r.id for r in requested}) == 8
+    assert len({r.payload["run_id"] for r in requested}) == 8
