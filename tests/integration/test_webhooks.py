@@ -136,6 +136,19 @@ async def serving(receiver: Receiver, port: int = 0) -> AsyncIterator[Receiver]:
         await asyncio.wait_for(task, 30)
 
 
+def process_env(database_url: str, receiver: Receiver, events: str, **more: str) -> dict[str, str]:
+    """The environment of a gateway subprocess sending `events` to `receiver`, quickly."""
+    return {
+        "GATEWAY_DATABASE_URL": database_url,
+        "GATEWAY_WEBHOOK_URL": receiver.url,
+        "GATEWAY_WEBHOOK_SECRET": SECRET,
+        "GATEWAY_WEBHOOK_EVENTS": events,
+        "GATEWAY_WEBHOOK_BACKOFF_S": "0.2",
+        "GATEWAY_WEBHOOK_POLL_S": "0.2",
+        **{f"GATEWAY_WEBHOOK_{name.upper()}": value for name, value in more.items()},
+    }
+
+
 def headers_of(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
@@ -307,42 +320,29 @@ async def test_sensitive_arguments_are_masked_in_webhooks(gateway_factory: Any) 
 
 
 async def test_deliveries_pending_when_the_gateway_is_killed_are_sent_after_its_restart(
-    database_url: str, tmp_path: Path
+    database_url: str, tmp_path: Path, processes: list[GatewayProcess]
 ) -> None:
     """The receiver holds the first attempt open while the gateway is SIGKILLed: the claim of
     the dead process runs out, and the restarted one delivers under the same id."""
-    processes: list[GatewayProcess] = []
     receiver = Receiver(slow_first=1, slow_s=20.0)
     async with serving(receiver):
-        env = {
-            "GATEWAY_DATABASE_URL": database_url,
-            "GATEWAY_WEBHOOK_URL": receiver.url,
-            "GATEWAY_WEBHOOK_SECRET": SECRET,
-            "GATEWAY_WEBHOOK_EVENTS": "approval.requested,run.completed",
-            "GATEWAY_WEBHOOK_TIMEOUT_S": "1",
-            "GATEWAY_WEBHOOK_BACKOFF_S": "0.2",
-            "GATEWAY_WEBHOOK_POLL_S": "0.2",
-        }
-        try:
-            first = spawn_gateway(tmp_path, env=env)
-            processes.append(first)
-            url = f"http://127.0.0.1:{first.port}"
-            token = Gateway(first.port, load_settings()).token("alice", "user")
-            await start_run(url, token, REFUND)
-            (in_flight,) = await receiver.wait_for("approval.requested")
-            first.kill()
+        env = process_env(database_url, receiver, "approval.requested,run.completed", timeout_s="1")
+        first = spawn_gateway(tmp_path, env=env)
+        processes.append(first)
+        url = f"http://127.0.0.1:{first.port}"
+        token = Gateway(first.port, load_settings()).token("alice", "user")
+        await start_run(url, token, REFUND)
+        (in_flight,) = await receiver.wait_for("approval.requested")
+        first.kill()
 
-            second = spawn_gateway(tmp_path, env=env)
-            processes.append(second)
-            first_try, again = await receiver.wait_for("approval.requested", count=2)
-            assert again.id == first_try.id == in_flight.id
-            url = f"http://127.0.0.1:{second.port}"
-            reviewer = Gateway(second.port, load_settings()).token("rita", "reviewer")
-            await decide(url, reviewer, again.payload["data"]["approval_id"])
-            await receiver.wait_for("run.completed")
-        finally:
-            for process in processes:
-                process.kill()
+        second = spawn_gateway(tmp_path, env=env)
+        processes.append(second)
+        first_try, again = await receiver.wait_for("approval.requested", count=2)
+        assert again.id == first_try.id == in_flight.id
+        url = f"http://127.0.0.1:{second.port}"
+        reviewer = Gateway(second.port, load_settings()).token("rita", "reviewer")
+        await decide(url, reviewer, again.payload["data"]["approval_id"])
+        await receiver.wait_for("run.completed")
     for request in receiver.requests:
         assert_signed(request)
 
@@ -434,64 +434,41 @@ async def test_two_dispatchers_never_hold_one_delivery_and_a_dead_ones_claims_ru
 
 
 async def test_a_gateway_stopped_mid_attempt_leaves_the_delivery_to_the_next_at_once(
-    database_url: str, tmp_path: Path
+    database_url: str, tmp_path: Path, processes: list[GatewayProcess]
 ) -> None:
     """A graceful stop gives its claims back: the next process need not wait for them to run
     out (here the claim would last 35 s)."""
-    processes: list[GatewayProcess] = []
     receiver = Receiver(slow_first=1, slow_s=20.0)
     async with serving(receiver):
-        env = {
-            "GATEWAY_DATABASE_URL": database_url,
-            "GATEWAY_WEBHOOK_URL": receiver.url,
-            "GATEWAY_WEBHOOK_SECRET": SECRET,
-            "GATEWAY_WEBHOOK_EVENTS": "approval.requested",
-            "GATEWAY_WEBHOOK_TIMEOUT_S": "30",
-            "GATEWAY_WEBHOOK_POLL_S": "0.2",
-        }
-        try:
-            first = spawn_gateway(tmp_path, env=env)
-            processes.append(first)
-            token = Gateway(first.port, load_settings()).token("alice", "user")
-            await start_run(f"http://127.0.0.1:{first.port}", token, REFUND)
-            (in_flight,) = await receiver.wait_for("approval.requested")
-            first.terminate()
-            processes.append(spawn_gateway(tmp_path, env=env))
-            _, again = await receiver.wait_for("approval.requested", count=2, timeout=15)
-            assert again.id == in_flight.id
-        finally:
-            for process in processes:
-                process.kill()
+        env = process_env(database_url, receiver, "approval.requested", timeout_s="30")
+        first = spawn_gateway(tmp_path, env=env)
+        processes.append(first)
+        token = Gateway(first.port, load_settings()).token("alice", "user")
+        await start_run(f"http://127.0.0.1:{first.port}", token, REFUND)
+        (in_flight,) = await receiver.wait_for("approval.requested")
+        first.terminate()
+        processes.append(spawn_gateway(tmp_path, env=env))
+        _, again = await receiver.wait_for("approval.requested", count=2, timeout=15)
+        assert again.id == in_flight.id
 
 
 async def test_two_gateways_on_one_database_deliver_each_webhook_once(
-    database_url: str, tmp_path: Path
+    database_url: str, tmp_path: Path, processes: list[GatewayProcess]
 ) -> None:
-    processes: list[GatewayProcess] = []
     async with serving(Receiver()) as receiver:
-        env = {
-            "GATEWAY_DATABASE_URL": database_url,
-            "GATEWAY_WEBHOOK_URL": receiver.url,
-            "GATEWAY_WEBHOOK_SECRET": SECRET,
-            "GATEWAY_WEBHOOK_EVENTS": "approval.requested",
-            # Both look at the table all the time, racing for every row.
-            "GATEWAY_WEBHOOK_POLL_S": "0.05",
-        }
-        try:
-            for name in ("gw-a", "gw-b"):
-                processes.append(spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": name}))
-            token = Gateway(0, load_settings()).token("alice", "user")
-            await asyncio.gather(
-                *(
-                    start_run(f"http://127.0.0.1:{process.port}", token, f"refund order {n} for 5")
-                    for n, process in enumerate(processes * 4)
-                )
+        # Both look at the table all the time, racing for every row.
+        env = process_env(database_url, receiver, "approval.requested", poll_s="0.05")
+        for name in ("gw-a", "gw-b"):
+            processes.append(spawn_gateway(tmp_path, env={**env, "GATEWAY_INSTANCE_ID": name}))
+        token = Gateway(0, load_settings()).token("alice", "user")
+        await asyncio.gather(
+            *(
+                start_run(f"http://127.0.0.1:{process.port}", token, f"refund order {n} for 5")
+                for n, process in enumerate(processes * 4)
             )
-            requested = await receiver.wait_for("approval.requested", count=8)
-            await asyncio.sleep(1.0)
-        finally:
-            for process in processes:
-                process.kill()
+        )
+        requested = await receiver.wait_for("approval.requested", count=8)
+        await asyncio.sleep(1.0)
     assert len(receiver.requests) == 8
     assert len({r.id for r in requested}) == 8
     assert len({r.payload["run_id"] for r in requested}) == 8
