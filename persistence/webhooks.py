@@ -22,7 +22,7 @@ from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from sqlalchemy import bindparam, delete, func, or_, select, update
+from sqlalchemy import bindparam, case, delete, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from persistence.approvals import ApprovalRepository
@@ -166,7 +166,15 @@ _RELEASE = Prepared(
     .where(_t.claimed_by == bindparam("b_owner"))
     .values(claimed_by=None, claim_expires_at=None)
 )
-_NEXT_DUE = select(func.min(_t.next_attempt_at)).where(_t.status == DeliveryStatus.PENDING.value)
+# When a row can next be claimed: when it is due, or when its claim runs out if that is later.
+_NEXT_DUE = select(
+    func.min(
+        case(
+            (_t.claim_expires_at > _t.next_attempt_at, _t.claim_expires_at),
+            else_=_t.next_attempt_at,
+        )
+    )
+).where(_t.status == DeliveryStatus.PENDING.value)
 _OF_STATUS = select(_t.message_id, _t.type, _t.attempts, _t.last_error).where(
     _t.status == bindparam("b_status")
 )
@@ -308,7 +316,8 @@ class WebhookRepository:
         return await self._store.write(lambda conn: _RELEASE.rowcount(conn, {"b_owner": owner}))
 
     async def next_due(self) -> datetime | None:
-        """When the earliest pending delivery is due (None: nothing pending)."""
+        """When the earliest pending delivery can be claimed (None: nothing pending): a
+        dispatcher waits for that instead of asking again and again while another holds it."""
         return as_utc(await self._store.read(lambda conn: conn.execute(_NEXT_DUE).scalar()))
 
     async def of_status(self, status: DeliveryStatus) -> list[dict[str, Any]]:

@@ -419,6 +419,8 @@ async def test_two_dispatchers_never_hold_one_delivery_and_a_dead_ones_claims_ru
         held = [d.message_id for claim in claims for d in claim]
         assert len(held) == len(set(held)) == 40
         assert await repository.claim("late", hold_s=30, limit=100, now=now) == []
+        # Due, but held: nothing can be claimed before the claims run out.
+        assert await repository.next_due() == now + timedelta(seconds=30)
         # The holders die: once their claims run out, everything is claimable again, once.
         later = now + timedelta(seconds=31)
         again = await repository.claim("heir", hold_s=30, limit=100, now=later)
