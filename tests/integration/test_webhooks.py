@@ -30,6 +30,7 @@ from persistence.tables import webhook_deliveries
 from persistence.webhooks import DeliveryStatus, WebhookRepository
 from tests.support.agents import VAULT_CARD, sensitive_registry
 from tests.support.gateway import Gateway, GatewayProcess, spawn_gateway
+from tests.support.specs import openapi
 
 pytestmark = pytest.mark.both_backends
 
@@ -185,7 +186,14 @@ def assert_signed(request: Received) -> None:
         headers["webhook-signature"],
     )
     assert abs(int(headers["webhook-timestamp"]) - time.time()) < 120
-    assert request.payload["id"] == request.id
+    payload = request.payload
+    assert payload["id"] == request.id
+    # As the OpenAPI document describes it (its `webhooks`).
+    spec = openapi()
+    schema = spec.document["webhooks"][payload["type"]]["post"]["requestBody"]["content"]
+    data_ref = schema["application/json"]["schema"]["allOf"][1]["properties"]["data"]["$ref"]
+    assert spec.errors("WebhookMessage", payload) == []
+    assert spec.errors(data_ref.rsplit("/", 1)[1], payload["data"]) == []
 
 
 async def test_an_approved_refund_is_announced_signed_once_per_event(
@@ -316,7 +324,9 @@ async def test_sensitive_arguments_are_masked_in_webhooks(gateway_factory: Any) 
         assert data["masked"] == ["card"]
         await decide(gw.http_url, gw.token("rita", "reviewer"), data["approval_id"])
         await receiver.wait_for("run.completed")
-    assert all(VAULT_CARD not in r.body for r in receiver.requests)
+    for request in receiver.requests:
+        assert VAULT_CARD not in request.body
+        assert_signed(request)
 
 
 async def test_deliveries_pending_when_the_gateway_is_killed_are_sent_after_its_restart(
@@ -388,6 +398,8 @@ async def test_an_approval_nobody_decides_in_time_is_announced_as_expired(
     assert data["expired"] is True and data["reviewer"] is None
     assert data["status"] == "expired" and data["decision"] == "reject"
     assert receiver.of_type("approval.decided") == []
+    for request in receiver.requests:
+        assert_signed(request)
 
 
 async def test_two_dispatchers_never_hold_one_delivery_and_a_dead_ones_claims_run_out(

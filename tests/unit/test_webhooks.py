@@ -6,10 +6,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+from gateway.specs.shapes import webhook_data_models
 from gateway.webhook_dispatch import backoff_s, endpoint_host
 from gateway.webhook_signature import signature, verify
 from persistence.events import NewEvent
-from persistence.webhooks import WebhookPlan, webhook_type
+from persistence.webhooks import WEBHOOK_TYPES, WebhookPlan, webhook_type
+from tests.support.specs import openapi
 
 SECRET = "s" * 32
 
@@ -50,3 +52,8 @@ def test_only_batches_with_an_announced_event_get_an_announcer() -> None:
     assert plan.announcer([event("message.delta"), event("approval.decided")]) is not None
     assert webhook_type("approval.decided", {"expired": True}) == "approval.expired"
     assert webhook_type("approval.decided", {"decision": "approve"}) == "approval.decided"
+
+
+def test_the_openapi_document_describes_every_webhook_type() -> None:
+    assert tuple(webhook_data_models()) == WEBHOOK_TYPES
+    assert tuple(openapi().document["webhooks"]) == WEBHOOK_TYPES
