@@ -131,7 +131,9 @@ def build_verifier(settings: Settings, custom_roles: Iterable[str] = ()) -> Toke
     )
 
 
-def build_webhooks(store: Store, settings: Settings, instance_id: str) -> WebhookDispatcher | None:
+def build_webhooks(
+    store: Store, settings: Settings, instance_id: str, metrics: GatewayMetrics
+) -> WebhookDispatcher | None:
     """The webhook dispatcher, when endpoints are configured (docs/protocol.md §10)."""
     if not settings.webhook_url or settings.webhook_secret is None:
         return None
@@ -145,7 +147,7 @@ def build_webhooks(store: Store, settings: Settings, instance_id: str) -> Webhoo
         max_backoff_s=settings.webhook_max_backoff_s,
         poll_s=settings.webhook_poll_s,
     )
-    return WebhookDispatcher(store, config, instance_id=instance_id)
+    return WebhookDispatcher(store, config, instance_id=instance_id, metrics=metrics)
 
 
 def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> Starlette:
@@ -185,7 +187,7 @@ def create_app(settings: Settings, *, registry: AgentRegistry | None = None) -> 
         await bus.start()
         # Created whether or not it is served: counting is cheap, and one code path runs.
         metrics = GatewayMetrics()
-        webhooks = build_webhooks(store, settings, instance_id)
+        webhooks = build_webhooks(store, settings, instance_id, metrics)
         event_log = EventLog(store, bus, metrics=metrics, announcements=webhooks)
         await event_log.start()
         if webhooks is not None:

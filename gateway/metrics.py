@@ -36,6 +36,7 @@ RUN_STATES: dict[str, str] = {
 }
 # Anything else a decision might carry is counted as `other`, keeping the label set bounded.
 OUTCOMES = frozenset({"approve", "reject"})
+WEBHOOK_OUTCOMES = ("delivered", "retried", "failed")
 # Storage commits are milliseconds on SQLite and tens of them on a loaded PostgreSQL.
 COMMIT_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 BATCH_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000)
@@ -81,6 +82,15 @@ class GatewayMetrics:
             "gateway_storage_errors", "Event-log transactions that failed.", registry=reg
         )
         self.connections = Gauge("gateway_connections", "Open WebSocket connections.", registry=reg)
+        self.webhook_attempts = Counter(
+            "gateway_webhook_attempts",
+            "Webhook delivery attempts, by outcome: delivered, retried, failed (given up).",
+            ["outcome"],
+            registry=reg,
+        )
+        self._webhook_outcomes = {
+            outcome: self.webhook_attempts.labels(outcome) for outcome in WEBHOOK_OUTCOMES
+        }
 
     def count_connections(self, current: Callable[[], int]) -> None:
         """Read at scrape time, so opening a socket costs nothing here."""
@@ -107,6 +117,10 @@ class GatewayMetrics:
 
     def failed(self) -> None:
         self.storage_errors.inc()
+
+    def webhook_attempt(self, outcome: str) -> None:
+        """One webhook attempt settled: `delivered`, `retried` or `failed`."""
+        self._webhook_outcomes[outcome].inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

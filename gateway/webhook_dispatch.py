@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from gateway.metrics import GatewayMetrics
 from gateway.webhook_signature import signature
 from persistence.clock import utcnow
 from persistence.errors import StorageUnavailable
@@ -86,9 +87,17 @@ class _EndpointRequests(logging.Filter):
 
 
 class WebhookDispatcher:
-    def __init__(self, store: Store, config: WebhookConfig, *, instance_id: str) -> None:
+    def __init__(
+        self,
+        store: Store,
+        config: WebhookConfig,
+        *,
+        instance_id: str,
+        metrics: GatewayMetrics | None = None,
+    ) -> None:
         self._repository = WebhookRepository(store)
         self._config = config
+        self._metrics = metrics
         # This run of the process: a restarted process with the same instance id must not
         # take its predecessor's claims for its own.
         self._owner = f"{instance_id}:{secrets.token_hex(4)}"
@@ -204,12 +213,14 @@ class WebhookDispatcher:
         config = self._config
         if error is None:
             await self._repository.delivered(delivery, self._owner)
+            self._count("delivered")
             return
         attempts = delivery.attempts + 1
         age_s = (utcnow() - delivery.created_at).total_seconds()
         delay_s = backoff_s(attempts, config.backoff_s, config.max_backoff_s)
         if attempts >= config.max_attempts or age_s + delay_s > config.max_age_s:
             await self._repository.give_up(delivery, self._owner, attempts=attempts, error=error)
+            self._count("failed")
             log.warning(
                 "webhook %s (%s) to %s failed after %d attempts (%s): given up",
                 delivery.message_id,
@@ -235,3 +246,8 @@ class WebhookDispatcher:
             at=utcnow() + timedelta(seconds=delay_s),
             error=error,
         )
+        self._count("retried")
+
+    def _count(self, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.webhook_attempt(outcome)

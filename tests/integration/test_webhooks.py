@@ -244,13 +244,18 @@ async def test_a_failing_receiver_gets_the_same_delivery_again_until_it_takes_it
     async with (
         serving(Receiver(fail_first=3)) as receiver,
         gateway_factory(
-            webhook_url=receiver.url, webhook_events="approval.requested", **FAST
+            webhook_url=receiver.url, webhook_events="approval.requested", metrics=True, **FAST
         ) as gw,
     ):
         await start_run(gw.http_url, gw.token("alice", "user"), REFUND)
         attempts = await receiver.wait_for("approval.requested", count=4)
         await asyncio.sleep(0.8)  # a taken delivery is not sent again
         assert len(receiver.requests) == 4
+        async with gw.http() as http:
+            scraped = (await http.get("/metrics")).text
+        assert 'gateway_webhook_attempts_total{outcome="retried"} 3.0' in scraped
+        assert 'gateway_webhook_attempts_total{outcome="delivered"} 1.0' in scraped
+        assert 'gateway_webhook_attempts_total{outcome="failed"} 0.0' in scraped
     assert len({r.id for r in attempts}) == 1
     assert len({r.body for r in attempts}) == 1  # the same body, signed anew each time
     for request in attempts:
