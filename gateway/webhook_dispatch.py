@@ -79,7 +79,8 @@ class _EndpointRequests(logging.Filter):
 
     def __init__(self, endpoints: Sequence[str]) -> None:
         super().__init__()
-        self._endpoints = frozenset(endpoints)
+        # As configured and as httpx writes them (a lowercased host, a default port dropped).
+        self._endpoints = frozenset(endpoints) | {str(httpx.URL(e)) for e in endpoints}
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args

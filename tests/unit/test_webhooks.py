@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+
+import httpx
 
 from gateway.specs.shapes import webhook_data_models
-from gateway.webhook_dispatch import backoff_s, endpoint_host
+from gateway.webhook_dispatch import _EndpointRequests, backoff_s, endpoint_host
 from gateway.webhook_signature import signature, verify
 from persistence.events import NewEvent
 from persistence.webhooks import WEBHOOK_TYPES, WebhookPlan, webhook_type
@@ -57,3 +60,16 @@ def test_only_batches_with_an_announced_event_get_an_announcer() -> None:
 def test_the_openapi_document_describes_every_webhook_type() -> None:
     assert tuple(webhook_data_models()) == WEBHOOK_TYPES
     assert tuple(openapi().document["webhooks"]) == WEBHOOK_TYPES
+
+
+def test_httpx_request_lines_of_endpoints_are_dropped_however_httpx_writes_the_url() -> None:
+    quiet = _EndpointRequests(["https://Hooks.Example.com:443/T0/secret?token=x"])
+
+    def line(url: str) -> logging.LogRecord:
+        args = ("POST", httpx.URL(url), "HTTP/1.1", 500, "Internal Server Error")
+        return logging.LogRecord(
+            "httpx", logging.INFO, "", 0, 'HTTP Request: %s %s "%s %d %s"', args, None
+        )
+
+    assert not quiet.filter(line("https://Hooks.Example.com:443/T0/secret?token=x"))
+    assert quiet.filter(line("https://api.openai.com/v1/responses"))
