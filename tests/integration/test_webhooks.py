@@ -28,7 +28,8 @@ from persistence.schema import migrate
 from persistence.store import open_store
 from persistence.tables import webhook_deliveries
 from persistence.webhooks import DeliveryStatus, WebhookRepository
-from tests.support.agents import VAULT_CARD, sensitive_registry
+from tests.integration.test_final_checkpoints import one_graph, overrunner
+from tests.support.agents import VAULT_CARD, EffectLog, say, sensitive_registry
 from tests.support.gateway import Gateway, GatewayProcess, spawn_gateway
 from tests.support.specs import openapi
 
@@ -491,3 +492,17 @@ async def test_two_gateways_on_one_database_deliver_each_webhook_once(
     assert len(receiver.requests) == 8
     assert len({r.id for r in requested}) == 8
     assert len({r.payload["run_id"] for r in requested}) == 8
+
+
+async def test_a_failed_run_is_announced_with_its_error(gateway_factory: Any) -> None:
+    graph = overrunner(EffectLog(), say("first turn"))
+    async with (
+        serving(Receiver()) as receiver,
+        gateway_factory(registry=one_graph(graph), webhook_url=receiver.url, **FAST) as gw,
+    ):
+        run = await start_run(gw.http_url, gw.token("alice", "user"), "look it up")
+        (failed,) = await receiver.wait_for("run.failed")
+    assert failed.payload["run_id"] == run["run_id"]
+    assert failed.payload["data"]["error"]["code"] == "max_turns"
+    assert_signed(failed)
+    assert [r.payload["type"] for r in receiver.requests] == ["run.failed"]
