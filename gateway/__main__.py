@@ -12,8 +12,8 @@ import sys
 
 from gateway.settings import Settings, SettingsError, load_settings
 
-# Flag -> settings field. GATEWAY_SECRET and OPENAI_API_KEY are environment-only on purpose:
-# command lines are visible to every user of the machine.
+# Flag -> settings field. GATEWAY_SECRET, GATEWAY_WEBHOOK_SECRET and OPENAI_API_KEY are
+# environment-only on purpose: command lines are visible to every user of the machine.
 FLAGS: dict[str, tuple[str, type, str]] = {
     "--host": ("host", str, "listen address (GATEWAY_HOST)"),
     "--port": ("port", int, "listen port, 0 for any free port (GATEWAY_PORT)"),
@@ -161,6 +161,46 @@ FLAGS: dict[str, tuple[str, type, str]] = {
         "workers",
         int,
         "gateway processes sharing the port, kept running (GATEWAY_WORKERS)",
+    ),
+    "--webhook-url": (
+        "webhook_url",
+        str,
+        "webhook endpoints, comma-separated http(s) URLs (GATEWAY_WEBHOOK_URL)",
+    ),
+    "--webhook-events": (
+        "webhook_events",
+        str,
+        "webhook event types, comma-separated (GATEWAY_WEBHOOK_EVENTS)",
+    ),
+    "--webhook-timeout-s": (
+        "webhook_timeout_s",
+        float,
+        "one delivery attempt's time limit (GATEWAY_WEBHOOK_TIMEOUT_S)",
+    ),
+    "--webhook-max-attempts": (
+        "webhook_max_attempts",
+        int,
+        "attempts before a delivery is given up (GATEWAY_WEBHOOK_MAX_ATTEMPTS)",
+    ),
+    "--webhook-max-age-s": (
+        "webhook_max_age_s",
+        float,
+        "give a delivery up this long after its event (GATEWAY_WEBHOOK_MAX_AGE_S)",
+    ),
+    "--webhook-backoff-s": (
+        "webhook_backoff_s",
+        float,
+        "first retry's wait, doubled per retry (GATEWAY_WEBHOOK_BACKOFF_S)",
+    ),
+    "--webhook-max-backoff-s": (
+        "webhook_max_backoff_s",
+        float,
+        "longest wait between attempts (GATEWAY_WEBHOOK_MAX_BACKOFF_S)",
+    ),
+    "--webhook-poll-s": (
+        "webhook_poll_s",
+        float,
+        "look for due webhook retries this often (GATEWAY_WEBHOOK_POLL_S)",
     ),
     "--log-watch-interval-s": (
         "log_watch_interval_s",

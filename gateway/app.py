@@ -48,13 +48,15 @@ from gateway.storage_health import (
     refuse_damaged,
 )
 from gateway.telemetry import Telemetry
+from gateway.webhook_dispatch import WebhookConfig, WebhookDispatcher
 from gateway.ws_endpoint import GatewaySocket
 from persistence.schema import SchemaBehind, migrate, require_current
-from persistence.store import open_store
+from persistence.store import Store, open_store
+from persistence.threads import ThreadRepository
+from persistence.webhooks import WebhookPlan
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
-from persistence.threads import ThreadRepository
 
 log = logging.getLogger("gateway")
 
@@ -137,6 +139,25 @@ def build_verifier(
     )
 
 
+def build_webhooks(
+    store: Store, settings: Settings, instance_id: str, metrics: GatewayMetrics | None
+) -> WebhookDispatcher | None:
+    """The webhook dispatcher, when endpoints are configured (docs/protocol.md §10)."""
+    if not settings.webhook_url or settings.webhook_secret is None:
+        return None
+    config = WebhookConfig(
+        plan=WebhookPlan(tuple(settings.webhook_url), frozenset(settings.webhook_events)),
+        secret=settings.webhook_secret.get_secret_value(),
+        timeout_s=settings.webhook_timeout_s,
+        max_attempts=settings.webhook_max_attempts,
+        max_age_s=settings.webhook_max_age_s,
+        backoff_s=settings.webhook_backoff_s,
+        max_backoff_s=settings.webhook_max_backoff_s,
+        poll_s=settings.webhook_poll_s,
+    )
+    return WebhookDispatcher(store, config, instance_id=instance_id, metrics=metrics)
+
+
 def create_app(
     settings: Settings,
     *,
@@ -194,8 +215,14 @@ def create_app(
             )
         )
         await bus.start()
-        event_log = EventLog(store, bus, metrics=metrics, telemetry=telemetry)
+        webhooks = build_webhooks(store, settings, instance_id, metrics)
+        event_log = EventLog(
+            store, bus, metrics=metrics, telemetry=telemetry, announcements=webhooks
+        )
         await event_log.start()
+        if webhooks is not None:
+            # Deliveries a previous process left are sent at once, before any new ones.
+            webhooks.start()
         log_watch = LogWatch(ThreadRepository(store), bus, settings.log_watch_interval_s)
         log_watch.start()
         retention = Retention(
@@ -292,6 +319,8 @@ def create_app(
             await log_watch.close()
             await retention.close()
             await event_log.close()
+            if webhooks is not None:
+                await webhooks.close()
             await bus.close()
             await provider.aclose()
             await verifier.aclose()

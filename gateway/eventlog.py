@@ -12,6 +12,10 @@ State changes that must be atomic with their event (a decision and its `approval
 checkpoint and its `approval.requested` + `run.paused`, a status and its `run.completed`) go
 through the same queue as one transaction each, which keeps the log in exactly the order the
 gateway produced it.
+
+A batch holding an event that is announced beyond the log (a webhook, docs/protocol.md §10)
+writes the announcement in its own transaction; batches without one (all streamed deltas) cost
+one set lookup per event and nothing else.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -31,7 +35,7 @@ from gateway.eventlog_types import LoggedEvent, encode_page
 from gateway.metrics import GatewayMetrics
 from gateway.telemetry import Telemetry
 from persistence.errors import StorageUnavailable
-from persistence.events import EventRecord, NewEvent
+from persistence.events import Announce, EventRecord, NewEvent
 from persistence.leases import Lease, LeaseLost
 from persistence.store import Store, Work
 
@@ -130,6 +134,15 @@ class _Atomic:
     agent: str | None = None
 
 
+class Announcements(Protocol):
+    """What announces some events beyond the log (the webhook outbox): it writes in the
+    events' own transaction, and hears when such a transaction committed."""
+
+    def announcer(self, events: Sequence[NewEvent]) -> Announce | None: ...
+
+    def announced(self) -> None: ...
+
+
 class EventLog:
     def __init__(
         self,
@@ -139,8 +152,10 @@ class EventLog:
         max_queued: int = 10_000,
         metrics: GatewayMetrics | None = None,
         telemetry: Telemetry | None = None,
+        announcements: Announcements | None = None,
     ) -> None:
         self._store = store
+        self._announcements = announcements
         self._metrics = metrics
         self._telemetry = telemetry or Telemetry(None)
         self._bus = bus
@@ -271,12 +286,13 @@ class EventLog:
 
     async def _commit_plain(self, entries: list[_Plain]) -> None:
         events = [entry.stored_event() for entry in entries]
+        announce = self._announcer(events)
         for attempt, delay in enumerate((0.0, *RETRY_DELAYS_S)):
             if delay:
                 await asyncio.sleep(delay)
             started = time.perf_counter()
             try:
-                records, lost = await self._store.append(events)
+                records, lost = await self._store.append(events, announce)
             except StorageUnavailable as exc:
                 log.warning("event log write failed (attempt %d): %s", attempt + 1, exc)
                 if self._metrics is not None:
@@ -296,6 +312,8 @@ class EventLog:
                 kept = [i for i, entry in enumerate(entries) if entry.event.lease not in lost]
                 entries, events = [entries[i] for i in kept], [events[i] for i in kept]
             self._committed(records, started)
+            if announce is not None and records:
+                self._announced()
             logged = [LoggedEvent.from_record(record) for record in records]
             for entry, event in zip(entries, logged, strict=True):
                 if not entry.future.done():
@@ -308,8 +326,9 @@ class EventLog:
 
     async def _commit_atomic(self, entry: _Atomic) -> None:
         started = time.perf_counter()
+        announce = self._announcer(entry.events)
         try:
-            result, records = await self._store.commit(entry.events, entry.action)
+            result, records = await self._store.commit(entry.events, entry.action, announce)
         except BaseException as exc:
             # A refused action (a stale decision, a lost lease) is not a storage error.
             if self._metrics is not None and isinstance(exc, StorageUnavailable):
@@ -320,6 +339,8 @@ class EventLog:
                 raise
             return
         self._committed(records, started, entry.agent)
+        if announce is not None and records:
+            self._announced()
         logged = [LoggedEvent.from_record(record) for record in records]
         if not entry.future.done():
             entry.future.set_result((result, logged))
@@ -343,6 +364,15 @@ class EventLog:
                 ended,
                 {"gateway.storage.events": len(records)},
             )
+
+    def _announcer(self, events: Sequence[NewEvent]) -> Announce | None:
+        if self._announcements is None or not events:
+            return None
+        return self._announcements.announcer(events)
+
+    def _announced(self) -> None:
+        if self._announcements is not None:
+            self._announcements.announced()
 
     def _publish(self, logged: list[LoggedEvent]) -> None:
         by_thread: dict[str, list[LoggedEvent]] = {}

@@ -57,6 +57,7 @@ MAX_TOOLS = 100
 # What a takeover (gateway_run_takeovers_total{kind}) was: docs/architecture.md
 # "Shutdown and crash recovery".
 TAKEOVER_KINDS = ("startup", "lease_expired", "handover")
+WEBHOOK_OUTCOMES = ("delivered", "retried", "failed")
 # Storage commits are milliseconds on SQLite and tens of them on a loaded PostgreSQL.
 COMMIT_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 BATCH_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000)
@@ -236,6 +237,15 @@ class GatewayMetrics:
         self.bus_outages = Counter(
             "gateway_bus_outages", "Times the shared bus became unreachable.", registry=reg
         )
+        self.webhook_attempts = Counter(
+            "gateway_webhook_attempts",
+            "Webhook delivery attempts, by outcome: delivered, retried, failed (given up).",
+            ["outcome"],
+            registry=reg,
+        )
+        self._webhook_outcomes = {
+            outcome: self.webhook_attempts.labels(outcome) for outcome in WEBHOOK_OUTCOMES
+        }
         self._pending: Callable[[], Awaitable[int]] | None = None
 
     # -- wiring, at start-up ---------------------------------------------------------------
@@ -298,6 +308,10 @@ class GatewayMetrics:
     def took_over(self, kind: str, runs: int = 1) -> None:
         if runs:
             self._takeovers.get(kind).inc(runs)
+
+    def webhook_attempt(self, outcome: str) -> None:
+        """One webhook attempt settled: `delivered`, `retried` or `failed`."""
+        self._webhook_outcomes[outcome].inc()
 
     # -- scraping --------------------------------------------------------------------------
 

@@ -17,6 +17,10 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from gateway.claims import ClaimMapping, parse_role_map
 from gateway.jwks import JwksError, load_jwks_file
 from persistence.schema import DEFAULT_DATABASE_URL
+from persistence.webhooks import DEFAULT_WEBHOOK_TYPES, WEBHOOK_TYPES
+
+# Shorter secrets are refused: they are the receivers' only proof that a webhook is ours.
+MIN_WEBHOOK_SECRET_CHARS = 16
 
 ENV_PREFIX = "GATEWAY_"
 
@@ -135,6 +139,22 @@ class Settings(BaseSettings):
     # operation ledger and conversation history are kept regardless.
     retention_s: float = Field(0.0, ge=0.0)
     retention_sweep_s: float = Field(3600.0, gt=0.0)
+    # Signed webhooks (docs/protocol.md §10): endpoints (comma-separated http(s) URLs; none:
+    # off), the HMAC key, the types announced, and how deliveries are attempted.
+    webhook_url: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    webhook_secret: SecretStr | None = None
+    webhook_events: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_WEBHOOK_TYPES)
+    )
+    webhook_timeout_s: float = Field(10.0, gt=0, le=300)
+    webhook_max_attempts: int = Field(12, ge=1, le=1000)
+    # A delivery not taken within this long after its event is given up on.
+    webhook_max_age_s: float = Field(86_400.0, gt=0)
+    # The first retry's wait, doubled for each further one up to the cap.
+    webhook_backoff_s: float = Field(2.0, gt=0, le=3600)
+    webhook_max_backoff_s: float = Field(900.0, gt=0, le=86_400)
+    # How often to look for retries due and deliveries other processes left.
+    webhook_poll_s: float = Field(5.0, gt=0, le=600)
     log_level: str = "info"
     # json: one object per line, with the thread, run, agent and connection ids as keys.
     log_format: Literal["text", "json"] = "text"
@@ -150,8 +170,43 @@ class Settings(BaseSettings):
             return [item.strip().rstrip("/") for item in value.split(",") if item.strip()]
         return value
 
+    @field_validator("webhook_url", "webhook_events", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _http_endpoints(cls, value: list[str]) -> list[str]:
+        for url in value:
+            parts = urlsplit(url)
+            if parts.scheme not in {"http", "https"} or not parts.hostname:
+                raise ValueError(f"{url!r} is not an http:// or https:// URL with a host")
+            if parts.username or parts.password:
+                # Logged hosts would be safe, but the URL is stored with every delivery.
+                raise ValueError("must not contain credentials (receivers check the signature)")
+        if len(set(value)) != len(value):
+            raise ValueError("names an endpoint twice")
+        return value
+
+    @field_validator("webhook_events")
+    @classmethod
+    def _known_webhook_events(cls, value: list[str]) -> list[str]:
+        unknown = [item for item in value if item not in WEBHOOK_TYPES]
+        if unknown:
+            raise ValueError(
+                f"unknown webhook event type(s) {', '.join(unknown)}: "
+                f"choose from {', '.join(WEBHOOK_TYPES)}"
+            )
+        if not value:
+            raise ValueError(f"must name at least one of {', '.join(WEBHOOK_TYPES)}")
+        return value
+
     @field_validator(
         "secret",
+        "webhook_secret",
         "openai_api_key",
         "jwt_issuer",
         "jwt_audience",
@@ -258,6 +313,21 @@ class Settings(BaseSettings):
                 "GATEWAY_SECRET is unset (development tokens), so GATEWAY_HOST must be a "
                 f"loopback address, not {self.host!r}; set GATEWAY_SECRET (or a JWKS) to "
                 "listen publicly"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _webhooks_are_signed(self) -> Settings:
+        if not self.webhook_url:
+            return self
+        if self.webhook_secret is None:
+            raise ValueError(
+                "GATEWAY_WEBHOOK_URL is set, so GATEWAY_WEBHOOK_SECRET must be too (the key "
+                "receivers verify each webhook's signature with)"
+            )
+        if len(self.webhook_secret.get_secret_value()) < MIN_WEBHOOK_SECRET_CHARS:
+            raise ValueError(
+                f"GATEWAY_WEBHOOK_SECRET must be at least {MIN_WEBHOOK_SECRET_CHARS} characters"
             )
         return self
 

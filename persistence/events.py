@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+
 # Named tuples rather than frozen dataclasses: one of each is made for every event streamed or
 # replayed, and a frozen dataclass's __init__ (object.__setattr__ per field) costs several
 # times as much. Both are just as immutable.
@@ -46,6 +47,11 @@ class EventRecord(NamedTuple):
     type: str
     ts: str
     data: str
+
+
+# Called with the stored records inside their transaction, before it commits: whatever it
+# writes (the webhook outbox, persistence/webhooks.py) commits or rolls back with them.
+Announce = Callable[[Connection, list[EventRecord]], None]
 
 
 class ThreadMissing(LookupError):
@@ -124,23 +130,32 @@ def append_in(conn: Connection, batch: Sequence[NewEvent]) -> list[EventRecord]:
 
 
 def append_fenced_in(
-    conn: Connection, batch: Sequence[NewEvent]
+    conn: Connection, batch: Sequence[NewEvent], announce: Announce | None = None
 ) -> tuple[list[EventRecord], set[Lease]]:
     """Store the events whose lease is still current; the records and the leases found lost."""
     lost = lost_in(conn, leases_of(batch))
     kept = [e for e in batch if e.lease not in lost] if lost else batch
-    return append_in(conn, kept), lost
+    records = append_in(conn, kept)
+    if announce is not None and records:
+        announce(conn, records)
+    return records, lost
 
 
 def commit_in(
-    conn: Connection, batch: Sequence[NewEvent], work: Callable[[Connection], T] | None
+    conn: Connection,
+    batch: Sequence[NewEvent],
+    work: Callable[[Connection], T] | None,
+    announce: Announce | None = None,
 ) -> tuple[T | None, list[EventRecord]]:
     """Every lease of `batch` must hold (else `LeaseLost`), then `work`, then the events."""
     lost = lost_in(conn, leases_of(batch))
     if lost:
         raise LeaseLost(next(iter(lost)).run_id)
     result = work(conn) if work is not None else None
-    return result, append_in(conn, batch)
+    records = append_in(conn, batch)
+    if announce is not None and records:
+        announce(conn, records)
+    return result, records
 
 
 def leases_of(batch: Sequence[NewEvent]) -> set[Lease]:

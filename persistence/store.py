@@ -31,7 +31,14 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, Operation
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from persistence.errors import StorageUnavailable
-from persistence.events import EventRecord, NewEvent, append_fenced_in, commit_in, read_in
+from persistence.events import (
+    Announce,
+    EventRecord,
+    NewEvent,
+    append_fenced_in,
+    commit_in,
+    read_in,
+)
 from persistence.leases import Lease
 
 T = TypeVar("T")
@@ -86,17 +93,20 @@ class Store(ABC):
 
     # -- the event log's operations, the same on every backend ------------------------------
 
-    async def append(self, batch: Sequence[NewEvent]) -> tuple[list[EventRecord], set[Lease]]:
+    async def append(
+        self, batch: Sequence[NewEvent], announce: Announce | None = None
+    ) -> tuple[list[EventRecord], set[Lease]]:
         """Store the events whose lease (`NewEvent.lease`) still holds, in one transaction; the
-        stored records (in batch order) and the leases found lost."""
-        return await self.write(partial(append_fenced_in, batch=list(batch)))
+        stored records (in batch order) and the leases found lost. `announce` sees the records
+        in that transaction."""
+        return await self.write(partial(append_fenced_in, batch=list(batch), announce=announce))
 
     async def commit(
-        self, batch: Sequence[NewEvent], work: Work[T] | None
+        self, batch: Sequence[NewEvent], work: Work[T] | None, announce: Announce | None = None
     ) -> tuple[T | None, list[EventRecord]]:
         """An atomic commit: every lease of `batch` must hold (else `LeaseLost`, nothing
-        stored), then `work`, then the events, in one transaction."""
-        return await self.write(partial(commit_in, batch=list(batch), work=work))
+        stored), then `work`, then the events, then `announce` of them, in one transaction."""
+        return await self.write(partial(commit_in, batch=list(batch), work=work, announce=announce))
 
     async def read_events(self, thread_id: str, *, after_seq: int, limit: int) -> list[EventRecord]:
         """A replay page: the thread's events after `after_seq`, in order, at most `limit`."""

@@ -188,3 +188,30 @@ audit = Table(
     Index("ix_audit_action", "action"),
     sqlite_autoincrement=True,
 )
+
+# Signed webhooks waiting to be delivered (gateway/webhook_dispatch.py): written in the
+# transaction of the events they announce, one row per event and endpoint. A delivered row is
+# deleted; one that exhausted its attempts stays, `failed`, for an operator to look at.
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("delivery_id", Integer, primary_key=True, autoincrement=True),
+    # The `Webhook-Id` receivers dedupe on: the same for every attempt and every endpoint.
+    Column("message_id", ID, nullable=False),
+    Column("endpoint", Text, nullable=False),
+    Column("type", String(64), nullable=False),
+    # The request body exactly as signed and sent.
+    Column("payload", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("next_attempt_at", DateTime(timezone=True), nullable=False),
+    # A dispatcher's claim: no other process attempts the row until it expires (a process
+    # killed mid-delivery leaves its claims to expire).
+    Column("claimed_by", String(96), nullable=True),
+    Column("claim_expires_at", DateTime(timezone=True), nullable=True),
+    Column("last_error", String(256), nullable=True),
+    UniqueConstraint("message_id", "endpoint", name="uq_webhook_deliveries_message"),
+    Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
+    sqlite_autoincrement=True,
+)

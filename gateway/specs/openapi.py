@@ -21,7 +21,7 @@ from gateway.http_api import (
 )
 from gateway.json_body import MAX_BODY_BYTES
 from gateway.protocol import MAX_ID_CHARS, PROTOCOL_VERSION
-from gateway.specs.shapes import HTTP_BODIES, component_schemas, ref
+from gateway.specs.shapes import HTTP_BODIES, component_schemas, ref, webhook_data_models
 
 OPENAPI_PATH = "/v1/openapi.json"
 ASYNCAPI_PATH = "/v1/asyncapi.json"
@@ -82,9 +82,15 @@ def openapi_document() -> dict[str, Any]:
             {"name": "runs", "description": "Run status"},
             {"name": "audit", "description": "The tenant's audit trail (admins)"},
             {"name": "specs", "description": "These API documents"},
+            {
+                "name": "webhooks",
+                "description": "What the gateway POSTs to GATEWAY_WEBHOOK_URL (docs/protocol.md "
+                "§10)",
+            },
         ],
         "security": [{"bearerAuth": []}],
         "paths": _paths(),
+        "webhooks": _webhooks(),
         "components": {
             "securitySchemes": {
                 "bearerAuth": {
@@ -389,6 +395,63 @@ def _paths() -> dict[str, dict[str, Any]]:
                 errors=(),
             )
         },
+    }
+
+
+def _webhooks() -> dict[str, dict[str, Any]]:
+    """One operation per webhook type: the request the gateway sends, signed."""
+
+    def header(name: str, description: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "in": "header",
+            "required": True,
+            "schema": {"type": "string"},
+            "description": description,
+        }
+
+    headers = [
+        header("Webhook-Id", "the message id (also `id`): receivers dedupe on it"),
+        header("Webhook-Timestamp", "Unix seconds when this attempt was signed"),
+        header(
+            "Webhook-Signature",
+            "`v1=` and the hex HMAC-SHA256, keyed with GATEWAY_WEBHOOK_SECRET, of "
+            "`{Webhook-Timestamp}.{body}`; several may be sent, space-separated",
+        ),
+    ]
+    return {
+        type_: {
+            "post": {
+                "operationId": "webhook_" + type_.replace(".", "_"),
+                "summary": f"`{type_}`",
+                "tags": ["webhooks"],
+                "security": [],
+                "parameters": headers,
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        JSON: {
+                            "schema": {
+                                "allOf": [
+                                    ref("WebhookMessage"),
+                                    {
+                                        "properties": {
+                                            "type": {"const": type_},
+                                            "data": ref(model.__name__),
+                                        }
+                                    },
+                                ]
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "2XX": {"description": "delivered"},
+                    "default": {"description": "any other answer, or none in time: retried"},
+                },
+            }
+        }
+        for type_, model in webhook_data_models().items()
     }
 
 

@@ -332,6 +332,40 @@ class RunCancelledData(_Shape):
     pass
 
 
+# --- webhooks (docs/protocol.md §10) ---------------------------------------------------
+
+
+class WebhookDecisionData(ApprovalDecidedData):
+    tool_name: str
+    agent: str
+    status: Literal["approved", "rejected", "expired"] = Field(
+        description="the approval's status after the decision"
+    )
+
+
+class WebhookMessage(_Shape):
+    id: str = Field(description="the `Webhook-Id`: the same for every attempt and endpoint")
+    type: str = Field(description="the webhook type (not always the event's: approval.expired)")
+    created_at: Timestamp = Field(description="the event's `ts`")
+    tenant: str | None
+    thread_id: str
+    run_id: str | None
+    seq: int = Field(description="the event's place in the thread's log")
+    data: dict[str, Any]
+
+
+def webhook_data_models() -> dict[str, type[_Shape]]:
+    """Webhook type -> the model of its `data`."""
+    return {
+        "approval.requested": ApprovalRequestedData,
+        "approval.decided": WebhookDecisionData,
+        "approval.expired": WebhookDecisionData,
+        "run.completed": RunCompletedData,
+        "run.failed": RunFailedData,
+        "run.cancelled": RunCancelledData,
+    }
+
+
 def event_data_models() -> dict[str, type[_Shape]]:
     """Event name -> the model of its `data`, for every event the gateway logs."""
     return {
@@ -538,6 +572,8 @@ HTTP_BODIES: tuple[type[BaseModel], ...] = (
     RunEnvelope,
     AuditPage,
     ApiDocument,
+    WebhookMessage,
+    WebhookDecisionData,
 )
 
 
