@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,21 +44,23 @@ def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
 
 
 def fill(path: Path, chunk: int = 64 * 1024) -> Path:
-    """Write a file in `path` until its file system is full; the file, to remove later."""
+    """Write a file in `path` until its file system is full; the file, to remove later.
+
+    Unbuffered: a buffered writer keeps what the full disk refused and raises again when it is
+    closed. Once a chunk no longer fits, smaller ones fill what is left, down to one byte."""
     filler = path / "filler"
-    with filler.open("wb") as out:
-        try:
-            while True:
-                out.write(b"\0" * chunk)
-                out.flush()
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                raise
-    # Whatever the buffered writer still held is gone with the error; fill the last bytes.
-    with contextlib.suppress(OSError), filler.open("ab") as out:
-        for _ in range(chunk):
-            out.write(b"\0")
-            out.flush()
+    block = b"\0" * chunk
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        while chunk:
+            try:
+                os.write(fd, block[:chunk])
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                chunk //= 2
+    finally:
+        os.close(fd)
     return filler
 
 

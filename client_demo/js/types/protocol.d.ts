@@ -326,10 +326,17 @@ export interface RunCompletedData {
   [key: string]: unknown;
 }
 
-/** Why a run failed: `max_turns`, `model_behavior` or `run_error`, and a short message. */
+/**
+ * Why a run failed: `max_turns`, `model_behavior`, `guardrail_tripped` or `run_error`, and
+ * a short message.
+ */
 export interface RunError {
   code: string;
   message: string;
+  /** `guardrail_tripped`: the name of the guardrail that tripped */
+  guardrail?: string;
+  /** `guardrail_tripped`: whether it guarded the run's input or output */
+  guardrail_kind?: "input" | "output";
   [key: string]: unknown;
 }
 
