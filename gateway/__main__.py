@@ -36,6 +36,16 @@ FLAGS: dict[str, tuple[str, type, str]] = {
         float,
         "least seconds between JWKS fetches (GATEWAY_JWKS_REFETCH_S)",
     ),
+    "--metrics-host": (
+        "metrics_host",
+        str,
+        "address of GATEWAY_METRICS_PORT's listener, default 127.0.0.1 (GATEWAY_METRICS_HOST)",
+    ),
+    "--metrics-port": (
+        "metrics_port",
+        int,
+        "serve /metrics on this port instead of the gateway's (GATEWAY_METRICS_PORT)",
+    ),
     "--openai-api": (
         "openai_api",
         str,

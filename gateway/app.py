@@ -30,6 +30,7 @@ from gateway.jwks import KeySource, RemoteKeys, StaticKeys
 from gateway.limits import Limits
 from gateway.log_watch import LogWatch
 from gateway.metrics import MULTIPROC_ENV, GatewayMetrics, metrics_route
+from gateway.metrics_server import MetricsServer
 from gateway.models import OFFLINE, build_model_provider, default_model_name, model_of
 from gateway.registry import AgentGraph, AgentRegistry, load_registry
 from gateway.relay import open_relay
@@ -303,6 +304,14 @@ def create_app(
         # that mounts the gateway runs its lifespan (docs/examples/mounted_gateway.py), and
         # requests under the mount see the gateway's state.
         app.state.services = services
+        # GATEWAY_METRICS_PORT: the scrape on a listener of its own, not the clients' port.
+        metrics_server = (
+            MetricsServer(services, settings.metrics_host, settings.metrics_port)
+            if metrics is not None and settings.metrics_port is not None
+            else None
+        )
+        if metrics_server is not None:
+            await metrics_server.start()
         # Runs a previous process left active, then runs of peers whose leases expire.
         runs.recovery.start()
         # Approvals left undecided past GATEWAY_APPROVAL_TTL_S (nothing when it is 0).
@@ -311,6 +320,8 @@ def create_app(
         try:
             yield
         finally:
+            if metrics_server is not None:
+                await metrics_server.close()
             for connection in list(services.connections):
                 connection.close_soon(CLOSE_RESTART)
             await runs.close()
@@ -337,7 +348,7 @@ def create_app(
         *spec_routes(),
         WebSocketRoute("/v1/ws", GatewaySocket(), name="websocket"),
     ]
-    if settings.metrics:
+    if settings.metrics and settings.metrics_port is None:
         app_routes.append(metrics_route())
     app = Starlette(routes=app_routes, lifespan=lifespan)
     if settings.demo_ui and STATIC_DIR.is_dir():

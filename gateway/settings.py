@@ -110,6 +110,9 @@ class Settings(BaseSettings):
     otel: bool = False
     # Prometheus metrics at GET /metrics (docs/operations.md, "Metrics"); off, no route.
     metrics: bool = False
+    # Serve GET /metrics on a listener of its own (and not on the gateway's port).
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = Field(None, ge=0, le=65535)
     # While storage fails, a cheap write is tried this often to see whether it is back.
     storage_probe_s: float = Field(5.0, gt=0, le=600)
     # Start on a SQLite file that fails the integrity check (it is reported unready).
@@ -313,6 +316,17 @@ class Settings(BaseSettings):
                 "GATEWAY_SECRET is unset (development tokens), so GATEWAY_HOST must be a "
                 f"loopback address, not {self.host!r}; set GATEWAY_SECRET (or a JWKS) to "
                 "listen publicly"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _metrics_listener(self) -> Settings:
+        if self.metrics_port is not None and self.workers > 1:
+            # Every worker would bind it; one worker's scrape already adds all of them up
+            # (docs/operations.md "Several processes").
+            raise ValueError(
+                "GATEWAY_METRICS_PORT cannot be used with GATEWAY_WORKERS above 1: scrape "
+                "GET /metrics on the gateway's port, which any worker answers for all"
             )
         return self
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -226,3 +227,32 @@ async def test_a_run_taken_over_at_start_up_is_counted(
     assert value(samples, "gateway_runs_total", state="completed", agent="assistant") == 1
     # Counts are the process's own: the first process's start is not among them.
     assert value(samples, "gateway_runs_total", state="started", agent="assistant") == 0
+
+
+async def test_metrics_on_a_port_of_their_own(
+    tmp_path: Path, processes: list[GatewayProcess]
+) -> None:
+    """GATEWAY_METRICS_PORT: the scrape is answered there, and the clients' port has no
+    /metrics; the listener stops with the gateway."""
+    gateway = spawn_gateway(tmp_path, env={"GATEWAY_METRICS": "true", "GATEWAY_METRICS_PORT": "0"})
+    processes.append(gateway)
+    [port] = re.findall(r"metrics at http://127\.0\.0\.1:(\d+)/metrics", gateway.log())
+    async with httpx.AsyncClient(timeout=10) as http:
+        elsewhere = await http.get(f"http://127.0.0.1:{gateway.port}/metrics")
+        scraped = await http.get(f"http://127.0.0.1:{port}/metrics")
+    assert elsewhere.status_code == 404
+    assert scraped.status_code == 200
+    names = {family.name for family in text_string_to_metric_families(scraped.text)}
+    assert {"gateway_runs", "gateway_connections", "gateway_approvals_pending"} <= names
+    gateway.terminate()
+    with pytest.raises(httpx.ConnectError):
+        async with httpx.AsyncClient(timeout=5) as http:
+            await http.get(f"http://127.0.0.1:{port}/metrics")
+
+
+def test_a_metrics_port_with_several_workers_is_refused() -> None:
+    from gateway.settings import SettingsError, load_settings
+
+    with pytest.raises(SettingsError, match="GATEWAY_METRICS_PORT cannot be used with"):
+        load_settings(metrics=True, metrics_port=9100, workers=2)
+    assert load_settings(metrics=True, metrics_port=9100).metrics_port == 9100
