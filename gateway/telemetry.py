@@ -23,12 +23,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from agents import RawResponsesStreamEvent
 
 from gateway.protocol import EventType
+from persistence.clock import as_utc
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -204,7 +205,7 @@ class Telemetry:
 
 def _ns(moment: datetime | float) -> int:
     if isinstance(moment, datetime):
-        # Stored times are UTC; SQLite hands them back naive.
-        utc = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+        utc = as_utc(moment)  # stored times are UTC; SQLite hands them back naive
+        assert utc is not None
         return int(utc.timestamp() * 1e9)
     return int(moment * 1e9)
