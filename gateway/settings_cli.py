@@ -249,9 +249,10 @@ def add_setting_flag(parser: argparse._ActionsContainer, name: str) -> None:
 def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     """Add every setting's flag, an argument group per section, to `parser` (`serve`)."""
     for section in SECTIONS:
-        group = parser.add_argument_group(section.title)
-        for name in section.fields:
-            if flag(name) is not None:
+        offered = [name for name in section.fields if flag(name) is not None]
+        if offered:
+            group = parser.add_argument_group(section.title)
+            for name in offered:
                 add_setting_flag(group, name)
 
 
