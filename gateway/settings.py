@@ -1,6 +1,8 @@
 """Gateway settings, read once from the environment (GATEWAY_*) and validated at start-up.
 
-A bad value stops the server with a message naming the variable (see `load_settings`).
+A bad value stops the server with a message naming the variable (see `load_settings`). Each
+field's description is what `serve --help` and docs/configuration.md say of it (both are made
+from these fields: gateway/settings_cli.py, gateway/settings_docs.py).
 """
 
 from __future__ import annotations
@@ -32,139 +34,741 @@ class SettingsError(ValueError):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
-    host: str = "127.0.0.1"
-    # Peers whose X-Forwarded-For / X-Forwarded-Proto are believed (a reverse proxy's address):
-    # addresses or networks, comma-separated, `*` for any, empty for none. The client address
-    # they give is what the audit trail records.
-    forwarded_allow_ips: str = Field("127.0.0.1", max_length=4096)
-    # The browser demo and the client package's modules at `/`; off, only the API is served.
-    demo_ui: bool = True
-    port: int = Field(8000, ge=0, le=65535)
-    database_url: str = DEFAULT_DATABASE_URL
-    # Migrate the schema to this gateway's revision at start-up; off: refuse to serve any other
-    # revision (an operator who migrates as a deployment step, with `python -m gateway migrate`).
-    migrate: bool = True
-    secret: SecretStr | None = None
-    # Token checks (gateway/auth.py): clock skew tolerated on exp/nbf, and the iss/aud a token
-    # must carry when set.
-    jwt_leeway_s: int = Field(10, ge=0, le=300)
-    jwt_issuer: str | None = Field(None, max_length=512)
-    jwt_audience: str | None = Field(None, max_length=512)
-    # An identity provider's public keys (RS256/ES256), from a file or a URL; at most one.
-    jwks_file: str | None = None
-    jwks_url: str | None = Field(None, max_length=2048)
-    # Fetched keys are used this long before they are fetched again.
-    jwks_cache_s: float = Field(300.0, ge=1.0, le=86_400.0)
-    # Fetch attempts (an unknown kid, stale keys, a failed fetch) are at least this far apart.
-    jwks_refetch_s: float = Field(30.0, ge=0.0, le=3600.0)
-    # Where tokens verified with the JWKS keep the user, tenant and roles: dotted claim paths
-    # (gateway/claims.py), a fixed tenant for single-tenant deployments, and the provider's
-    # role names mapped onto the gateway's (`provider-role=gateway-role,...`).
-    jwt_user_claim: str = Field("sub", min_length=1, max_length=256)
-    jwt_tenant_claim: str = Field("tenant", min_length=1, max_length=256)
-    jwt_roles_claim: str = Field("roles", min_length=1, max_length=256)
-    jwt_tenant: str | None = Field(None, min_length=1, max_length=256)
-    jwt_role_map: str = Field("", max_length=8192)
-    allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    self_approval: bool = False
-    # Reviewer rules (gateway/review_rules.py): the requester of a run may not approve its calls.
-    four_eyes: bool = False
-    # Approvals undecided this long are rejected by the system (0: they wait forever); expired
-    # ones are looked for every `approval_sweep_s`.
-    approval_ttl_s: float = Field(0.0, ge=0)
-    approval_sweep_s: float = Field(5.0, gt=0, le=3600)
-    suspend_grace_s: float = Field(15.0, ge=0)
-    max_frame_bytes: int = Field(65536, ge=1024, le=16 * 1024 * 1024)
-    demo_delay_ms: int = Field(15, ge=0, le=10_000)
-    model: str | None = None
-    # How OpenAI (or a compatible server) is called: the Responses API or Chat Completions (what
-    # most compatible servers speak).
-    openai_api: Literal["responses", "chat_completions"] = "responses"
-    agents: str | None = None
-    heartbeat_s: float = Field(20.0, gt=0)
-    hello_timeout_s: float = Field(10.0, gt=0)
-    send_queue_size: int = Field(1024, ge=16)
-    send_timeout_s: float = Field(5.0, gt=0)
-    max_input_chars: int = Field(32_000, ge=1)
-    # Outgoing bytes buffered per connection, beside `send_queue_size` frames.
-    send_queue_bytes: int = Field(1024 * 1024, ge=64 * 1024)
-    # Connection limits of the server (gateway/server_limits.py, docs/configuration.md).
-    idle_timeout_s: float = Field(5.0, gt=0, le=3600)
-    header_timeout_s: float = Field(10.0, gt=0, le=3600)
-    body_timeout_s: float = Field(30.0, gt=0, le=3600)
-    max_header_bytes: int = Field(16 * 1024, ge=1024, le=1024 * 1024)
-    max_headers: int = Field(100, ge=8, le=10_000)
-    max_connections: int = Field(1000, ge=0)
-    # The listen queue; also how many connections asyncio accepts at one wake-up.
-    backlog: int = Field(511, ge=1, le=65535)
-    # Abuse limits (gateway/limits.py, docs/protocol.md §7); 0 turns one off. Per-user counts
-    # are kept per process, and shared with the others over a Redis bus.
-    frames_per_s: float = Field(20.0, ge=0)
-    frame_burst: int = Field(100, ge=1)
-    runs_per_minute: int = Field(30, ge=0)
-    max_connections_per_user: int = Field(20, ge=0)
-    max_subscriptions: int = Field(100, ge=0)
-    max_pending_inputs: int = Field(10, ge=0)
-    tracing: bool = False
-    # OpenTelemetry spans over OTLP (the `otel` extra; OTEL_EXPORTER_OTLP_* say where to).
-    otel: bool = False
-    # Prometheus metrics at GET /metrics (docs/operations.md, "Metrics"); off, no route.
-    metrics: bool = False
-    # Serve GET /metrics on a listener of its own (and not on the gateway's port).
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int | None = Field(None, ge=0, le=65535)
-    # While storage fails, a cheap write is tried this often to see whether it is back.
-    storage_probe_s: float = Field(5.0, gt=0, le=600)
-    # Start on a SQLite file that fails the integrity check (it is reported unready).
-    allow_damaged_database: bool = False
-    # Identifies this gateway process to its peers on a shared database (run leases). One id
-    # runs one process at a time; default: host name and port.
-    instance_id: str | None = Field(None, min_length=1, max_length=64)
-    lease_ttl_s: float = Field(15.0, ge=1.0, le=3600.0)
-    # How often each process looks for runs whose lease expired (default: half the TTL).
-    lease_scan_s: float | None = Field(None, ge=0.1, le=3600.0)
-    # `serve --workers N` (gateway/workers.py): N processes on one port. Each worker is told
-    # the listening socket it inherited, the supervisor's pid (to stop when it is gone) and, in
-    # development mode, the signing secret they share.
-    workers: int = Field(1, ge=1, le=64)
-    listen_fd: int | None = Field(None, ge=0)
-    supervisor_pid: int | None = Field(None, ge=1)
-    dev_secret: SecretStr | None = None
-    # How often to look for events other processes appended to watched threads (0: never,
-    # for a single process per database).
-    log_watch_interval_s: float = Field(0.5, ge=0.0, le=60.0)
-    # How processes on one database wake each other at once: memory:// (one process) or
-    # redis://host:port/db (several); the log watch stays as the safety net.
-    bus_url: str = "memory://"
-    # Prefix of the relay's Redis channel: gateways that share it hear each other.
-    bus_prefix: str = Field("agents-gateway", min_length=1, max_length=128)
-    # Keep checkpoints and event logs of ended runs this long (0: forever). Approvals, the
-    # operation ledger and conversation history are kept regardless.
-    retention_s: float = Field(0.0, ge=0.0)
-    retention_sweep_s: float = Field(3600.0, gt=0.0)
-    # Signed webhooks (docs/protocol.md §10): endpoints (comma-separated http(s) URLs; none:
-    # off), the HMAC key, the types announced, and how deliveries are attempted.
-    webhook_url: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    webhook_secret: SecretStr | None = None
-    webhook_events: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: list(DEFAULT_WEBHOOK_TYPES)
+    host: str = Field(
+        "127.0.0.1",
+        description=(
+            "Listen address. Must be a loopback address (`127.0.0.0/8`, `::1`, `localhost`) in "
+            "development mode (neither `GATEWAY_SECRET` nor a JWKS set)."
+        ),
     )
-    webhook_timeout_s: float = Field(10.0, gt=0, le=300)
-    webhook_max_attempts: int = Field(12, ge=1, le=1000)
-    # A delivery not taken within this long after its event is given up on.
-    webhook_max_age_s: float = Field(86_400.0, gt=0)
-    # The first retry's wait, doubled for each further one up to the cap.
-    webhook_backoff_s: float = Field(2.0, gt=0, le=3600)
-    webhook_max_backoff_s: float = Field(900.0, gt=0, le=86_400)
-    # How often to look for retries due and deliveries other processes left.
-    webhook_poll_s: float = Field(5.0, gt=0, le=600)
-    log_level: str = "info"
-    # json: one object per line, with the thread, run, agent and connection ids as keys.
-    log_format: Literal["text", "json"] = "text"
+    forwarded_allow_ips: str = Field(
+        "127.0.0.1",
+        max_length=4096,
+        description=(
+            "Peers whose `X-Forwarded-For` and `X-Forwarded-Proto` are believed: the addresses or "
+            "networks of your reverse proxies, comma-separated (`10.0.0.0/8,192.168.1.5`), `*` for "
+            "any peer (only when nothing but the proxy can reach the gateway), empty for none. The "
+            "client address they forward is the one the audit trail records. Anything that is not "
+            "an address, a network or `*` stops start-up."
+        ),
+    )
+    demo_ui: bool = Field(
+        True,
+        description=(
+            "Serve the browser demo and the client package's modules at `/`. Off, the gateway "
+            "serves its API only (what an application that embeds the gateway wants)."
+        ),
+    )
+    port: int = Field(
+        8000,
+        ge=0,
+        le=65535,
+        description="Listen port, 0-65535; `0` picks any free port.",
+    )
+    database_url: str = Field(
+        DEFAULT_DATABASE_URL,
+        description=(
+            "The store: a SQLite file (`sqlite:///path`, also `sqlite+aiosqlite:///path`; not "
+            "`:memory:`) or PostgreSQL (`postgresql://user:password@host:port/dbname`, also "
+            "`postgresql+asyncpg://…`; needs `pip install 'agents-ws-gateway[postgres]'`). A "
+            "relative SQLite path is relative to the working directory (`dev.py` runs from the "
+            "project root), and its parent directory is created if needed. The schema is migrated "
+            "at every start (unless `GATEWAY_MIGRATE=false`)."
+        ),
+    )
+    migrate: bool = Field(
+        True,
+        description=(
+            "Migrate the schema to this gateway's revision at start-up. Off (`false`, or `--no-"
+            "migrate`), the gateway migrates nothing and refuses to start on any other revision, "
+            "with one error line naming the database's revision and the one it needs: for "
+            "deployments that migrate as a step of their own (`python -m gateway migrate`, or "
+            "Alembic's command line on `persistence/alembic.ini`; see docs/operations.md \"Before "
+            'the first start").'
+        ),
+    )
+    secret: SecretStr | None = Field(
+        None,
+        description=(
+            "The HS256 key for client JWTs. While it and the JWKS settings below are all unset, the"
+            " gateway runs in development mode: it generates a random secret at each start, enables"
+            " `POST /v1/dev/token`, logs a warning and listens on loopback only. With only a JWKS "
+            "set, HS256 tokens are refused and there are no development tokens. An empty value "
+            "counts as unset. Processes that share a database need the same value."
+        ),
+    )
+    jwt_leeway_s: int = Field(
+        10,
+        ge=0,
+        le=300,
+        description=(
+            "Clock skew, in whole seconds (0-300), tolerated when checking a token's `exp` and "
+            "`nbf`. A WebSocket connection is closed with 4001 this long after its token's `exp`, "
+            "unless the client sent a new `hello` first (see `docs/protocol.md` §3)."
+        ),
+    )
+    jwt_issuer: str | None = Field(
+        None,
+        max_length=512,
+        description=(
+            "When set, every token must carry an `iss` claim equal to it. Development tokens carry "
+            "it."
+        ),
+    )
+    jwt_audience: str | None = Field(
+        None,
+        max_length=512,
+        description=(
+            "When set, every token must carry an `aud` claim equal to it (or a list containing it)."
+            " Development tokens carry it. While unset, a token that carries any `aud` is refused."
+        ),
+    )
+    jwks_file: str | None = Field(
+        None,
+        description=(
+            'Path to a JWKS file (`{"keys": [...]}`) with an identity provider\'s public keys, for '
+            "RS256 (RSA keys, at least 2048 bits) and ES256 (EC P-256 keys) tokens. Every key needs"
+            " a `kid`; keys whose `use` is not `sig` are ignored. The file is read and checked at "
+            "start-up: an unreadable file, symmetric (`oct`) or private keys, another key type or "
+            "curve, an `alg` that does not match the key type, or a repeated `kid` stops the "
+            "gateway."
+        ),
+    )
+    jwks_url: str | None = Field(
+        None,
+        max_length=2048,
+        description=(
+            "URL of an identity provider's JWKS, fetched when a token needs a key not in the cache."
+            " Must be `https://` (`http://` only for a loopback host) and carry no credentials; "
+            "redirects are not followed. Keys the gateway cannot use are skipped with a warning. If"
+            " the keys cannot be fetched and no cached key fits the token, the client gets "
+            "`unavailable` (retryable), not `unauthorized`. Set either this or `GATEWAY_JWKS_FILE`,"
+            " not both."
+        ),
+    )
+    jwks_cache_s: float = Field(
+        300.0,
+        ge=1.0,
+        le=86_400.0,
+        description=(
+            "Seconds (1-86400) fetched keys are used before the next token triggers a new fetch. If"
+            " that fetch fails, the cached keys go on working."
+        ),
+    )
+    jwks_refetch_s: float = Field(
+        30.0,
+        ge=0.0,
+        le=3600.0,
+        description=(
+            "Least seconds (0-3600) between two fetches of the JWKS URL, whatever triggers them (an"
+            " unknown `kid`, stale keys, a failed fetch), so tokens with made-up key ids cannot "
+            "flood the provider."
+        ),
+    )
+    jwt_user_claim: str = Field(
+        "sub",
+        min_length=1,
+        max_length=256,
+        description=(
+            "Claim path of the user id in tokens verified with the JWKS (for example "
+            '`preferred_username`, `oid`); see docs/protocol.md §3, "identity-provider claims".'
+        ),
+    )
+    jwt_tenant_claim: str = Field(
+        "tenant",
+        min_length=1,
+        max_length=256,
+        description=(
+            "Claim path of the tenant in tokens verified with the JWKS (for example `tid`, or a "
+            "namespaced `https://…/tenant`)."
+        ),
+    )
+    jwt_roles_claim: str = Field(
+        "roles",
+        min_length=1,
+        max_length=256,
+        description=(
+            "Claim path of the roles in tokens verified with the JWKS (for example "
+            "`realm_access.roles`). Another path than `roles` makes unknown role names ignored "
+            "instead of refused."
+        ),
+    )
+    jwt_tenant: str | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        description=(
+            "Every caller with a JWKS-verified token is in this tenant (single-tenant deployments);"
+            " the tenant claim is not read."
+        ),
+    )
+    jwt_role_map: str = Field(
+        "",
+        max_length=8192,
+        description=(
+            "`provider-role=gateway-role,...`: the provider's role names that count, and the "
+            "gateway role (`user`, `reviewer`, `viewer`, `admin`, or a reviewer role an agent graph"
+            " names) each becomes. Other names are ignored. A target the gateway does not know "
+            "stops start-up."
+        ),
+    )
+    allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "Comma-separated browser origins allowed to open the WebSocket besides the gateway's "
+            "own, for example `https://chat.example.com,https://admin.example.com`. Case and a "
+            "trailing `/` are ignored."
+        ),
+    )
+    self_approval: bool = Field(
+        False,
+        description=(
+            "Whether a thread's owner may decide the approvals of their own runs. Reviewers and "
+            "admins always can."
+        ),
+    )
+    four_eyes: bool = Field(
+        False,
+        description=(
+            "Four-eyes: the user who requested a run (sent the `run.start`, or the `run.input` that"
+            " started it) may never approve a call of that run, even as a reviewer or admin and "
+            "even with `GATEWAY_SELF_APPROVAL`; rejecting stays allowed. A run started later from "
+            "queued input counts the thread's owner as its requester."
+        ),
+    )
+    approval_ttl_s: float = Field(
+        0.0,
+        ge=0,
+        description=(
+            "Seconds (≥ 0) an approval may wait for a decision; `0` means forever. Past it the "
+            "system rejects the approval (status `expired`, `approval.decided` with `expired: true`"
+            ' and no reviewer); the model is told "The approval request expired after N seconds '
+            'without a decision." and the run continues as after a rejection. A decision arriving '
+            "later gets `conflict`. Applies to approvals requested while it is set; a changed value"
+            " does not touch approvals already waiting."
+        ),
+    )
+    approval_sweep_s: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description=(
+            "Seconds (0 < s ≤ 3600) between looks for expired approvals, so an unattended approval "
+            "expires at most this late. Only used when `GATEWAY_APPROVAL_TTL_S` is above 0; a late "
+            "decision is refused at once either way."
+        ),
+    )
+    suspend_grace_s: float = Field(
+        15.0,
+        ge=0,
+        description=(
+            'Seconds (≥ 0) a streaming `on_disconnect: "suspend"` run may go unwatched (watchers '
+            "are counted in the process that executes it) before it is checkpointed at its next "
+            "turn boundary and suspended (`run.paused` reason `disconnect`). A new watcher "
+            "continues it."
+        ),
+    )
+    max_frame_bytes: int = Field(
+        65536,
+        ge=1024,
+        le=16 * 1024 * 1024,
+        description=(
+            "Largest client WebSocket frame (1024 to 16 MiB). Larger frames close the socket with "
+            "1009. Also passed to uvicorn as its WebSocket size limit."
+        ),
+    )
+    demo_delay_ms: int = Field(
+        15,
+        ge=0,
+        le=10_000,
+        description=(
+            "Pause between the offline model's text deltas (0 to 10000 ms); `0` streams as fast as "
+            "possible."
+        ),
+    )
+    model: str | None = Field(
+        None,
+        description=(
+            "Model name. `offline` selects the deterministic offline model for every agent whose "
+            "model is a name or unset. Any other name selects the SDK's multi-provider: a plain "
+            "name or `openai/<name>` goes to OpenAI (or the server at `OPENAI_BASE_URL`), "
+            "`litellm/<provider>/<model>` through LiteLLM (`pip install 'openai-agents[litellm]'`)."
+            " The name is used by the demo agent and is passed as `model_name` to an agent registry"
+            " factory (see docs/agents.md); the start-up log says, for every graph, which model its"
+            " starting agent runs on and through what."
+        ),
+    )
+    openai_api: Literal["responses", "chat_completions"] = Field(
+        "responses",
+        description=(
+            "How OpenAI or a compatible server is called: `responses` (the Responses API) or "
+            "`chat_completions` (what most compatible servers speak)."
+        ),
+    )
+    agents: str | None = Field(
+        None,
+        description=(
+            "Your agent registry as `package.module:attribute`: an `AgentRegistry`, or a callable "
+            "returning one. The module must be importable (the project root when started through "
+            "`dev.py`, otherwise set `PYTHONPATH`)."
+        ),
+    )
+    heartbeat_s: float = Field(
+        20.0,
+        gt=0,
+        description=(
+            "Seconds between server `ping` frames (> 0); announced to clients as `heartbeat_s`; "
+            "also the interval of the SSE feed's `: heartbeat` comments."
+        ),
+    )
+    hello_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds a new socket has to send `hello` (> 0) before it is closed with 4001.",
+    )
+    send_queue_size: int = Field(
+        1024,
+        ge=16,
+        description=(
+            "Outgoing frames buffered per connection (≥ 16). Live events that do not fit are read "
+            "from the log later, at the client's pace; an `inbox.update` that does not fit closes "
+            "the connection with 4009. The SSE feeds (`GET /v1/threads/{thread_id}/stream`, `GET "
+            "/v1/approvals/stream`) have a queue of this size too; an inbox feed that overflows it "
+            "ends."
+        ),
+    )
+    send_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description=(
+            "Seconds (> 0) a frame may wait for room in a full outgoing queue before the connection"
+            " is closed with 4009. The client catches up by subscribing with `after_seq`."
+        ),
+    )
+    max_input_chars: int = Field(
+        32_000,
+        ge=1,
+        description=(
+            "Longest `input` accepted by `run.start` / `run.input` (≥ 1); a longer one gets "
+            "`too_large`."
+        ),
+    )
+    send_queue_bytes: int = Field(
+        1024 * 1024,
+        ge=64 * 1024,
+        description=(
+            "Outgoing bytes (UTF-8) buffered per connection (≥ 65536), beside "
+            "`GATEWAY_SEND_QUEUE_SIZE` frames: the queue is full when either is reached. A single "
+            "frame larger than this still goes into a queue below it."
+        ),
+    )
+    idle_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description=(
+            "Seconds (0 < s ≤ 3600) a connection may stay silent before sending a request: from the"
+            " moment it is opened, and between two requests on a keep-alive connection. Then it is "
+            "closed."
+        ),
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description=(
+            "Seconds (0 < s ≤ 3600) from a connection's opening (or the end of its previous "
+            "response) to a complete request head, however slowly its bytes arrive. Then it is "
+            "answered 408 and closed. A WebSocket upgrade is such a request; once upgraded, the "
+            "client has `GATEWAY_HELLO_TIMEOUT_S` for its `hello`."
+        ),
+    )
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description=(
+            "Seconds (0 < s ≤ 3600) from a complete request head to the end of its body, whether "
+            "the endpoint reads the body or answered before it. Then the connection is closed."
+        ),
+    )
+    max_header_bytes: int = Field(
+        16 * 1024,
+        ge=1024,
+        le=1024 * 1024,
+        description=(
+            "Largest request head, in bytes of header lines plus the target (1 KiB to 1 MiB). A "
+            "larger one is answered 431 (or 400 while it is still arriving) and the connection "
+            "closed; a WebSocket upgrade is refused (403)."
+        ),
+    )
+    max_headers: int = Field(
+        100,
+        ge=8,
+        le=10_000,
+        description=(
+            "Most header lines in a request (8 to 10000); more: 431, or 403 for an upgrade."
+        ),
+    )
+    max_connections: int = Field(
+        1000,
+        ge=0,
+        description=(
+            "Open connections per process, HTTP and WebSocket together (≥ 0, `0` = no bound). A "
+            "connection beyond it is answered `503` (`unavailable`, `Retry-After: 1`) and closed at"
+            " once, and one warning per minute says how many were refused. At start-up the gateway "
+            "checks that the bound, `GATEWAY_BACKLOG` and a reserve of 64 fit the process's open-"
+            "files limit; it raises the soft limit up to the hard one if needed, and if that is "
+            "still too small it lowers the bound to fit, with a warning."
+        ),
+    )
+    backlog: int = Field(
+        511,
+        ge=1,
+        le=65535,
+        description=(
+            "Length of the listen queue (1 to 65535): connections the kernel holds before the "
+            "gateway accepts them. asyncio accepts up to this many at a time, so it counts against "
+            "the open-files limit too."
+        ),
+    )
+    frames_per_s: float = Field(
+        20.0,
+        ge=0,
+        description=(
+            "Client frames per second per connection after `hello` (≥ 0, `0` = no limit), refilling"
+            " a bucket of `GATEWAY_FRAME_BURST`. Frames over it get `rate_limited` with "
+            "`retry_after_s` and are not handled; a client that keeps sending after refusals is "
+            "closed with 4008. Pongs answering the server's pings are free."
+        ),
+    )
+    frame_burst: int = Field(
+        100,
+        ge=1,
+        description=(
+            "Frames (≥ 1) a connection may send at once before `GATEWAY_FRAMES_PER_S` applies; also"
+            " how many refusals are tolerated before the 4008 close. Keep it above "
+            "`GATEWAY_MAX_SUBSCRIPTIONS` so a reconnecting client can resubscribe to everything at "
+            "once."
+        ),
+    )
+    runs_per_minute: int = Field(
+        30,
+        ge=0,
+        description=(
+            "Runs a user may start in any 60 s (≥ 0, `0` = no limit): `run.start` and `run.input` "
+            "that starts a run, over the WebSocket or HTTP (`POST /v1/runs`, `POST "
+            "/v1/threads/{thread_id}/input`). Over it: `rate_limited` with `retry_after_s`. Counted"
+            " across every process on a Redis bus (`GATEWAY_BUS_URL`), else per process; each "
+            "process hears of the others' starts over the bus within milliseconds, so two starts on"
+            " two processes inside that moment are both admitted."
+        ),
+    )
+    max_connections_per_user: int = Field(
+        20,
+        ge=0,
+        description=(
+            "Open WebSocket connections and SSE feeds per user, counted together (≥ 0, `0` = no "
+            "limit). One more WebSocket gets `rate_limited` after its `hello` and is closed with "
+            "4029; one more feed gets 429 `rate_limited`. Counted across every process on a Redis "
+            "bus, else per process."
+        ),
+    )
+    max_subscriptions: int = Field(
+        100,
+        ge=0,
+        description=(
+            "Thread subscriptions per connection (≥ 0, `0` = no limit), counting those `run.start` "
+            "/ `run.input` make; the approval inbox does not count. Over it: `rate_limited`."
+        ),
+    )
+    max_pending_inputs: int = Field(
+        10,
+        ge=0,
+        description=(
+            "Inputs that may wait on one thread, `queued` plus `staged` on its active run (≥ 0, `0`"
+            " = no limit). Over it: `rate_limited`."
+        ),
+    )
+    tracing: bool = Field(
+        False,
+        description=(
+            "Send SDK traces to the SDK's configured trace exporter. Off by default, so nothing "
+            "leaves the machine."
+        ),
+    )
+    otel: bool = Field(
+        False,
+        description=(
+            "Export the gateway's OpenTelemetry spans (WebSocket sessions, run segments, model and "
+            "tool calls, approval waits, event-log transactions) over OTLP/HTTP to the endpoint of "
+            "the standard `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` "
+            "variables; needs the `otel` extra (`pip install 'agents-ws-gateway[otel]'`). "
+            'Independent of `GATEWAY_TRACING`. See docs/operations.md "Traces".'
+        ),
+    )
+    metrics: bool = Field(
+        False,
+        description=(
+            "Serve Prometheus metrics at `GET /metrics` on the gateway's port (docs/operations.md, "
+            '"Metrics"). Off, there is no such route and nothing is counted. Not protected by a '
+            "token: expose it to the scraper only."
+        ),
+    )
+    metrics_host: str = Field(
+        "127.0.0.1",
+        description="The address of the `GATEWAY_METRICS_PORT` listener.",
+    )
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description=(
+            "Serve `GET /metrics` on this port (0: any free one, logged as `metrics at "
+            "http://…/metrics`) instead of the gateway's, which then has no such route. Not with "
+            "`GATEWAY_WORKERS` above 1 (a scrape of the gateway's port already adds up every "
+            "worker)."
+        ),
+    )
+    storage_probe_s: float = Field(
+        5.0,
+        gt=0,
+        le=600,
+        description=(
+            "Seconds (0 < s ≤ 600) between the write probes that look whether storage is back after"
+            ' a failure (docs/operations.md "Storage health"); no probe runs while storage is '
+            "healthy."
+        ),
+    )
+    allow_damaged_database: bool = Field(
+        False,
+        description=(
+            "Start even when the SQLite file fails its integrity check at start-up; the damage is "
+            "logged and `/readyz` answers 503. Off, such a file stops the gateway."
+        ),
+    )
+    instance_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description=(
+            "This process's name in run leases (1-64 characters). Every process running on the same"
+            " database at the same time needs its own id. A process that starts again under the "
+            "same id takes over the runs its previous incarnation left active at once, without "
+            "waiting for their leases to expire."
+        ),
+    )
+    lease_ttl_s: float = Field(
+        15.0,
+        ge=1.0,
+        le=3600.0,
+        description=(
+            "Lifetime of a run lease in seconds (1-3600). A streaming run's lease is renewed every "
+            "third of it, and every process looks for expired leases every `GATEWAY_LEASE_SCAN_S`, "
+            "so the runs of a process that died are taken over by another process within this value"
+            " plus the scan interval (1.5 times this value by default); a process started again "
+            "under the dead one's instance id takes them over at once."
+        ),
+    )
+    lease_scan_s: float | None = Field(
+        None,
+        ge=0.1,
+        le=3600.0,
+        description=(
+            "How often each process looks for runs whose lease expired (0.1-3600 s). Shorter: a "
+            "dead process's runs go on elsewhere sooner, for one more read of the `runs` table per "
+            "scan and process."
+        ),
+    )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description=(
+            "Gateway processes serving the port (1-64). Above 1, `serve` runs a supervisor that "
+            "binds the port, migrates the schema once, and starts that many worker processes on the"
+            " one socket (the kernel spreads connections over them), each with the instance id "
+            "`<GATEWAY_INSTANCE_ID or host name:port>/<n>`; a worker that dies is started again "
+            "under its id and takes its runs over at once; SIGTERM stops them all gracefully. In "
+            "development mode the workers share one signing secret. Set `GATEWAY_BUS_URL` to Redis "
+            "with several workers, or events cross between them at the log watch's pace. See "
+            'docs/operations.md "Several processes on one machine".'
+        ),
+    )
+    listen_fd: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Set by the `serve --workers` supervisor for each worker: the listening socket it "
+            "inherited. Not for setting by hand."
+        ),
+    )
+    supervisor_pid: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Set by the `serve --workers` supervisor for each worker: its own pid, so that a worker"
+            " stops when the supervisor is gone. Not for setting by hand."
+        ),
+    )
+    dev_secret: SecretStr | None = Field(
+        None,
+        description=(
+            "Set by the `serve --workers` supervisor for each worker in development mode: the "
+            "signing secret they share. Not for setting by hand."
+        ),
+    )
+    log_watch_interval_s: float = Field(
+        0.5,
+        ge=0.0,
+        le=60.0,
+        description=(
+            "Seconds (0-60) between polls of the log heads of the threads this process has "
+            "subscribers on, so that events written by other processes on the same database reach "
+            "them. `0` turns polling off, which is fine for a single process per database."
+        ),
+    )
+    bus_url: str = Field(
+        "memory://",
+        description=(
+            "How gateway processes on one database wake each other: `memory://` (one process: "
+            "nothing to tell) or a Redis URL (`redis://host:6379/0`, `rediss://…` for TLS; needs "
+            "`pip install 'agents-ws-gateway[redis]'`). With Redis, a commit on one process reaches"
+            " subscribers and inbox readers on every other at once; the log watch stays as the "
+            "safety net while Redis is down."
+        ),
+    )
+    bus_prefix: str = Field(
+        "agents-gateway",
+        min_length=1,
+        max_length=128,
+        description=(
+            "Prefix of the Redis channel (`<prefix>:bus`): gateways with the same database and "
+            "prefix hear each other; give each deployment sharing a Redis its own."
+        ),
+    )
+    retention_s: float = Field(
+        0.0,
+        ge=0.0,
+        description=(
+            "Seconds (≥ 0) to keep the checkpoints and the event log of runs after they end; `0` "
+            "keeps them forever. Older ones are removed by the retention sweep: the thread's log "
+            "loses its beginning up to the last event of those runs, and the thread gets a new "
+            "epoch (clients with an older cursor get `reset`). Runs, approvals, the operation "
+            "ledger and the conversation history are kept."
+        ),
+    )
+    retention_sweep_s: float = Field(
+        3600.0,
+        gt=0.0,
+        description=(
+            "Seconds (> 0) between retention sweeps; the first one runs one interval after start-"
+            "up. Only used when `GATEWAY_RETENTION_S` is above 0."
+        ),
+    )
+    webhook_url: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "Endpoints that receive signed webhooks (docs/protocol.md §10), comma-separated; each "
+            "an `http://` or `https://` URL with a host and without credentials, none twice. Every "
+            "endpoint gets every type in `GATEWAY_WEBHOOK_EVENTS`. Logs name only an endpoint's "
+            "host and port, never its path or query."
+        ),
+    )
+    webhook_secret: SecretStr | None = Field(
+        None,
+        description=(
+            "The HMAC-SHA256 key webhooks are signed with (at least 16 characters); required when "
+            "`GATEWAY_WEBHOOK_URL` is set. Never logged."
+        ),
+    )
+    webhook_events: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_WEBHOOK_TYPES),
+        description="The webhook types sent, comma-separated, from those and `run.cancelled`.",
+    )
+    webhook_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description=(
+            "Seconds (0 < s ≤ 300) an attempt may take, from connecting to the end of the answer; "
+            "longer counts as a failed attempt."
+        ),
+    )
+    webhook_max_attempts: int = Field(
+        12,
+        ge=1,
+        le=1000,
+        description=(
+            "Attempts (1-1000) before a delivery is given up (kept as `failed`, with a warning)."
+        ),
+    )
+    webhook_max_age_s: float = Field(
+        86_400.0,
+        gt=0,
+        description=(
+            "Seconds (> 0) after its event past which a delivery is not attempted again, however "
+            "few attempts it had."
+        ),
+    )
+    webhook_backoff_s: float = Field(
+        2.0,
+        gt=0,
+        le=3600,
+        description=(
+            "Seconds (0 < s ≤ 3600) before the first retry; each further retry waits twice as long,"
+            " each wait drawn between half and all of it."
+        ),
+    )
+    webhook_max_backoff_s: float = Field(
+        900.0,
+        gt=0,
+        le=86_400,
+        description="The longest wait between two attempts (0 < s ≤ 86400).",
+    )
+    webhook_poll_s: float = Field(
+        5.0,
+        gt=0,
+        le=600,
+        description=(
+            "Seconds (0 < s ≤ 600) between looks for retries falling due and for deliveries other "
+            "processes left; a commit that adds deliveries wakes its own process at once."
+        ),
+    )
+    log_level: str = Field(
+        "info",
+        description=(
+            "One of `critical`, `error`, `warning`, `info`, `debug`; applies to the gateway and "
+            "uvicorn."
+        ),
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description=(
+            "`text`, or `json`: one JSON object per line (`time`, `level`, `logger`, `message`, and"
+            " `thread_id`, `run_id`, `agent`, `connection_id` where the line belongs to a run or a "
+            "connection), for the gateway's lines and uvicorn's alike. See docs/operations.md "
+            '"Logs".'
+        ),
+    )
 
     # Read without the GATEWAY_ prefix: the SDK's own variables.
-    openai_api_key: SecretStr | None = Field(None, validation_alias="OPENAI_API_KEY")
-    openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")
+    openai_api_key: SecretStr | None = Field(
+        None,
+        validation_alias="OPENAI_API_KEY",
+        description=(
+            "API key for OpenAI or a compatible server. Setting it changes the default model from "
+            "`offline` to `gpt-4.1-mini`. An empty value counts as unset."
+        ),
+    )
+    openai_base_url: str | None = Field(
+        None,
+        validation_alias="OPENAI_BASE_URL",
+        description=(
+            "Base URL of an OpenAI-compatible server (one that serves the Responses API), for "
+            "example `http://localhost:8080/v1`."
+        ),
+    )
 
     @field_validator("allowed_origins", mode="before")
     @classmethod
@@ -387,9 +991,14 @@ def load_settings(**overrides: object) -> Settings:
         raise SettingsError("invalid configuration: " + "; ".join(problems)) from None
 
 
+def environment_variable(name: str) -> str:
+    """The variable setting `name` is read from."""
+    alias = Settings.model_fields[name].validation_alias
+    return alias if isinstance(alias, str) else ENV_PREFIX + name.upper()
+
+
 def _variable_name(field: str) -> str:
-    if field in {"OPENAI_API_KEY", "OPENAI_BASE_URL"}:
-        return field
-    if not field:
-        return "configuration"
-    return ENV_PREFIX + field.upper()
+    # A field read under an alias is reported under it (the name the error carries).
+    if field in Settings.model_fields:
+        return environment_variable(field)
+    return field or "configuration"

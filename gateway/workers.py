@@ -30,11 +30,12 @@ from types import FrameType
 
 from gateway.metrics import MULTIPROC_ENV, worker_died
 from gateway.settings import Settings
+from gateway.settings_cli import flags
 
 log = logging.getLogger("gateway.workers")
 
 # The flags the supervisor sets for each worker, through its environment instead.
-SET_FOR_WORKERS = frozenset({"--workers", "--instance-id", "--host", "--port"})
+SET_FOR_WORKERS = flags(("workers", "instance_id", "host", "port"))
 # A worker that exits within this long of its start, this many times in a row, is not started
 # again: it cannot start (bad configuration, database refused), and the supervisor gives up.
 EARLY_EXIT_S = 5.0

@@ -27,6 +27,7 @@ from gateway.operator import output
 from gateway.operator.filters import FilterError, parse_duration, parse_states
 from gateway.protocol import ErrorCode, utc_ts
 from gateway.settings import Settings
+from gateway.settings_cli import add_setting_flag
 from persistence import schema
 from persistence.approvals import ApprovalRepository
 from persistence.clock import utcnow
@@ -115,11 +116,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _with_database(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    command.add_argument(
-        "--database-url",
-        dest="database_url",
-        help="SQLite or PostgreSQL URL (GATEWAY_DATABASE_URL)",
-    )
+    add_setting_flag(command, "database_url")
     return command
 
 
