@@ -22,6 +22,7 @@ import h11
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from gateway.close_codes import CloseCode
 from gateway.server_limits import ServerLimits
 
 TIMEOUT_RESPONSE = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
@@ -148,7 +149,7 @@ class RequestHeadLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket") and self._too_large(scope):
             if scope["type"] == "websocket":
-                await send({"type": "websocket.close", "code": 1008})
+                await send({"type": "websocket.close", "code": CloseCode.UPGRADE_REFUSED})
                 return
             await send(
                 {
