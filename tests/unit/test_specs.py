@@ -33,7 +33,7 @@ REGENERATE = "regenerate with `.venv/bin/python -m gateway.specs`"
 HTTP_METHODS = {"get", "put", "post", "delete", "patch", "options", "head", "trace"}
 # A number that is a close code, outside gateway/close_codes.py. 1000 is also a common round
 # number (page sizes, milliseconds): it counts only on a line that speaks of closing or codes.
-CLOSE_CODE_NUMBER = re.compile(r"(?<![\w.])(\d{4})(?![\w.])")
+CLOSE_CODE_NUMBER = re.compile(r"(?<![\w.])(\d{4})(?!\w|\.\d)")
 
 
 def served_routes(tmp_path: Path) -> tuple[set[tuple[str, str]], set[str]]:
@@ -227,6 +227,8 @@ def test_close_codes_are_spelled_only_in_the_enum() -> None:
     # The check itself can fail.
     assert spelled_close_codes("await websocket.close(code=1008)")
     assert spelled_close_codes("self._close_code or 1000")
+    assert spelled_close_codes('"the socket is closed with 4009."')
+    assert not spelled_close_codes("delay_s = 4009.5")
     assert not spelled_close_codes("MAX_EVENTS_PAGE = 1000")
 
 
