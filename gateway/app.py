@@ -20,7 +20,7 @@ from starlette.routing import Route, WebSocketRoute
 from gateway.audit import AuditTrail
 from gateway.auth import TokenVerifier
 from gateway.bus import EventBus
-from gateway.connection import CLOSE_RESTART
+from gateway.close_codes import CloseCode
 from gateway.demo import demo_graph
 from gateway.eventlog import EventLog
 from gateway.execution import SegmentRunner
@@ -323,7 +323,7 @@ def create_app(
             if metrics_server is not None:
                 await metrics_server.close()
             for connection in list(services.connections):
-                connection.close_soon(CLOSE_RESTART)
+                connection.close_soon(CloseCode.RESTART)
             await runs.close()
             await usage.close()
             await audit.close()

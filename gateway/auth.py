@@ -16,11 +16,12 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import jwt
 
 from gateway.claims import MISSING, ClaimMapping, claim_at
+from gateway.errors import ErrorCode, GatewayError
 from gateway.jwks import KeySource, KeysUnavailable, SigningKey
 
 # The only algorithm verified with GATEWAY_SECRET; JWKS keys pin their own (gateway/jwks.py).
@@ -80,36 +81,33 @@ class ThreadRef:
     owner: str
 
 
-class AuthError(Exception):
+class AuthError(GatewayError):
     """The caller could not be authenticated (`unauthorized`).
 
     The message is sent to the client, so it never contains the token or the secret.
     """
 
-    code = "unauthorized"
+    CODE: ClassVar[ErrorCode] = ErrorCode.UNAUTHORIZED
 
     def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+        super().__init__(self.CODE, message)
 
 
 DenialCode = Literal["not_found", "forbidden"]
 
 
-class AccessDenied(Exception):
-    """An authenticated caller may not do this; `code` is an error code (docs/protocol.md §7)."""
+class AccessDenied(GatewayError):
+    """An authenticated caller may not do this: `not_found` or `forbidden`."""
 
     def __init__(self, code: DenialCode, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code: DenialCode = code
-        self.message = message
+        super().__init__(code, message)
 
 
 class AuthUnavailable(AuthError):
     """The token could not be checked right now (the identity provider's keys could not be
     fetched); retryable, unlike `unauthorized`."""
 
-    code = "unavailable"
+    CODE = ErrorCode.UNAVAILABLE
 
 
 class TokenVerifier:

@@ -2,10 +2,10 @@
 
 A connection only *watches* runs: closing it unsubscribes and nothing else, so a socket never
 decides a run's fate. Outgoing frames go through one queue bounded in frames and in bytes
-(gateway/outbox.py); a client too slow to drain it during live streaming is closed with 4009
-and catches up with `after_seq`. Abuse limits (frames per second, runs per minute, connections
-per user, subscriptions, pending inputs) come from the shared `Limits` and are answered with
-`rate_limited` or a close code.
+(gateway/outbox.py); a client too slow to drain it during live streaming is closed with
+`CloseCode.TOO_SLOW` and catches up with `after_seq`. Abuse limits (frames per second, runs per
+minute, connections per user, subscriptions, pending inputs) come from the shared `Limits` and
+are answered with `rate_limited` or a close code.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from gateway import protocol
 from gateway.audit import DENIAL_CODES, Transport
 from gateway.auth import AccessDenied, AuthError, AuthUnavailable, Principal, check_can_use_inbox
-from gateway.errors import GatewayError, rate_limited
+from gateway.close_codes import CloseCode
+from gateway.errors import GatewayError, close_code_for, rate_limited, storage_unavailable
 from gateway.eventlog_types import LoggedEvent
 from gateway.limits import ConnectionSlot
 from gateway.outbox import Outbox
@@ -38,19 +39,6 @@ from persistence.errors import StorageUnavailable
 from persistence.threads import ThreadRecord
 
 log = logging.getLogger(__name__)
-
-CLOSE_UNAUTHORIZED = 4001
-# The client went on sending far beyond GATEWAY_FRAMES_PER_S after being refused.
-CLOSE_FLOODING = 4008
-# The user already had GATEWAY_MAX_CONNECTIONS_PER_USER connections open (after an error frame).
-CLOSE_TOO_MANY_CONNECTIONS = 4029
-CLOSE_TOO_SLOW = 4009
-CLOSE_TOO_LARGE = 1009
-CLOSE_GOING_AWAY = 1001
-CLOSE_RESTART = 1012
-CLOSE_INTERNAL = 1011
-# The first hello's token could not be checked (a JWKS fetch failed): retry later.
-CLOSE_TRY_AGAIN = 1013
 
 
 class Closed(Exception):
@@ -118,8 +106,8 @@ class Connection:
         if self._closing is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._closing), CLOSE_TIMEOUT_S)
-        await self._close(self._close_code or 1000)
-        log.debug("connection closed (%d)", self._close_code or 1000)
+        await self._close(self._close_code or CloseCode.NORMAL)
+        log.debug("connection closed (%d)", self._close_code or CloseCode.NORMAL)
 
     async def _close(self, code: int) -> None:
         if self._ws.application_state == WebSocketState.CONNECTED:
@@ -130,7 +118,7 @@ class Connection:
         """Close from outside the reader (overflow, shutdown): stop the reader and writer."""
         if self._close_code is None:
             self._close_code = code
-            if code == CLOSE_TOO_SLOW and self._metrics is not None:
+            if code == CloseCode.TOO_SLOW and self._metrics is not None:
                 self._metrics.slow_closes.inc()
         for task in self._tasks:
             task.cancel()
@@ -153,13 +141,13 @@ class Connection:
             await self._send_now(
                 protocol.error_frame(None, ErrorCode.UNAUTHORIZED, "no hello within the timeout")
             )
-            self._close_code = CLOSE_UNAUTHORIZED
+            self._close_code = close_code_for(ErrorCode.UNAUTHORIZED)
             return False
         try:
             frame = protocol.parse_client_frame(raw, max_input_chars=self._settings.max_input_chars)
         except ProtocolError as exc:
             await self._send_now(exc.to_frame())
-            self._close_code = CLOSE_UNAUTHORIZED
+            self._close_code = close_code_for(exc.code)
             return False
         if not isinstance(frame, protocol.Hello):
             await self._send_now(
@@ -167,7 +155,7 @@ class Connection:
                     frame.id, ErrorCode.UNAUTHORIZED, "the first frame must be hello"
                 )
             )
-            self._close_code = CLOSE_UNAUTHORIZED
+            self._close_code = close_code_for(ErrorCode.UNAUTHORIZED)
             return False
         if frame.protocol != protocol.PROTOCOL_VERSION:
             await self._send_now(
@@ -178,7 +166,7 @@ class Connection:
                     f"{protocol.PROTOCOL_VERSION}",
                 )
             )
-            self._close_code = CLOSE_UNAUTHORIZED
+            self._close_code = close_code_for(ErrorCode.UNSUPPORTED_PROTOCOL)
             return False
         try:
             principal = await self._services.verifier.authenticate(frame.token)
@@ -187,9 +175,10 @@ class Connection:
                 self._services.audit.token_rejected(
                     source=self._source(), transport=Transport.WS, message=exc.message
                 )
-            await self._send_now(protocol.error_frame(frame.id, ErrorCode(exc.code), exc.message))
-            unavailable = isinstance(exc, AuthUnavailable)
-            self._close_code = CLOSE_TRY_AGAIN if unavailable else CLOSE_UNAUTHORIZED
+            await self._send_now(protocol.error_frame(frame.id, exc.code, exc.message))
+            # `unauthorized`, or `unavailable` when the identity provider's keys were not
+            # fetched: the table tells them apart.
+            self._close_code = close_code_for(exc.code)
             return False
         try:
             slot = self._limits.open_connection(principal.tenant, principal.user)
@@ -197,7 +186,7 @@ class Connection:
             await self._send_now(
                 protocol.error_frame(frame.id, ErrorCode.RATE_LIMITED, exc.message)
             )
-            self._close_code = CLOSE_TOO_MANY_CONNECTIONS
+            self._close_code = close_code_for(exc.code)
             return False
         self._slot = slot
         self._principal = principal = dataclasses.replace(principal, source=self._source())
@@ -238,7 +227,7 @@ class Connection:
                 ErrorCode.UNAUTHORIZED,
                 "token has expired; send a new hello with a fresh token before it expires",
             ),
-            CLOSE_UNAUTHORIZED,
+            close_code_for(ErrorCode.UNAUTHORIZED),
         )
 
     async def _reauthenticate(self, frame: protocol.Hello) -> dict[str, Any] | None:
@@ -256,7 +245,7 @@ class Connection:
             )
             await self._end_with(
                 protocol.error_frame(ref, ErrorCode.UNSUPPORTED_PROTOCOL, message),
-                CLOSE_UNAUTHORIZED,
+                close_code_for(ErrorCode.UNSUPPORTED_PROTOCOL),
             )
             raise Closed()
         try:
@@ -268,7 +257,8 @@ class Connection:
                 source=current.source, transport=Transport.WS, message=exc.message
             )
             await self._end_with(
-                protocol.error_frame(ref, ErrorCode.UNAUTHORIZED, exc.message), CLOSE_UNAUTHORIZED
+                protocol.error_frame(ref, ErrorCode.UNAUTHORIZED, exc.message),
+                close_code_for(ErrorCode.UNAUTHORIZED),
             )
             raise Closed() from None
         if (principal.user, principal.tenant) != (current.user, current.tenant):
@@ -280,7 +270,7 @@ class Connection:
                     ErrorCode.UNAUTHORIZED,
                     "a new hello must carry a token for the same user and tenant",
                 ),
-                CLOSE_UNAUTHORIZED,
+                close_code_for(ErrorCode.UNAUTHORIZED),
             )
             raise Closed()
         if self._close_code is not None:
@@ -348,12 +338,12 @@ class Connection:
         while True:
             message = await self._ws.receive()
             if message["type"] == "websocket.disconnect":
-                raise WebSocketDisconnect(message.get("code", 1000))
+                raise WebSocketDisconnect(message.get("code", CloseCode.NORMAL))
             text = message.get("text")
             if text is None:
                 data = message.get("bytes") or b""
                 if len(data) > self._settings.max_frame_bytes:
-                    self._close_code = CLOSE_TOO_LARGE
+                    self._close_code = CloseCode.TOO_LARGE
                     raise Closed()
                 await self._send_or_queue(
                     protocol.error_frame(
@@ -365,7 +355,7 @@ class Connection:
                 len(text) * 4 > self._settings.max_frame_bytes
                 and len(text.encode()) > self._settings.max_frame_bytes
             ):
-                self._close_code = CLOSE_TOO_LARGE
+                self._close_code = CloseCode.TOO_LARGE
                 raise Closed()
             return text
 
@@ -395,9 +385,8 @@ class Connection:
                 reply = protocol.error_frame(ref, exc.code, exc.message)  # type: ignore[arg-type]
                 reply |= exc.fields
             except StorageUnavailable:
-                reply = protocol.error_frame(
-                    ref, ErrorCode.UNAVAILABLE, "storage is unavailable; nothing was changed"
-                )
+                outage = storage_unavailable()
+                reply = protocol.error_frame(ref, outage.code, outage.message)
             except (Closed, WebSocketDisconnect, asyncio.CancelledError):
                 raise
             except Exception:
@@ -449,7 +438,7 @@ class Connection:
         self._limits.refused("frames")
         if refusal.flooding:
             log.info("closing a connection that keeps sending after being rate limited")
-            self._close_code = CLOSE_FLOODING
+            self._close_code = CloseCode.FLOODING
             raise Closed()
         frame = protocol.error_frame(
             ref, ErrorCode.RATE_LIMITED, "too many frames on this connection; slow down"
@@ -607,10 +596,7 @@ class Connection:
     async def _subscribe_inbox(self, ref: str | None) -> None:
         principal = self._principal
         assert principal is not None
-        try:
-            check_can_use_inbox(principal)
-        except AccessDenied as exc:
-            raise GatewayError(exc.code, exc.message) from None
+        check_can_use_inbox(principal)
         if self._inbox_unsubscribe is not None:
             self._inbox_unsubscribe()
         buffered: list[tuple[list[dict[str, Any]], list[str]]] = []
@@ -625,7 +611,7 @@ class Connection:
                 buffered.append((added, removed))
                 return
             if not self._try_send(protocol.encode(protocol.inbox_update(added, removed))):
-                self.close_soon(CLOSE_TOO_SLOW)
+                self.close_soon(CloseCode.TOO_SLOW)
 
         self._inbox_unsubscribe = self._services.bus.subscribe_inbox(principal.tenant, on_update)
         pending = await runs.views.inbox_views(principal)
@@ -645,7 +631,7 @@ class Connection:
         # A subscription that cannot read the log must not leave its client waiting in
         # silence: close, and the client resumes from its cursor on reconnect.
         log_failure(log, error, "subscription failed; closing the connection")
-        self.close_soon(CLOSE_INTERNAL)
+        self.close_soon(CloseCode.INTERNAL)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -679,7 +665,7 @@ class Connection:
         return self._send_paced(text)
 
     async def _send_paced(self, text: str) -> None:
-        """Wait for room in the bounded queue; a consumer that stalls is closed with 4009.
+        """Wait for room in the bounded queue; a consumer that stalls is closed (`TOO_SLOW`).
 
         It loses nothing: every event is in the log and it resumes with `after_seq`.
         """
@@ -696,7 +682,7 @@ class Connection:
             await asyncio.wait_for(self._outbox.put(text), self._settings.send_timeout_s)
         except TimeoutError:
             log.info("closing a connection that stopped reading (outgoing queue full)")
-            self.close_soon(CLOSE_TOO_SLOW)
+            self.close_soon(CloseCode.TOO_SLOW)
             raise Closed() from None
         if self._close_code is not None:
             raise Closed()
@@ -725,7 +711,7 @@ class Connection:
                 if committed and delivered is not None:
                     delivered(committed)
         except (WebSocketDisconnect, RuntimeError, OSError):
-            self.close_soon(CLOSE_GOING_AWAY)
+            self.close_soon(CloseCode.GOING_AWAY)
 
     async def _heartbeat(self) -> None:
         ping = protocol.encode(protocol.ping())

@@ -19,14 +19,14 @@ from datetime import datetime
 from sqlalchemy.engine import Connection
 
 from gateway.audit import AuditAction, decision_entry, system_entry
-from gateway.auth import AccessDenied, Principal, check_can_decide
+from gateway.auth import Principal, check_can_decide
 from gateway.binding import binding_problem, by_call_id
 from gateway.continuation import Continuer, PauseInputs, pause_inputs_in
 from gateway.errors import conflict, not_found
 from gateway.protocol import EventType, utc_ts
 from gateway.registry import AgentGraph
 from gateway.review_rules import ReviewContext, check_four_eyes, check_reviewer_roles
-from gateway.run_context import RunContext, denied, thread_ref
+from gateway.run_context import RunContext, thread_ref
 from gateway.storage_health import log_failure
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.audit import AuditRepository
@@ -103,11 +103,8 @@ class Decisions:
     ) -> ApprovalRecord:
         ctx = self._ctx
         approval, run, thread = await ctx.approval_for(principal, approval_id)
-        try:
-            check_can_decide(principal, thread_ref(thread), self_approval=self._self_approval)
-            self._check_review_rules(principal, run, approval, decision)
-        except AccessDenied as exc:
-            raise denied(exc) from None
+        check_can_decide(principal, thread_ref(thread), self_approval=self._self_approval)
+        self._check_review_rules(principal, run, approval, decision)
         async with ctx.lock(thread.thread_id):
             # Read again under the lock: a decision or an expiry may have landed meanwhile.
             run_id = run.run_id

@@ -19,14 +19,13 @@ from starlette.routing import Route
 
 from gateway.audit import DENIAL_CODES, Transport
 from gateway.auth import (
-    AccessDenied,
     AuthError,
     AuthUnavailable,
     Principal,
     Role,
     check_can_use_inbox,
 )
-from gateway.errors import GatewayError
+from gateway.errors import ERRORS, GatewayError, storage_unavailable
 from gateway.eventlog_types import LoggedEvent
 from gateway.json_body import ClientGone, read_json_body
 from gateway.protocol import MAX_ID_CHARS, MAX_REASON_CHARS, ErrorCode, utc_ts
@@ -52,11 +51,10 @@ class JSONBody(JSONResponse):
         return orjson.dumps(content)
 
 
-def error_response(code: ErrorCode | str, message: str, status: int, **fields: Any) -> Response:
-    """`fields`: what the error frame carries beside code and message (`retry_after_s`)."""
-    return JSONBody(
-        {"error": {"code": str(code), "message": message, **fields}}, status_code=status
-    )
+def error_response(error: GatewayError) -> Response:
+    """The error body, with the code's status; `fields` (`retry_after_s`) beside the message."""
+    body = {"code": str(error.code), "message": error.message, **error.fields}
+    return JSONBody({"error": body}, status_code=error.http_status)
 
 
 Handler = Callable[[Request, Services], Awaitable[Response]]
@@ -71,11 +69,9 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             return await handler(request, services)
         except GatewayError as exc:
             _note_denial(request, services, exc)
-            return error_response(exc.code, exc.message, exc.http_status, **exc.fields)
+            return error_response(exc)
         except StorageUnavailable:
-            return error_response(
-                ErrorCode.UNAVAILABLE, "storage is unavailable; nothing was changed", 503
-            )
+            return error_response(storage_unavailable())
         except ClientGone:
             # The client's doing, and nothing was changed: no traceback, no ERROR to page on.
             log.info(
@@ -83,10 +79,10 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
                 request.method,
                 _route_path(request),
             )
-            return Response(status_code=400)
+            return Response(status_code=ERRORS[ErrorCode.BAD_REQUEST].http_status)
         except Exception:
             log.error("%s %s failed", request.method, request.url.path, exc_info=True)
-            return error_response(ErrorCode.INTERNAL, "internal error", 500)
+            return error_response(GatewayError(ErrorCode.INTERNAL, "internal error"))
 
     return wrapped
 
@@ -135,8 +131,8 @@ async def authenticate(request: Request, services: Services) -> Principal:
             services.audit.token_rejected(
                 source=_source(request), transport=Transport.HTTP, message=exc.message
             )
-        # `unauthorized`, or `unavailable` (503) when a JWKS could not be fetched.
-        raise GatewayError(exc.code, exc.message) from None
+        # `unauthorized`, or `unavailable` when a JWKS could not be fetched.
+        raise
     principal = dataclasses.replace(principal, source=_source(request))
     # For the error mapping in `endpoint`, which audits refusals of this caller.
     request.state.principal = principal
@@ -190,7 +186,8 @@ async def readyz(request: Request) -> Response:
     if reason is not None:
         # `reason`: the database's own words (storage health never quotes statements).
         return JSONBody(
-            {"status": "unavailable", "storage": failure, "reason": reason}, status_code=503
+            {"status": "unavailable", "storage": failure, "reason": reason},
+            status_code=ERRORS[ErrorCode.UNAVAILABLE].http_status,
         )
     return JSONBody({"status": "ready", "storage": "ok"})
 
@@ -239,10 +236,7 @@ async def dev_token(request: Request, services: Services) -> Response:
 @endpoint
 async def list_approvals(request: Request, services: Services) -> Response:
     principal = await authenticate(request, services)
-    try:
-        check_can_use_inbox(principal)
-    except AccessDenied as exc:
-        raise GatewayError(exc.code, exc.message) from None
+    check_can_use_inbox(principal)
     status = request.query_params.get("status", "pending")
     if status != "pending":
         raise GatewayError(ErrorCode.BAD_REQUEST, "only status=pending is supported")

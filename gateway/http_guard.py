@@ -22,17 +22,22 @@ import h11
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from gateway.close_codes import CloseCode
+from gateway.errors import ERRORS, ErrorCode
 from gateway.server_limits import ServerLimits
 
 TIMEOUT_RESPONSE = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 _BUSY_BODY = b'{"error":{"code":"unavailable","message":"too many open connections; retry later"}}'
+_BUSY_STATUS = ERRORS[ErrorCode.UNAVAILABLE].http_status
 BUSY_RESPONSE = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+    b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
     b"content-length: %d\r\nconnection: close\r\nretry-after: 1\r\n\r\n%s"
-    % (len(_BUSY_BODY), _BUSY_BODY)
+    % (_BUSY_STATUS.value, _BUSY_STATUS.phrase.encode(), len(_BUSY_BODY), _BUSY_BODY)
 )
 
 
+# `bad_request` answered 431 rather than its status in gateway/errors.py ERRORS: the head
+# itself is refused, before any route, and 431 is the status HTTP has for that.
 _HEAD_TOO_LARGE = (
     b'{"error":{"code":"bad_request","message":"the request head has too many or too large '
     b'headers"}}'
@@ -148,7 +153,7 @@ class RequestHeadLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket") and self._too_large(scope):
             if scope["type"] == "websocket":
-                await send({"type": "websocket.close", "code": 1008})
+                await send({"type": "websocket.close", "code": CloseCode.UPGRADE_REFUSED})
                 return
             await send(
                 {

@@ -20,7 +20,7 @@ from gateway.auth import Principal
 from gateway.errors import GatewayError
 from gateway.http_api import JSONBody, authenticate, endpoint, path_id
 from gateway.json_body import read_json_body
-from gateway.protocol import ErrorCode, ProtocolError
+from gateway.protocol import ErrorCode
 from gateway.services import Services
 
 # Fields a WebSocket frame has that an HTTP body must not carry: the kind is the route's, a
@@ -83,10 +83,8 @@ async def _validated(services: Services, kind: str, body: dict[str, Any]) -> Any
     for name in FRAME_ONLY:
         if name in body:
             raise GatewayError(ErrorCode.BAD_REQUEST, f"{name} is not a field of this body")
-    try:
-        return protocol.parse_client_frame(
-            orjson.dumps({"type": kind, **body}),
-            max_input_chars=services.settings.max_input_chars,
-        )
-    except ProtocolError as exc:
-        raise GatewayError(exc.code, exc.message) from None
+    # A refused body raises `ProtocolError`, a `GatewayError` the endpoint answers like any.
+    return protocol.parse_client_frame(
+        orjson.dumps({"type": kind, **body}),
+        max_input_chars=services.settings.max_input_chars,
+    )

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from starlette.requests import ClientDisconnect, Request
 
-from gateway.errors import UNSUPPORTED_MEDIA_TYPE, GatewayError
+from gateway.errors import GatewayError
 from gateway.protocol import ErrorCode
 
 MAX_BODY_BYTES = 64 * 1024
@@ -38,7 +38,7 @@ async def read_json_body(request: Request, max_bytes: int = MAX_BODY_BYTES) -> d
     another media type, 413 over `max_bytes`, 400 for anything but a JSON object."""
     if not is_json_media_type(request.headers.get("content-type")):
         raise GatewayError(
-            UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
             "the body must be JSON (Content-Type: application/json)",
         )
     declared = request.headers.get("content-length")

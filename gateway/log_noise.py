@@ -2,9 +2,9 @@
 uvicorn's error logger).
 
 uvicorn logs a full traceback at ERROR for every text frame that is not valid UTF-8 (it then
-closes the socket with 1007, which is all the event deserves). Any client, before it has even
-authenticated, could fill the logs and page an operator that way; such a record becomes one
-INFO line without the traceback.
+closes the socket, `CloseCode.INVALID_PAYLOAD`, which is all the event deserves). Any client,
+before it has even authenticated, could fill the logs and page an operator that way; such a
+record becomes one INFO line without the traceback.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.close_codes import CloseCode
 from gateway.protocol import EventType
 from persistence.events import EventRecord
 
@@ -206,7 +207,7 @@ class GatewayMetrics:
         )
         self.slow_closes = Counter(
             "gateway_slow_consumer_closes",
-            "Connections closed with 4009: their send queue stayed full.",
+            f"Connections closed with {int(CloseCode.TOO_SLOW)}: their send queue stayed full.",
             registry=reg,
         )
         self.refusals = Counter(

@@ -26,6 +26,8 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from gateway.errors import ErrorCode, GatewayError
+
 PROTOCOL_VERSION = 1
 MAX_ID_CHARS = 64
 MAX_REASON_CHARS = 4000
@@ -37,19 +39,6 @@ MAX_TOKEN_CHARS = 8192
 # Client-supplied text echoed into an error message is clipped so a hostile frame cannot
 # make the server send (or log) a huge message back.
 _ECHO_CHARS = 40
-
-
-class ErrorCode(StrEnum):
-    BAD_REQUEST = "bad_request"
-    UNAUTHORIZED = "unauthorized"
-    FORBIDDEN = "forbidden"
-    NOT_FOUND = "not_found"
-    CONFLICT = "conflict"
-    RATE_LIMITED = "rate_limited"
-    TOO_LARGE = "too_large"
-    UNSUPPORTED_PROTOCOL = "unsupported_protocol"
-    UNAVAILABLE = "unavailable"
-    INTERNAL = "internal"
 
 
 class EventType(StrEnum):
@@ -77,16 +66,12 @@ class EventType(StrEnum):
 TOOL_NEEDS_RECONCILIATION = "tool.needs_reconciliation"
 
 
-class ProtocolError(Exception):
-    """A client request the server answers with an `error` frame (docs/protocol.md §7).
-
-    `message` goes to the client verbatim, so it must never hold secrets or unbounded input.
-    """
+class ProtocolError(GatewayError):
+    """A client frame the server refuses while reading it: answered with an `error` frame whose
+    `ref` is the frame's valid id, if it had one (docs/protocol.md §7)."""
 
     def __init__(self, code: ErrorCode, message: str, ref: str | None = None) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
+        super().__init__(code, message)
         self.ref = ref
 
     def to_frame(self) -> dict[str, Any]:

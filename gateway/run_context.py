@@ -17,9 +17,9 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from gateway.auth import AccessDenied, Principal, ThreadRef
+from gateway.auth import Principal, ThreadRef
 from gateway.bus import EventBus
-from gateway.errors import GRAPH_MISMATCH, GatewayError, not_found
+from gateway.errors import GatewayError, not_found
 from gateway.eventlog import EventLog
 from gateway.execution import Execution, Segment, SegmentRunner
 from gateway.log_fields import bound
@@ -41,10 +41,6 @@ from persistence.threads import ThreadRecord, ThreadRepository
 
 def thread_ref(thread: ThreadRecord) -> ThreadRef:
     return ThreadRef(tenant=thread.tenant, owner=thread.owner)
-
-
-def denied(exc: AccessDenied) -> GatewayError:
-    return GatewayError(exc.code, exc.message)
 
 
 class RunContext:
@@ -123,7 +119,7 @@ class RunContext:
         try:
             graph.check_version(checkpoint.graph_version)
         except GraphMismatchError as exc:
-            raise GatewayError(GRAPH_MISMATCH, str(exc)) from None
+            raise GatewayError(ErrorCode.GRAPH_MISMATCH, str(exc)) from None
         return graph
 
     async def caller(

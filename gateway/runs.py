@@ -26,7 +26,6 @@ from sqlalchemy.exc import IntegrityError
 
 from gateway.audit import Outcome, cancellation_entry
 from gateway.auth import (
-    AccessDenied,
     Principal,
     check_can_act_on_thread,
     check_can_create,
@@ -46,7 +45,7 @@ from gateway.recovery import Recovery
 from gateway.registry import AgentGraph, AgentRegistry
 from gateway.restored import restore_state
 from gateway.run_caller import caller_of, stored_caller
-from gateway.run_context import RunContext, denied, thread_ref
+from gateway.run_context import RunContext, thread_ref
 from gateway.storage_health import log_failure
 from gateway.views import Views
 from persistence.audit import AuditEntry, AuditRepository
@@ -146,10 +145,7 @@ class RunManager:
     async def create_thread(
         self, principal: Principal, metadata: dict[str, Any] | None
     ) -> ThreadRecord:
-        try:
-            check_can_create(principal)
-        except AccessDenied as exc:
-            raise denied(exc) from None
+        check_can_create(principal)
         return await self._ctx.threads.create(
             tenant=principal.tenant, owner=principal.user, metadata=metadata
         )
@@ -165,10 +161,7 @@ class RunManager:
                 raise not_found("thread not found")
         else:
             thread = await self._ctx.thread_for(principal, thread_id)
-        try:
-            check_can_subscribe(principal, thread_ref(thread))
-        except AccessDenied as exc:
-            raise denied(exc) from None
+        check_can_subscribe(principal, thread_ref(thread))
         return thread
 
     # -- start ---------------------------------------------------------------------------
@@ -192,18 +185,12 @@ class RunManager:
             raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down")
         graph = self._ctx.graph(agent)
         if thread_id is None:
-            try:
-                check_can_create(principal)
-            except AccessDenied as exc:
-                raise denied(exc) from None
+            check_can_create(principal)
             thread: ThreadRecord | None = None
             key = new_id("t")  # a lock key nobody else can hold
         else:
             thread = await self._ctx.thread_for(principal, thread_id)
-            try:
-                check_can_act_on_thread(principal, thread_ref(thread))
-            except AccessDenied as exc:
-                raise denied(exc) from None
+            check_can_act_on_thread(principal, thread_ref(thread))
             key = thread.thread_id
         async with self._ctx.lock(key):
             return await self._start_locked(
@@ -324,10 +311,7 @@ class RunManager:
         waiting on the thread, checked in the database so every process sees the same count.
         """
         thread = await self._ctx.thread_for(principal, thread_id)
-        try:
-            check_can_act_on_thread(principal, thread_ref(thread))
-        except AccessDenied as exc:
-            raise denied(exc) from None
+        check_can_act_on_thread(principal, thread_ref(thread))
         async with self._ctx.lock(thread.thread_id):
             run = await self._ctx.runs.active_for_thread(thread.thread_id)
             if run is None:
@@ -414,10 +398,7 @@ class RunManager:
 
     async def cancel(self, principal: Principal, run_id: str) -> None:
         run, thread = await self._ctx.run_for(principal, run_id)
-        try:
-            check_can_act_on_thread(principal, thread_ref(thread))
-        except AccessDenied as exc:
-            raise denied(exc) from None
+        check_can_act_on_thread(principal, thread_ref(thread))
         async with self._ctx.lock(thread.thread_id):
             run = await self._ctx.runs.get(run_id) or run
             if run.status.terminal:
@@ -474,10 +455,7 @@ class RunManager:
 
     async def resume(self, principal: Principal, run_id: str) -> None:
         run, thread = await self._ctx.run_for(principal, run_id)
-        try:
-            check_can_act_on_thread(principal, thread_ref(thread))
-        except AccessDenied as exc:
-            raise denied(exc) from None
+        check_can_act_on_thread(principal, thread_ref(thread))
         async with self._ctx.lock(thread.thread_id):
             run = await self._ctx.runs.get(run_id) or run
             if run.status is not RunStatus.SUSPENDED:

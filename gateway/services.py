@@ -37,5 +37,5 @@ class Services:
     server_version: str
     metrics: GatewayMetrics | None = None
     telemetry: Telemetry = field(default_factory=lambda: Telemetry(None))
-    # Open WebSocket connections, so shutdown can close them with 1012.
+    # Open WebSocket connections, so shutdown can close them (`CloseCode.RESTART`).
     connections: set[Any] = field(default_factory=set)

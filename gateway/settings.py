@@ -17,6 +17,8 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gateway.claims import ClaimMapping, parse_role_map
+from gateway.close_codes import CloseCode
+from gateway.errors import ERRORS, ErrorCode
 from gateway.jwks import JwksError, load_jwks_file
 from persistence.schema import DEFAULT_DATABASE_URL
 from persistence.webhooks import DEFAULT_WEBHOOK_TYPES, WEBHOOK_TYPES
@@ -103,7 +105,8 @@ class Settings(BaseSettings):
         le=300,
         description=(
             "Clock skew, in whole seconds (0-300), tolerated when checking a token's `exp` and "
-            "`nbf`. A WebSocket connection is closed with 4001 this long after its token's `exp`, "
+            f"`nbf`. A WebSocket connection is closed with {int(CloseCode.UNAUTHORIZED)} this long "
+            "after its token's `exp`, "
             "unless the client sent a new `hello` first (see `docs/protocol.md` §3)."
         ),
     )
@@ -274,7 +277,7 @@ class Settings(BaseSettings):
         le=16 * 1024 * 1024,
         description=(
             "Largest client WebSocket frame (1024 to 16 MiB). Larger frames close the socket with "
-            "1009. Also passed to uvicorn as its WebSocket size limit."
+            f"{int(CloseCode.TOO_LARGE)}. Also passed to uvicorn as its WebSocket size limit."
         ),
     )
     demo_delay_ms: int = Field(
@@ -324,7 +327,8 @@ class Settings(BaseSettings):
     hello_timeout_s: float = Field(
         10.0,
         gt=0,
-        description="Seconds a new socket has to send `hello` (> 0) before it is closed with 4001.",
+        description="Seconds a new socket has to send `hello` (> 0) before it is closed with "
+        f"{int(CloseCode.UNAUTHORIZED)}.",
     )
     send_queue_size: int = Field(
         1024,
@@ -332,7 +336,8 @@ class Settings(BaseSettings):
         description=(
             "Outgoing frames buffered per connection (≥ 16). Live events that do not fit are read "
             "from the log later, at the client's pace; an `inbox.update` that does not fit closes "
-            "the connection with 4009. The SSE feeds (`GET /v1/threads/{thread_id}/stream`, `GET "
+            f"the connection with {int(CloseCode.TOO_SLOW)}. The SSE feeds "
+            "(`GET /v1/threads/{thread_id}/stream`, `GET "
             "/v1/approvals/stream`) have a queue of this size too; an inbox feed that overflows it "
             "ends."
         ),
@@ -342,7 +347,8 @@ class Settings(BaseSettings):
         gt=0,
         description=(
             "Seconds (> 0) a frame may wait for room in a full outgoing queue before the connection"
-            " is closed with 4009. The client catches up by subscribing with `after_seq`."
+            f" is closed with {int(CloseCode.TOO_SLOW)}. The client catches up by subscribing "
+            "with `after_seq`."
         ),
     )
     max_input_chars: int = Field(
@@ -439,7 +445,7 @@ class Settings(BaseSettings):
             "Client frames per second per connection after `hello` (≥ 0, `0` = no limit), refilling"
             " a bucket of `GATEWAY_FRAME_BURST`. Frames over it get `rate_limited` with "
             "`retry_after_s` and are not handled; a client that keeps sending after refusals is "
-            "closed with 4008. Pongs answering the server's pings are free."
+            f"closed with {int(CloseCode.FLOODING)}. Pongs answering the server's pings are free."
         ),
     )
     frame_burst: int = Field(
@@ -447,7 +453,8 @@ class Settings(BaseSettings):
         ge=1,
         description=(
             "Frames (≥ 1) a connection may send at once before `GATEWAY_FRAMES_PER_S` applies; also"
-            " how many refusals are tolerated before the 4008 close. Keep it above "
+            f" how many refusals are tolerated before the {int(CloseCode.FLOODING)} close. Keep it "
+            "above "
             "`GATEWAY_MAX_SUBSCRIPTIONS` so a reconnecting client can resubscribe to everything at "
             "once."
         ),
@@ -470,7 +477,9 @@ class Settings(BaseSettings):
         description=(
             "Open WebSocket connections and SSE feeds per user, counted together (≥ 0, `0` = no "
             "limit). One more WebSocket gets `rate_limited` after its `hello` and is closed with "
-            "4029; one more feed gets 429 `rate_limited`. Counted across every process on a Redis "
+            f"{int(CloseCode.TOO_MANY_CONNECTIONS)}; one more feed gets "
+            f"{int(ERRORS[ErrorCode.RATE_LIMITED].http_status)} `rate_limited`. Counted across "
+            "every process on a Redis "
             "bus, else per process."
         ),
     )

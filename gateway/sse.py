@@ -27,7 +27,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway import protocol
-from gateway.auth import AccessDenied, Principal, check_can_use_inbox
+from gateway.auth import Principal, check_can_use_inbox
 from gateway.errors import GatewayError
 from gateway.eventlog_types import LoggedEvent
 from gateway.http_api import authenticate, endpoint, int_value, path_id
@@ -184,10 +184,7 @@ async def inbox_stream(request: Request, services: Services) -> Response:
     """`inbox.subscribe` over HTTP: `event: inbox` with the pending approvals, then an
     `event: inbox.update` message per change, with the same access and per-reader views."""
     principal = await authenticate(request, services)
-    try:
-        check_can_use_inbox(principal)
-    except AccessDenied as exc:
-        raise GatewayError(exc.code, exc.message) from None
+    check_can_use_inbox(principal)
     slot = services.limits.open_connection(principal.tenant, principal.user)
     return FeedResponse(_inbox_feed(services, principal), slot)
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.auth import AccessDenied, Principal, check_can_subscribe
+from gateway.auth import Principal, check_can_subscribe
 from gateway.decisions import review_context
 from gateway.execution import approval_view
 from gateway.registry import UnknownAgentError
 from gateway.review_rules import ReviewContext, decision_rights
-from gateway.run_context import RunContext, denied, thread_ref
+from gateway.run_context import RunContext, thread_ref
 from gateway.sensitive import MASK_ALL, masked_call_data, sees_sensitive_arguments
 from persistence.approvals import ApprovalRecord, ApprovalStatus
 from persistence.runs import RunRecord
@@ -28,10 +28,7 @@ class Views:
     async def run_view(self, principal: Principal, run_id: str) -> dict[str, Any]:
         ctx = self._ctx
         run, thread = await ctx.run_for(principal, run_id)
-        try:
-            check_can_subscribe(principal, thread_ref(thread))
-        except AccessDenied as exc:
-            raise denied(exc) from None
+        check_can_subscribe(principal, thread_ref(thread))
         pending = [
             self._approval_view_of_run(principal, a, run)
             for a in await ctx.approvals.for_checkpoint(run.run_id, run.checkpoint_version)

@@ -14,6 +14,7 @@ import secrets
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
+from gateway.close_codes import CloseCode
 from gateway.connection import Connection
 from gateway.log_fields import bound
 from gateway.origin import origin_allowed
@@ -26,7 +27,7 @@ class GatewaySocket:
         services: Services = websocket.app.state.services
         if not origin_allowed(websocket.headers, websocket.url, services.settings.allowed_origins):
             # Closing before accept makes the server answer the upgrade with HTTP 403.
-            await websocket.close(code=1008)
+            await websocket.close(code=CloseCode.UPGRADE_REFUSED)
             return
         # Every log line and span of the connection's work says which connection it was.
         connection_id = secrets.token_hex(6)

@@ -46,6 +46,13 @@ EXIT_STATUS: dict[str, int] = {
     ErrorCode.UNAVAILABLE: 5,
     SCHEMA_NOT_CURRENT: 6,
 }
+
+
+class SchemaNotCurrent(Exception):
+    """The database is not one this gateway can read as it is: the operator's to fix, so it
+    has an exit status but no protocol error code."""
+
+
 # Events read per page by `threads export`, as a replay reads them.
 EXPORT_PAGE = 500
 
@@ -150,6 +157,9 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout) 
     except GatewayError as exc:
         print(f"error ({exc.code}): {exc.message}", file=sys.stderr)
         return EXIT_STATUS.get(exc.code, 1)
+    except SchemaNotCurrent as exc:
+        print(f"error ({SCHEMA_NOT_CURRENT}): {exc}", file=sys.stderr)
+        return EXIT_STATUS[SCHEMA_NOT_CURRENT]
     except FilterError as exc:
         print(f"error ({ErrorCode.BAD_REQUEST}): {exc}", file=sys.stderr)
         return EXIT_STATUS[ErrorCode.BAD_REQUEST]
@@ -168,8 +178,7 @@ def existing(url: str) -> URL:
     an empty file where the operator mistyped a path."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
-        raise GatewayError(
-            SCHEMA_NOT_CURRENT,
+        raise SchemaNotCurrent(
             f"no database file at {parsed.database or '(memory)'}: check --database-url or "
             "GATEWAY_DATABASE_URL",
         )
@@ -192,8 +201,7 @@ async def opened(parsed: URL) -> AsyncIterator[Store]:
             ) from exc
         if not found.up_to_date:
             current = found.current or "(none: not a gateway database, or never migrated)"
-            raise GatewayError(
-                SCHEMA_NOT_CURRENT,
+            raise SchemaNotCurrent(
                 f"the database schema is at revision {current} and this gateway needs "
                 f"{found.head}: run `python -m gateway migrate` (same database URL) first",
             )

@@ -1,7 +1,8 @@
 """Write (or check) the committed API documents: `python -m gateway.specs [--check]`.
 
-docs/openapi.json and docs/asyncapi.json are this package's output, committed so they can be
-read and diffed without running anything. `--check` exits 1 when either is out of date.
+docs/openapi.json and docs/asyncapi.json are this package's output, and so are the error-code
+and close-code tables of docs/protocol.md; all are committed so they can be read and diffed
+without running anything. `--check` exits 1 when any of them is out of date.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from typing import Any
 
 from gateway.specs.asyncapi import asyncapi_document
 from gateway.specs.openapi import openapi_document
+from gateway.specs.protocol_tables import with_tables
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
+# The prose reference, whose §7 tables are generated (`gateway.specs.protocol_tables`).
+PROTOCOL = "protocol.md"
 
 
 def documents() -> dict[str, Callable[[], dict[str, Any]]]:
@@ -28,15 +32,23 @@ def render(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
+def outputs(out: Path) -> dict[str, str]:
+    """File name -> what it should hold. docs/protocol.md is prose with generated tables: the
+    copy in `out` is updated, or docs/'s own when `out` has none."""
+    texts = {name: render(build()) for name, build in documents().items()}
+    prose = out / PROTOCOL if (out / PROTOCOL).exists() else DOCS / PROTOCOL
+    texts[PROTOCOL] = with_tables(prose.read_text(encoding="utf-8"))
+    return texts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gateway.specs", description=__doc__)
     parser.add_argument("--check", action="store_true", help="only compare, write nothing")
     parser.add_argument("--out", type=Path, default=DOCS, help="directory (default: docs/)")
     args = parser.parse_args(argv)
     stale = []
-    for name, build in documents().items():
+    for name, text in outputs(args.out).items():
         path = args.out / name
-        text = render(build())
         current = path.read_text(encoding="utf-8") if path.exists() else None
         if current == text:
             continue

@@ -2,8 +2,7 @@
 
 The document describes the gateway: it *receives* client frames and *sends* server frames.
 Client frame payloads are generated from the models that validate them (`gateway.protocol`),
-server frames and event data from `gateway.specs.shapes`. Close codes are listed here, in one
-table, because they are spread over the connection code; tests check the table against it.
+server frames and event data from `gateway.specs.shapes`, close codes from `CloseCode`.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from gateway import protocol
+from gateway.close_codes import CloseCode
 from gateway.protocol import (
     DEFAULT_MAX_INPUT_CHARS,
     MAX_METADATA_BYTES,
@@ -24,66 +24,6 @@ from gateway.protocol import (
 from gateway.specs.shapes import SERVER_FRAMES, component_schemas, error_codes, event_names
 
 CHANNEL = "gateway"
-
-# Close codes the server uses (or, for 1008, the upgrade refusal that stands for it):
-# (code, name, when).
-CLOSE_CODES: tuple[tuple[int, str, str], ...] = (
-    (1000, "normal", "normal close"),
-    (1001, "going_away", "the server could not write to the socket any more"),
-    (
-        1007,
-        "invalid_payload",
-        "a text frame was not valid UTF-8 (closed by the WebSocket layer, no error first)",
-    ),
-    (
-        1008,
-        "origin_refused",
-        "the Origin header is not allowed; this happens before the upgrade is accepted, so the "
-        "client sees HTTP 403",
-    ),
-    (
-        1009,
-        "too_large",
-        "a client frame was larger than GATEWAY_MAX_FRAME_BYTES (closed by the WebSocket layer, "
-        "no error first)",
-    ),
-    (
-        1011,
-        "internal",
-        "a subscription could not read the thread's log; reconnect and resubscribe",
-    ),
-    (1012, "restart", "the gateway is restarting or shutting down; reconnect and resubscribe"),
-    (
-        1013,
-        "try_again",
-        "the first hello's token could not be checked (the identity provider's keys could not "
-        "be fetched; an `unavailable` error comes first); retry later",
-    ),
-    (
-        4001,
-        "unauthorized",
-        "hello missing, late or wrong, unsupported protocol, an invalid token, a token that "
-        "expired during the connection, or a refused later hello (an `error` frame comes first)",
-    ),
-    (
-        4008,
-        "flooding",
-        "the client went on sending far beyond GATEWAY_FRAMES_PER_S after `rate_limited` errors "
-        "(no further error frame first)",
-    ),
-    (
-        4009,
-        "too_slow",
-        "the client read too slowly: its outgoing queue stayed full; reconnect and resubscribe "
-        "with `after_seq`",
-    ),
-    (
-        4029,
-        "too_many_connections",
-        "the user already has GATEWAY_MAX_CONNECTIONS_PER_USER connections open (an `error` "
-        "frame, `rate_limited`, comes first)",
-    ),
-)
 
 # Client frame type -> (what it does, what the server answers besides `error`, in order).
 CLIENT_FRAMES: Mapping[str, tuple[str, tuple[str, ...]]] = MappingProxyType(
@@ -210,8 +150,8 @@ def asyncapi_document() -> dict[str, Any]:
                 "messages": {key: {"$ref": f"#/components/messages/{key}"} for key in messages},
                 "bindings": {"ws": {"method": "GET", "bindingVersion": "0.1.0"}},
                 "x-close-codes": [
-                    {"code": code, "name": name, "description": when}
-                    for code, name, when in CLOSE_CODES
+                    {"code": int(code), "name": code.name.lower(), "description": code.meaning}
+                    for code in CloseCode
                 ],
             }
         },
@@ -285,10 +225,10 @@ def _describe_client_frame(schema: dict[str, Any]) -> None:
 def _channel_description() -> str:
     lines = [
         "Frames larger than GATEWAY_MAX_FRAME_BYTES (default 65536) close the socket with "
-        '1009. Binary frames get `bad_request`. Validation is strict (`"5"`, `true` and `1.0` are '
-        "not integers); unknown fields are ignored.",
+        f"{int(CloseCode.TOO_LARGE)}. Binary frames get `bad_request`. Validation is strict "
+        '(`"5"`, `true` and `1.0` are not integers); unknown fields are ignored.',
         "",
         "Close codes:",
     ]
-    lines += [f"- {code} ({name}): {when}" for code, name, when in CLOSE_CODES]
+    lines += [f"- {int(code)} ({code.name.lower()}): {code.meaning}" for code in CloseCode]
     return "\n".join(lines)

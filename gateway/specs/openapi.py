@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from gateway.errors import ERRORS, ErrorCode
 from gateway.http_api import (
     DEV_TOKEN_TTL_S,
     MAX_AUDIT_PAGE,
@@ -30,31 +31,41 @@ MAX_AFTER = 2**62
 
 JSON = "application/json"
 
-# Reusable error responses: status -> (component name, description).
-ERRORS: Mapping[int, tuple[str, str]] = MappingProxyType(
+# What each code the HTTP API answers with means there (`unsupported_protocol` belongs to the
+# WebSocket's hello). Their statuses are gateway.errors.ERRORS'.
+HTTP_ERRORS: Mapping[ErrorCode, str] = MappingProxyType(
     {
-        400: ("BadRequest", "`bad_request`: a malformed body or an invalid parameter"),
-        401: ("Unauthorized", "`unauthorized`: the bearer token is missing or invalid"),
-        403: ("Forbidden", "`forbidden`: the caller's roles do not allow this (same tenant)"),
-        404: ("NotFound", "`not_found`: no such object in the caller's tenant"),
-        409: ("Conflict", "`conflict` or `graph_mismatch`: the request does not fit the state"),
-        413: ("TooLarge", f"`too_large`: the request body is over {MAX_BODY_BYTES} bytes"),
-        415: (
-            "UnsupportedMediaType",
-            "`unsupported_media_type`: the body is not sent as `application/json`",
-        ),
-        429: (
-            "RateLimited",
-            "`rate_limited`: over a limit; `retry_after_s` says when a retry is admitted",
-        ),
-        500: ("Internal", "`internal`: an unexpected server error (logged with its traceback)"),
-        503: (
-            "Unavailable",
-            "`unavailable`: storage (or the identity provider's keys) could not be reached; "
-            "nothing was changed, retry later",
-        ),
+        ErrorCode.BAD_REQUEST: "a malformed body or an invalid parameter",
+        ErrorCode.UNAUTHORIZED: "the bearer token is missing or invalid",
+        ErrorCode.FORBIDDEN: "the caller's roles do not allow this (same tenant)",
+        ErrorCode.NOT_FOUND: "no such object in the caller's tenant",
+        ErrorCode.CONFLICT: "the request does not fit the state",
+        ErrorCode.GRAPH_MISMATCH: "the run's checkpoint was written by an agent graph version "
+        "the registry does not accept",
+        ErrorCode.RATE_LIMITED: "over a limit; `retry_after_s` says when a retry is admitted",
+        ErrorCode.TOO_LARGE: f"the request body is over {MAX_BODY_BYTES} bytes",
+        ErrorCode.UNSUPPORTED_MEDIA_TYPE: "the body is not sent as `application/json`",
+        ErrorCode.UNAVAILABLE: "storage (or the identity provider's keys) could not be reached; "
+        "nothing was changed, retry later",
+        ErrorCode.INTERNAL: "an unexpected server error (logged with its traceback)",
     }
 )
+
+
+def error_responses() -> dict[int, tuple[str, str]]:
+    """Status -> (component name, description): one reusable response per status, named after
+    the first of its codes in ERRORS."""
+    codes_of: dict[int, list[ErrorCode]] = {}
+    for code, rule in ERRORS.items():
+        if code in HTTP_ERRORS:
+            codes_of.setdefault(int(rule.http_status), []).append(code)
+    return {
+        status: (
+            "".join(part.capitalize() for part in codes[0].split("_")),
+            "; ".join(f"`{code}`: {HTTP_ERRORS[code]}" for code in codes),
+        )
+        for status, codes in sorted(codes_of.items())
+    }
 
 
 def openapi_document() -> dict[str, Any]:
@@ -106,7 +117,7 @@ def openapi_document() -> dict[str, Any]:
             },
             "responses": {
                 name: {"description": text, "content": {JSON: {"schema": ref("ErrorBody")}}}
-                for name, text in ERRORS.values()
+                for name, text in error_responses().values()
             },
             "schemas": component_schemas(HTTP_BODIES),
         },
@@ -492,8 +503,9 @@ def _operation(
                 "x-sse-data": "each message's data is a frame: `subscribed`, then `event`",
             }
         }
+    responses_of = error_responses()
     for status in errors:
-        name, _ = ERRORS[status]
+        name, _ = responses_of[status]
         response: dict[str, Any] = {"$ref": f"#/components/responses/{name}"}
         if notes and status in notes:
             response["description"] = notes[status]

@@ -20,7 +20,7 @@ from pydantic.json_schema import SkipJsonSchema, models_json_schema
 
 from gateway.audit import AuditAction, Outcome
 from gateway.auth import Role
-from gateway.errors import ADDED_CODES, GRAPH_MISMATCH, HTTP_STATUS, UNSUPPORTED_MEDIA_TYPE
+from gateway.errors import ERRORS, ErrorRule
 from gateway.http_api import DEV_TOKEN_TTL_S, MAX_DEV_TOKEN_TTL_S, MIN_DEV_TOKEN_TTL_S
 from gateway.protocol import MAX_ID_CHARS, MAX_REASON_CHARS, TOOL_NEEDS_RECONCILIATION, ErrorCode
 from gateway.protocol import EventType as E
@@ -582,50 +582,26 @@ HTTP_BODIES: tuple[type[BaseModel], ...] = (
 
 def error_codes() -> list[str]:
     """Every code an `error` frame or an HTTP error body can carry."""
-    return [*(str(code) for code in ErrorCode), *ADDED_CODES]
-
-
-def error_code_meanings() -> dict[str, str]:
-    return {
-        ErrorCode.BAD_REQUEST: "malformed JSON, unknown frame type, wrong field types or "
-        "values, unknown agent; on the WebSocket the socket stays open",
-        ErrorCode.UNAUTHORIZED: "missing or invalid credentials",
-        ErrorCode.FORBIDDEN: "authenticated, same tenant, but not allowed",
-        ErrorCode.NOT_FOUND: "no such thing in the caller's tenant (also for other tenants' "
-        "objects)",
-        ErrorCode.CONFLICT: "the request does not fit the current state (active run, already "
-        "decided, superseded, finished run, ...)",
-        ErrorCode.RATE_LIMITED: "a per-connection, per-user or per-thread limit was hit; "
-        "`retry_after_s` tells when to retry if known",
-        ErrorCode.TOO_LARGE: "a request body over 64 KiB, or a field over its size limit",
-        UNSUPPORTED_MEDIA_TYPE: "HTTP only: a JSON endpoint's body sent with another "
-        "Content-Type than `application/json` (415)",
-        ErrorCode.UNSUPPORTED_PROTOCOL: "`hello.protocol` is not a version this server speaks",
-        ErrorCode.UNAVAILABLE: "storage unreachable or the gateway is shutting down; nothing "
-        "was changed, retry later",
-        ErrorCode.INTERNAL: "unexpected server error (logged with its traceback)",
-        GRAPH_MISMATCH: "the run's checkpoint was written by an agent graph version the "
-        "registry does not accept",
-    }
-
-
-def http_status_of(code: str) -> int:
-    if code in ADDED_CODES:
-        return ADDED_CODES[code]
-    return HTTP_STATUS[ErrorCode(code)]
+    return [str(code) for code in ErrorCode]
 
 
 def error_code_schema() -> dict[str, Any]:
-    meanings = error_code_meanings()
-    lines = [
-        f"- `{code}` (HTTP {http_status_of(code)}): {meanings.get(code, 'undocumented')}"
-        for code in error_codes()
-    ]
+    lines = [f"- `{code}` ({_error_facts(rule)}): {rule.meaning}" for code, rule in ERRORS.items()]
     return {
         "type": "string",
         "enum": error_codes(),
-        "description": "Error codes and their HTTP statuses:\n" + "\n".join(lines),
+        "description": "Error codes: the HTTP status, whether a retry may pass, and the WebSocket "
+        "close code when the error ends a connection:\n" + "\n".join(lines),
     }
+
+
+def _error_facts(rule: ErrorRule) -> str:
+    facts = [f"HTTP {int(rule.http_status)}"]
+    if rule.retryable:
+        facts.append("retryable")
+    if rule.close_code is not None:
+        facts.append(f"closes with {int(rule.close_code)}")
+    return ", ".join(facts)
 
 
 def event_frame_schema() -> dict[str, Any]:

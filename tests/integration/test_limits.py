@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import websockets
 
-from gateway.connection import CLOSE_FLOODING, CLOSE_TOO_MANY_CONNECTIONS
+from gateway.close_codes import CloseCode
 from tests.support.client import Client, Opener, ProtocolFailure, clients
 from tests.support.gateway import Gateway
 
@@ -118,7 +118,7 @@ async def test_a_client_that_keeps_flooding_is_closed_with_4008(
         alice = await open_client("alice")
         await send_all(alice, [json.dumps({"type": "ping", "id": f"p{i}"}) for i in range(50)])
         code, _ = await asyncio.wait_for(alice.closed, 10)
-        assert code == CLOSE_FLOODING == 4008
+        assert code == CloseCode.FLOODING == 4008
         # At most the burst is served, then refusals, then the close. Answers still queued when
         # the flooder is cut off are dropped with the socket, so only upper bounds are exact
         # (the unit tests of gateway/limits.py pin the bucket's arithmetic).
@@ -214,7 +214,7 @@ async def test_connections_per_user_refused_after_hello_then_freed_on_close(
         frame, code = await raw_hello(gw, "alice")
         assert frame["type"] == "error" and frame["code"] == "rate_limited"
         assert frame["ref"] == "h1"
-        assert code == CLOSE_TOO_MANY_CONNECTIONS == 4029
+        assert code == CloseCode.TOO_MANY_CONNECTIONS == 4029
         bob = await open_client("bob")
         assert bob.welcome["user"] == "bob"
 
@@ -242,7 +242,7 @@ async def test_server_side_closes_free_the_connection_slot(
     ):
         flooder = await open_client("alice")
         await send_all(flooder, ['{"type": "ping"}'] * 30)
-        assert (await asyncio.wait_for(flooder.closed, 10))[0] == CLOSE_FLOODING
+        assert (await asyncio.wait_for(flooder.closed, 10))[0] == CloseCode.FLOODING
 
         oversized = await eventually_connect(open_client, "alice")
         await send_all(oversized, [json.dumps({"type": "ping", "pad": "x" * 2000})])

@@ -380,6 +380,9 @@ def test_error_codes_match_protocol() -> None:
         "unsupported_protocol",
         "unavailable",
         "internal",
+        # The gateway's additions.
+        "graph_mismatch",
+        "unsupported_media_type",
     }
 
 

@@ -16,11 +16,14 @@ from starlette.routing import Route, WebSocketRoute
 
 from gateway import protocol
 from gateway.app import create_app
-from gateway.errors import ADDED_CODES
+from gateway.close_codes import CloseCode
+from gateway.errors import ERRORS, ErrorCode
 from gateway.execution import approval_view
-from gateway.specs.__main__ import documents, main, render
+from gateway.specs.__main__ import PROTOCOL, documents, main, render
 from gateway.specs.asyncapi import CLIENT_FRAMES, asyncapi_document
-from gateway.specs.shapes import error_code_meanings, event_data_models
+from gateway.specs.openapi import HTTP_ERRORS
+from gateway.specs.protocol_tables import with_tables
+from gateway.specs.shapes import event_data_models
 from persistence.approvals import ApprovalRecord, ApprovalStatus
 from tests.support.gateway import running_gateway
 from tests.support.gateway import test_settings as gateway_settings
@@ -28,10 +31,9 @@ from tests.support.specs import ASYNCAPI_FILE, OPENAPI_FILE, ROOT, Spec, asyncap
 
 REGENERATE = "regenerate with `.venv/bin/python -m gateway.specs`"
 HTTP_METHODS = {"get", "put", "post", "delete", "patch", "options", "head", "trace"}
-# Close codes used without a CLOSE_* constant: 1000 is the connection's default close, 1007 is
-# the WebSocket layer's (uvicorn) answer to a text frame that is not UTF-8, and 1008 is how
-# app.py refuses an Origin before the upgrade (the client sees HTTP 403).
-IMPLICIT_CLOSE_CODES = {1000, 1007, 1008}
+# A number that is a close code, outside gateway/close_codes.py. 1000 is also a common round
+# number (page sizes, milliseconds): it counts only on a line that speaks of closing or codes.
+CLOSE_CODE_NUMBER = re.compile(r"(?<![\w.])(\d{4})(?!\w|\.\d)")
 
 
 def served_routes(tmp_path: Path) -> tuple[set[tuple[str, str]], set[str]]:
@@ -69,6 +71,23 @@ def test_committed_documents_are_the_generator_output() -> None:
         )
 
 
+def test_the_tables_of_the_protocol_reference_are_the_generator_output() -> None:
+    text = (ROOT / "docs" / PROTOCOL).read_text(encoding="utf-8")
+    assert text == with_tables(text), (
+        f"the error-code or close-code table of docs/{PROTOCOL} differs from gateway/errors.py "
+        f"and gateway/close_codes.py; {REGENERATE}"
+    )
+    for code, rule in ERRORS.items():
+        assert f"| `{code}` | {int(rule.http_status)} |" in text, code
+    for close in CloseCode:
+        assert f"| {int(close)} | `{close.name.lower()}` |" in text, close
+
+
+def test_a_protocol_reference_without_the_table_markers_is_refused() -> None:
+    with pytest.raises(ValueError, match="markers"):
+        with_tables("## 7. Errors and close codes\n\n| code | HTTP | meaning |\n")
+
+
 def test_check_mode_reports_stale_documents(tmp_path: Path, capsys) -> None:
     assert main(["--check", "--out", str(tmp_path)]) == 1
     assert "openapi.json" in capsys.readouterr().err
@@ -76,6 +95,12 @@ def test_check_mode_reports_stale_documents(tmp_path: Path, capsys) -> None:
     assert main(["--check", "--out", str(tmp_path)]) == 0
     (tmp_path / "asyncapi.json").write_text("{}\n")
     assert main(["--check", "--out", str(tmp_path)]) == 1
+    assert main(["--out", str(tmp_path)]) == 0
+    protocol_md = tmp_path / PROTOCOL
+    protocol_md.write_text(protocol_md.read_text().replace("| 4029 |", "| 4030 |"))
+    assert main(["--check", "--out", str(tmp_path)]) == 1
+    assert main(["--out", str(tmp_path)]) == 0
+    assert "| 4029 |" in protocol_md.read_text()
 
 
 def test_every_http_route_is_documented_and_every_documented_route_exists(
@@ -146,16 +171,15 @@ def test_client_frame_types_match_the_parser() -> None:
 def test_error_codes_match_the_protocol() -> None:
     spec = asyncapi()
     documented = set(spec.schemas["ErrorCode"]["enum"])
-    sent = {str(code) for code in protocol.ErrorCode} | set(ADDED_CODES)
+    sent = {str(code) for code in ErrorCode}
     assert not sent - documented, (
         f"error codes missing from docs/asyncapi.json: {sent - documented}"
     )
     assert not documented - sent, f"documented error codes nothing sends: {documented - sent}"
     assert set(openapi().schemas["ErrorCode"]["enum"]) == documented
-    meanings = error_code_meanings()
-    assert not sent - set(meanings), (
-        f"gateway/specs/shapes.py error_code_meanings() lacks {sorted(sent - set(meanings))}"
-    )
+    assert set(ERRORS) == set(ErrorCode), "gateway/errors.py ERRORS needs a row for every code"
+    # Every code but the hello's protocol check is answered over HTTP too.
+    assert set(ErrorCode) - set(HTTP_ERRORS) == {ErrorCode.UNSUPPORTED_PROTOCOL}
 
 
 def test_event_types_match_the_protocol() -> None:
@@ -175,18 +199,37 @@ def test_event_types_match_the_protocol() -> None:
 
 
 def test_close_codes_match_the_code() -> None:
-    defined: dict[int, str] = {}
-    for module in sorted((ROOT / "gateway").rglob("*.py")):
-        for name, code in re.findall(r"^(CLOSE_\w+)\s*=\s*(\d{4})\s*$", module.read_text(), re.M):
-            defined[int(code)] = f"{module.relative_to(ROOT)}:{name}"
-    used = set(defined) | IMPLICIT_CLOSE_CODES
     documented = asyncapi().close_codes()
-    assert not used - documented, (
-        "close codes missing from docs/asyncapi.json x-close-codes: "
-        f"{ {code: defined.get(code, 'implicit') for code in used - documented} }; add them to "
-        f"CLOSE_CODES in gateway/specs/asyncapi.py and {REGENERATE}"
+    assert documented == {int(code) for code in CloseCode}, (
+        f"docs/asyncapi.json x-close-codes differs from gateway/close_codes.py; {REGENERATE}"
     )
-    assert not documented - used, f"documented close codes nothing uses: {documented - used}"
+
+
+def spelled_close_codes(text: str) -> list[str]:
+    """Lines of `text` that spell a close code as a number instead of naming a CloseCode."""
+    values = {int(code) for code in CloseCode}
+    found = []
+    for line in text.splitlines():
+        numbers = {int(n) for n in CLOSE_CODE_NUMBER.findall(line)} & values
+        if numbers - {1000} or (numbers and re.search(r"close|code", line, re.I)):
+            found.append(line.strip())
+    return found
+
+
+def test_close_codes_are_spelled_only_in_the_enum() -> None:
+    spelled = {
+        str(module.relative_to(ROOT)): lines
+        for module in sorted((ROOT / "gateway").rglob("*.py"))
+        if module.name != "close_codes.py"
+        and (lines := spelled_close_codes(module.read_text(encoding="utf-8")))
+    }
+    assert not spelled, f"close codes spelled as numbers; use gateway.close_codes: {spelled}"
+    # The check itself can fail.
+    assert spelled_close_codes("await websocket.close(code=1008)")
+    assert spelled_close_codes("self._close_code or 1000")
+    assert spelled_close_codes('"the socket is closed with 4009."')
+    assert not spelled_close_codes("delay_s = 4009.5")
+    assert not spelled_close_codes("MAX_EVENTS_PAGE = 1000")
 
 
 def all_refs(value: Any) -> list[str]:

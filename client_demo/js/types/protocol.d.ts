@@ -101,19 +101,19 @@ export interface ApprovalRequestedData {
 export type ApprovalStatus = "pending" | "approved" | "rejected" | "superseded" | "expired";
 
 /**
- * Error codes and their HTTP statuses:
- * - `bad_request` (HTTP 400): malformed JSON, unknown frame type, wrong field types or values, unknown agent; on the WebSocket the socket stays open
- * - `unauthorized` (HTTP 401): missing or invalid credentials
+ * Error codes: the HTTP status, whether a retry may pass, and the WebSocket close code when the error ends a connection:
+ * - `bad_request` (HTTP 400, closes with 4001): malformed JSON, unknown frame type, wrong field types or values, unknown agent; on the WebSocket the socket stays open (after the hello)
+ * - `unauthorized` (HTTP 401, closes with 4001): missing or invalid credentials
  * - `forbidden` (HTTP 403): authenticated, same tenant, but not allowed
  * - `not_found` (HTTP 404): no such thing in the caller's tenant (also for other tenants' objects)
- * - `conflict` (HTTP 409): the request does not fit the current state (active run, already decided, superseded, finished run, ...)
- * - `rate_limited` (HTTP 429): a per-connection, per-user or per-thread limit was hit; `retry_after_s` tells when to retry if known
- * - `too_large` (HTTP 413): a request body over 64 KiB, or a field over its size limit
- * - `unsupported_protocol` (HTTP 400): `hello.protocol` is not a version this server speaks
- * - `unavailable` (HTTP 503): storage unreachable or the gateway is shutting down; nothing was changed, retry later
- * - `internal` (HTTP 500): unexpected server error (logged with its traceback)
- * - `graph_mismatch` (HTTP 409): the run's checkpoint was written by an agent graph version the registry does not accept
- * - `unsupported_media_type` (HTTP 415): HTTP only: a JSON endpoint's body sent with another Content-Type than `application/json` (415)
+ * - `conflict` (HTTP 409): the request does not fit the current state (active run exists, already decided, superseded, finished run, …)
+ * - `graph_mismatch` (HTTP 409): **Addition.** The checkpoint was written by an agent graph version the registry does not accept (neither its `version` nor one of its `compatible_versions`)
+ * - `rate_limited` (HTTP 429, retryable, closes with 4029): An abuse limit was reached (§7, Abuse limits); the frame was not handled. Limits that know when a retry will pass add **(addition)** `retry_after_s` (seconds, a number) to the error
+ * - `too_large` (HTTP 413, closes with 4001): HTTP request body over 64 KiB (a declared `Content-Length` over it is refused before the body is read, a chunked body as soon as it passes the limit); on the WebSocket, an `input` over `GATEWAY_MAX_INPUT_CHARS` (an oversized WebSocket frame closes the socket instead)
+ * - `unsupported_media_type` (HTTP 415): **Addition.** HTTP only: the body of a JSON endpoint (`POST /v1/dev/token`, `POST /v1/approvals/{approval_id}/decision`) was not sent with `Content-Type: application/json` (or another `…+json` type); nothing was read or changed
+ * - `unsupported_protocol` (HTTP 400, closes with 4001): `hello.protocol` is not 1
+ * - `unavailable` (HTTP 503, retryable, closes with 1013): the database could not be reached, the gateway is shutting down, or (**addition**) the identity provider's keys needed to check the token could not be fetched; retry later
+ * - `internal` (HTTP 500): unexpected server error (logged with its traceback on the server)
  */
 export type ErrorCode = "bad_request" | "unauthorized" | "forbidden" | "not_found" | "conflict" | "rate_limited" | "too_large" | "unsupported_protocol" | "unavailable" | "internal" | "graph_mismatch" | "unsupported_media_type";
 
