@@ -29,7 +29,8 @@ from gateway.http_runs import send_input, start_run
 from gateway.jwks import KeySource, RemoteKeys, StaticKeys
 from gateway.limits import Limits
 from gateway.log_watch import LogWatch
-from gateway.metrics import MULTIPROC_ENV, GatewayMetrics, metrics_route
+from gateway.metrics import MULTIPROC_ENV, GatewayMetrics
+from gateway.metrics_endpoint import metrics_route
 from gateway.metrics_server import MetricsServer
 from gateway.models import OFFLINE, build_model_provider, default_model_name, model_of
 from gateway.registry import AgentGraph, AgentRegistry, load_registry

@@ -23,6 +23,8 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.auth import Principal
+
+# AuditQuery: also what the reviewer API builds, so that it need not import persistence.
 from persistence.audit import AuditEntry, AuditQuery, AuditRecord, AuditRepository
 from persistence.errors import StorageUnavailable
 from persistence.store import Store

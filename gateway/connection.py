@@ -30,13 +30,12 @@ from gateway.eventlog_types import LoggedEvent
 from gateway.limits import ConnectionSlot
 from gateway.outbox import Outbox
 from gateway.protocol import ErrorCode, ProtocolError
+from gateway.runs import ThreadRecord
 from gateway.sensitive import frame_for
 from gateway.server_limits import CLOSE_TIMEOUT_S
 from gateway.services import Services
-from gateway.storage_health import log_failure
+from gateway.storage_health import StorageUnavailable, log_failure
 from gateway.subscription import Subscription, resume_point
-from persistence.errors import StorageUnavailable
-from persistence.threads import ThreadRecord
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.audit import DENIAL_CODES, Transport
+from gateway.audit import DENIAL_CODES, AuditQuery, Transport
 from gateway.auth import (
     AuthError,
     AuthUnavailable,
@@ -30,8 +30,7 @@ from gateway.eventlog_types import LoggedEvent
 from gateway.json_body import ClientGone, read_json_body
 from gateway.protocol import MAX_ID_CHARS, MAX_REASON_CHARS, ErrorCode, utc_ts
 from gateway.services import Services
-from persistence.audit import AuditQuery
-from persistence.errors import StorageUnavailable
+from gateway.storage_health import StorageUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -25,15 +25,12 @@ import orjson
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from gateway.close_codes import CloseCode
 from gateway.protocol import EventType
 from persistence.events import EventRecord
 
-__all__ = ["CONTENT_TYPE", "MULTIPROC_ENV", "GatewayMetrics", "metrics_route", "worker_died"]
+__all__ = ["CONTENT_TYPE", "MULTIPROC_ENV", "GatewayMetrics", "worker_died"]
 
 # prometheus-client's own variable: set before it is imported, it writes values to files there.
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -338,17 +335,3 @@ def worker_died(directory: str, pid: int) -> None:
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(pid, directory)
-
-
-async def _scrape(request: Request) -> Response:
-    metrics: GatewayMetrics | None = request.app.state.services.metrics
-    if metrics is None:
-        return Response(status_code=404)
-    await metrics.refresh()
-    return Response(metrics.exposition(), media_type=CONTENT_TYPE)
-
-
-def metrics_route() -> Route:
-    """GET /metrics, served only when GATEWAY_METRICS is on: it carries no secret, and still
-    says how busy the gateway is, so an operator chooses who may reach it."""
-    return Route("/metrics", _scrape, methods=["GET"])

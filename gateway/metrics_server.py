@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 import uvicorn
 from starlette.applications import Starlette
 
-from gateway.metrics import metrics_route
+from gateway.metrics_endpoint import metrics_route
 from gateway.services import Services
 
 log = logging.getLogger(__name__)

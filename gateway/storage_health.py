@@ -30,6 +30,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+# Also the name the transports catch, so that they need not import persistence.
 from persistence.errors import StorageUnavailable
 from persistence.store import Store, Work
 

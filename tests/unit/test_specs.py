@@ -335,8 +335,8 @@ def test_every_frame_the_protocol_module_builds_is_documented() -> None:
     documented = set(asyncapi_document()["components"]["messages"])
     missing = sorted(t for t in built if f"server.{t}" not in documented)
     assert built and not missing, (
-        f"gateway/protocol.py builds {missing} frames that docs/asyncapi.json does not send; add "
-        f"a model to SERVER_FRAMES in gateway/specs/shapes.py and {REGENERATE}"
+        f"gateway/protocol.py builds {missing} frames that docs/asyncapi.json does not "
+        f"send; add a model to SERVER_FRAMES in gateway/specs/shapes.py and {REGENERATE}"
     )
 
 
