@@ -60,7 +60,8 @@ from persistence.events import NewEvent
 from persistence.ids import new_id
 from persistence.leases import Lease, LeaseLost, LeaseRepository
 from persistence.ledger import OperationRepository
-from persistence.runs import ACTIVE, RunRecord, RunRepository, RunStatus
+from persistence.run_status import RunStatus, moves_into
+from persistence.runs import RunRecord, RunRepository
 from persistence.sessions import GatewaySession, SessionMarks
 from persistence.store import Store
 
@@ -513,12 +514,11 @@ class SegmentRunner:
             )
         )
 
-        expected = (RunStatus.RUNNING, RunStatus.RESUMING, RunStatus.RECOVERING)
         thread_id, lease = segment.run.thread_id, segment.lease
 
         def store(conn: Connection) -> CheckpointRecord:
             stored = CheckpointRepository.save_in(
-                conn, checkpoint, status=status, expected=expected, session_of=thread_id
+                conn, checkpoint, status=status, expected=moves_into(status), session_of=thread_id
             )
             if records:
                 ApprovalRepository.insert_in(conn, records)
@@ -601,7 +601,7 @@ class SegmentRunner:
 
         def transition(conn: Connection) -> None:
             moved = RunRepository.transition_in(
-                conn, run.run_id, status, expected=ACTIVE, error=error
+                conn, run.run_id, status, expected=moves_into(status), error=error
             )
             if not moved:
                 raise StaleWrite(run.run_id)

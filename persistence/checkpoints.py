@@ -6,7 +6,7 @@ approvals it raises and their events), guarded by the run's current checkpoint v
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from functools import partial
@@ -18,7 +18,8 @@ from sqlalchemy.engine import Connection, RowMapping
 from persistence.clock import as_utc, utcnow
 from persistence.errors import StaleWrite
 from persistence.prepared import Prepared
-from persistence.runs import EXPECTED_STATUS, RunStatus
+from persistence.run_status import RunStatus, check_moves
+from persistence.runs import EXPECTED_STATUS
 from persistence.sessions import SessionMarks
 from persistence.tables import checkpoints, runs
 
@@ -77,7 +78,7 @@ class CheckpointRepository:
         checkpoint: CheckpointRecord,
         *,
         status: RunStatus,
-        expected: Sequence[RunStatus],
+        expected: Collection[RunStatus],
         session_of: str | None = None,
     ) -> CheckpointRecord:
         """Store `checkpoint` as the run's next version and move the run's status, atomically;
@@ -90,7 +91,11 @@ class CheckpointRepository:
         With `session_of` (the run's thread), the stored `session_mark` is that session's head
         read in this transaction: right for a state taken after the stream ended, when nothing
         writes to the session any more, and one round trip fewer than reading it before.
+
+        Raises `IllegalRunTransition` if a move from one of `expected` to `status` is not
+        allowed.
         """
+        check_moves(expected, status)
         return _advance(
             conn,
             checkpoint,

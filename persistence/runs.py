@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, fields
 from datetime import datetime
-from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -15,29 +14,15 @@ from sqlalchemy.engine import Connection, RowMapping
 from persistence.clock import as_utc, utcnow
 from persistence.leases import LeaseHolder
 from persistence.prepared import OneOf, Prepared
+
+# Re-exported: callers read the active and terminal sets along with the repository.
+from persistence.run_status import ACTIVE as ACTIVE
+from persistence.run_status import TERMINAL as TERMINAL
+from persistence.run_status import RunStatus, check_moves
 from persistence.tables import ACTIVE_RUN_SQL, approvals, runs
 
 if TYPE_CHECKING:
     from persistence.store import Store
-
-
-class RunStatus(StrEnum):
-    RUNNING = "running"
-    WAITING_FOR_REVIEW = "waiting_for_review"
-    RESUMING = "resuming"
-    SUSPENDED = "suspended"
-    RECOVERING = "recovering"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL
-
-
-TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
-ACTIVE = frozenset(RunStatus) - TERMINAL
 
 
 @dataclass(frozen=True)
@@ -232,6 +217,10 @@ class RunRepository:
         checkpoint_version: int | None = None,
         error: dict[str, Any] | None = None,
     ) -> bool:
+        """Compare-and-swap the status; True when this caller won. Raises
+        `IllegalRunTransition` if a move from one of `expected` to `to` is not allowed."""
+        expected = tuple(expected)
+        check_moves(expected, to)
         params: dict[str, Any] = {
             "b_run": run_id,
             **EXPECTED_STATUS.params([s.value for s in expected]),
