@@ -54,6 +54,7 @@ from bench.common import (
     fresh_database,
     gateway_process,
     issue_token,
+    process_cpu_seconds,
     raise_fd_limit,
     server_process,
     story_events,
@@ -119,12 +120,16 @@ async def _watch(watchers: list[Watcher]) -> float:
     return max(w.done_at or 0.0 for w in watchers)
 
 
-async def gateway_rep(starter: BenchClient, thread_id: str, watchers: list[Watcher]) -> dict:
+async def gateway_rep(
+    starter: BenchClient, thread_id: str, watchers: list[Watcher], pid: int
+) -> dict:
+    cpu_before = process_cpu_seconds(pid) or 0.0
     for w in watchers:
         w.reset()
     sent, _, ack = await starter.request("run.start", thread_id=thread_id, input=STORY_INPUT)
     last = await _watch(watchers)
     _, completed = await starter.wait_event("run.completed", ack["run_id"])
+    cpu_s = (process_cpu_seconds(pid) or 0.0) - cpu_before
     text = completed["data"]["final_output"]
     intact = all(
         "".join(part for parts in w.texts.values() for part in parts) == text for w in watchers
@@ -134,11 +139,13 @@ async def gateway_rep(starter: BenchClient, thread_id: str, watchers: list[Watch
         "seconds": last - sent,
         "frames": sum(w.frames for w in watchers),
         "bytes": sum(w.bytes for w in watchers),
+        "cpu_s": cpu_s,
         "intact": intact,
     }
 
 
-async def broadcast_rep(control: ClientConnection, watchers: list[Watcher]) -> dict:
+async def broadcast_rep(control: ClientConnection, watchers: list[Watcher], pid: int) -> dict:
+    cpu_before = process_cpu_seconds(pid) or 0.0
     for w in watchers:
         w.reset()
         w.last_seq = 0
@@ -147,10 +154,12 @@ async def broadcast_rep(control: ClientConnection, watchers: list[Watcher]) -> d
     last = await _watch(watchers)
     while orjson.loads(await control.recv()).get("type") != "done":
         pass
+    cpu_s = (process_cpu_seconds(pid) or 0.0) - cpu_before
     return {
         "seconds": last - sent,
         "frames": sum(w.frames for w in watchers),
         "bytes": sum(w.bytes for w in watchers),
+        "cpu_s": cpu_s,
         "intact": True,
     }
 
@@ -167,6 +176,11 @@ def summary(reps: list[dict], story_events_n: int, watchers: int) -> dict[str, A
             sum(r["bytes"] for r in reps) / sum(r["frames"] for r in reps)
         ),
         "frames_per_watcher_median": statistics.median(r["frames"] / watchers for r in reps),
+        # The server's CPU (user + system) per frame delivered: steadier than the rates on a
+        # busy machine, as it leaves out the time spent waiting for a core.
+        "server_cpu_us_per_frame_median": round(
+            statistics.median(r["cpu_s"] / r["frames"] * 1e6 for r in reps), 2
+        ),
         "text_intact": all(r["intact"] for r in reps),
     }
 
@@ -214,7 +228,7 @@ async def measure(
             # Warm-up: imports, database pages, the first send on every socket.
             if delay_ms:
                 gw_watchers[0].raws = []
-            await gateway_rep(starter, thread_id, gw_watchers)
+            await gateway_rep(starter, thread_id, gw_watchers, gateway.pid)
             if delay_ms:
                 frames = gw_watchers[0].raws or []
                 gw_watchers[0].raws = None
@@ -232,12 +246,12 @@ async def measure(
             control, bc_watchers = bc_conns[0], [Watcher(ws) for ws in bc_conns[1:]]
             for w in bc_watchers:
                 w.start()
-            await broadcast_rep(control, bc_watchers)
+            await broadcast_rep(control, bc_watchers, ceiling.pid)
             gw_reps: list[dict] = []
             bc_reps: list[dict] = []
             for _ in range(reps):
-                gw_reps.append(await gateway_rep(starter, thread_id, gw_watchers))
-                bc_reps.append(await broadcast_rep(control, bc_watchers))
+                gw_reps.append(await gateway_rep(starter, thread_id, gw_watchers, gateway.pid))
+                bc_reps.append(await broadcast_rep(control, bc_watchers, ceiling.pid))
             gaps = sum(w.gaps for w in gw_watchers)
             for w in (*gw_watchers, *bc_watchers):
                 if w.task is not None:
@@ -255,6 +269,9 @@ async def measure(
         "gateway": {**gw, "seq_gaps": gaps},
         "ceiling": bc,
         "ratio_paired_median": round(paired, 3),
+        "ratio_server_cpu_per_frame": round(
+            gw["server_cpu_us_per_frame_median"] / bc["server_cpu_us_per_frame_median"], 3
+        ),
     }
 
 
