@@ -43,6 +43,20 @@ class Outbox(asyncio.Queue[str]):
     def full(self) -> bool:
         return super().full() or self.queued_bytes >= self.max_bytes
 
+    def take_batch(self, first: str, max_bytes: int) -> tuple[list[str], list[float]]:
+        """`first` (just taken with `get`, its stamp in `taken_stamp`) and the frames queued
+        behind it, up to `max_bytes` in all (always at least `first`), with their stamps: what
+        one socket write carries. Bounded in bytes so a batch waiting for a peer that stopped
+        reading holds little beyond what the queue's own bound allows."""
+        frames = [first]
+        stamps = [self.taken_stamp]
+        size = encoded_size(first)
+        while self._sizes and size + self._sizes[0] <= max_bytes:
+            size += self._sizes[0]
+            frames.append(self.get_nowait())
+            stamps.append(self.taken_stamp)
+        return frames, stamps
+
     # asyncio.Queue's hooks for subclasses: every put and get goes through them.
 
     def _put(self, item: str) -> None:
