@@ -26,7 +26,9 @@ from uvicorn._types import ASGISendEvent
 from uvicorn.protocols.utils import ClientDisconnected
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.exceptions import InvalidState
+from websockets.frames import OP_TEXT, Frame
 from websockets.http11 import Request
+from websockets.protocol import State
 
 from gateway.server_limits import ServerLimits
 
@@ -36,11 +38,35 @@ from gateway.server_limits import ServerLimits
 SEND_FRAMES = "gateway.websocket.send_frames"
 
 
+class SharedTextFrame:
+    """The wire form of the text frame written last, for the next connection writing it.
+
+    A server's frames are not masked, so without a negotiated extension (compression) a text
+    frame is the same bytes on every connection: an event published to many watchers is
+    encoded and framed once, not once per watcher. One per server (the connections of a server
+    share its event loop); it holds the last frame only.
+    """
+
+    __slots__ = ("_text", "_wire")
+
+    def __init__(self) -> None:
+        self._text: str | None = None
+        self._wire = b""
+
+    def wire(self, text: str) -> bytes:
+        if text is not self._text:
+            self._wire = Frame(OP_TEXT, text.encode()).serialize(mask=False, extensions=[])
+            self._text = text
+        return self._wire
+
+
 class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
-    """Needs a `gateway.server.GatewayConfig`, whose `limits.close_timeout_s` it applies."""
+    """Needs a `gateway.server.GatewayConfig`, whose `limits.close_timeout_s` it applies and
+    whose `shared_text_frame` it writes through."""
 
     def __init__(self, config: Any, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
+        self._shared_text_frame: SharedTextFrame = config.shared_text_frame
         limits: ServerLimits = config.limits
         self.close_timeout = limits.close_timeout_s
         self._abort_timer: asyncio.TimerHandle | None = None
@@ -80,11 +106,21 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
             or self.initial_response is not None
         ):
             return False
+        conn = self.conn
+        if (
+            conn.state is State.OPEN
+            and not conn.extensions
+            and not conn.expect_continuation_frame
+            and not conn.writes
+        ):
+            # What `conn.send_text` would produce, framed once for every connection.
+            self.transport.write(self._shared_text_frame.wire(text))
+            return True
         try:
-            self.conn.send_text(text.encode())
+            conn.send_text(text.encode())
         except InvalidState:
             return False
-        self.transport.write(b"".join(self.conn.data_to_send()))
+        self.transport.write(b"".join(conn.data_to_send()))
         return True
 
     async def _send_frames(self, frames: Sequence[str]) -> None:
