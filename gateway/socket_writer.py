@@ -33,6 +33,9 @@ WriteNow = Callable[[str], bool]
 
 
 class SocketWriter:
+    # One per connection, idle ones included: no instance dict.
+    __slots__ = ("_batches", "_delivered", "_holding", "_outbox", "_send", "_write_now")
+
     def __init__(
         self,
         outbox: Outbox,
