@@ -6,14 +6,18 @@
     .venv/bin/python -m bench --quick              # smaller sizes, for a smoke run
     .venv/bin/python -m bench --backend both       # every part on SQLite, then on PostgreSQL
 
-Parts (issue figure in brackets): throughput [1], fanout [2], start [2b], approval [3],
-decision [4], replay [5], memory [6], concurrency [7], checkpoint [8], crossprocess (delivery
-from one gateway process to another, polling and over Redis), workers (figure 7's load at a
-faster pace, two worker processes against one), takeover (a run going on in another gateway
-after SIGTERM and after SIGKILL of the one streaming it). `throughput`, `start`,
-`approval` and `decision` share one gateway (bench/core.py). Every line carries the part, its
-figures, the target and whether it was met, and the machine it ran on (nproc, CPU model, load
-average at the end of the part) and the database backend it ran on (`backend`).
+Parts (issue figure in brackets): throughput [1], fanout [2], fanout-paced [2p: 100 watchers,
+1 ms per delta, frames and bytes per second], start [2b], approval [3], decision [4],
+continuation [4c: decide -> the approved call's tool.output], replay [5], replay-plain [5p: a
+plain `websockets` client parsing every frame], memory [6], memory-hello [6h: KiB per idle
+connection after hello at 1,000, with a raw sans-I/O baseline], concurrency [7], checkpoint
+[8], crossprocess (delivery from one gateway process to another, polling and over Redis),
+workers (figure 7's load at a faster pace, two worker processes against one), takeover (a run
+going on in another gateway after SIGTERM and after SIGKILL of the one streaming it).
+`throughput`, `start`, `approval`, `decision` and `continuation` share one gateway
+(bench/core.py). Every line carries the part, its figures, the target and whether it was met,
+the machine it ran on (nproc, CPU model, load average at the end of the part) and the
+database backend it ran on (`backend`).
 
 `--backend sqlite` (the default), `postgresql` or `both`: every gateway subprocess a part starts,
 and every database a part opens in-process, is a fresh one of that backend
@@ -36,15 +40,19 @@ from typing import Any
 from bench import concurrency, core, crossprocess, fanout, memory, replay, takeover
 from bench.common import BACKENDS, Backend, backend_info, emit, fresh_database, report_line
 
-CORE_PARTS = ("throughput", "start", "approval", "decision")
+CORE_PARTS = ("throughput", "start", "approval", "decision", "continuation")
 PARTS = (
     "throughput",
     "fanout",
+    "fanout-paced",
     "start",
     "approval",
     "decision",
+    "continuation",
     "replay",
+    "replay-plain",
     "memory",
+    "memory-hello",
     "concurrency",
     "checkpoint",
     "crossprocess",
@@ -70,6 +78,7 @@ THROUGHPUT_TARGET = 0.9
 START_P99_MS = 20.0
 APPROVAL_P99_MS = 10.0
 DECISION_P99_MS = 15.0
+CONTINUATION_P99_MS = 15.0
 CHECKPOINT_SIZE_RATIO = 0.7
 CHECKPOINT_TIME_RATIO = 1.0
 
@@ -130,6 +139,19 @@ def core_lines(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
             ),
             "met": p99 <= DECISION_P99_MS,
         }
+    if "continuation" in report:
+        c = report["continuation"]
+        p99 = c["decide_to_approved_tool_output"]["p99_ms"]
+        lines["continuation"] = {
+            "figure": "4c",
+            **c,
+            "config": config,
+            "target": (
+                "approval.decide -> the approved call's tool.output at the client "
+                f"p99 <= {CONTINUATION_P99_MS} ms"
+            ),
+            "met": p99 <= CONTINUATION_P99_MS,
+        }
     return lines
 
 
@@ -161,8 +183,11 @@ Runner = Callable[[argparse.Namespace, Backend], Awaitable[dict[str, Any]]]
 STANDALONE: dict[str, Runner] = {
     "crossprocess": crossprocess.run,
     "fanout": fanout.run,
+    "fanout-paced": fanout.run_paced,
     "replay": replay.run,
+    "replay-plain": replay.run_plain,
     "memory": memory.run,
+    "memory-hello": memory.run_hello,
     "concurrency": concurrency.run,
     "workers": concurrency.run_workers,
     "takeover": takeover.run,

@@ -1,6 +1,6 @@
 """The ceiling the gateway is compared with: a minimal uvicorn + Starlette WebSocket server.
 
-    python bench/broadcast_server.py FRAMES_FILE
+    python bench/broadcast_server.py FRAMES_FILE [WS_IMPLEMENTATION]
 
 Bench-only. It runs on the same uvicorn configuration as `python -m gateway serve` (uvicorn's
 defaults: uvloop, httptools, the websockets sans-I/O protocol) and does the least a server can
@@ -12,6 +12,10 @@ do for the same traffic:
   every connected client (itself included, as the gateway's run starter also watches its
   run), in order, as text frames, straight from memory: no storage, no queues, no per-event
   work (the frames are already encoded), then `{"type":"done"}` to the sender.
+
+WS_IMPLEMENTATION is uvicorn's `ws` option (default `auto`, uvicorn's default);
+`websockets-sansio` is the protocol class the gateway's own (gateway/ws_guard.py) derives from,
+the baseline of a raw sans-I/O connection.
 
 The port is printed in uvicorn's usual "Uvicorn running on" line (port 0 picks a free one).
 """
@@ -58,7 +62,10 @@ def build_app(frames: list[str]) -> Starlette:
 
 def main(argv: list[str]) -> int:
     frames = [line for line in Path(argv[0]).read_text().splitlines() if line]
-    uvicorn.run(build_app(frames), host="127.0.0.1", port=0, lifespan="off", log_level="info")
+    ws = argv[1] if len(argv) > 1 else "auto"
+    uvicorn.run(
+        build_app(frames), host="127.0.0.1", port=0, lifespan="off", log_level="info", ws=ws
+    )
     return 0
 
 

@@ -1,7 +1,7 @@
 """Core gateway benchmarks: streaming throughput and the latencies of the approval path.
 
     .venv/bin/python -m bench.core [--runs 60] [--story-runs 20] [--out FILE]
-                                   [--only throughput|approval|decision|start]
+                                   [--only throughput|approval|decision|continuation|start]
                                    [--backend sqlite|postgresql]
 
 The gateway runs as a subprocess (`python -m gateway serve --port 0`) with a fresh database
@@ -24,6 +24,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ STORY_INPUT = "tell me a story"
 REFUND_INPUT = "refund order 42 for 30"
 START_INPUT = "hello there"
 WARMUP_RUNS = 3
-PARTS = ("throughput", "approval", "decision", "start")
+PARTS = ("throughput", "approval", "decision", "continuation", "start")
 DATABASES: dict[Backend, str] = {
     "sqlite": "sqlite+aiosqlite (fresh file in a temp dir)",
     "postgresql": "postgresql+asyncpg (fresh database, dropped afterwards)",
@@ -254,6 +255,14 @@ def ts_gap(first: Frame, second: Frame) -> float:
     return (parse(second["ts"]) - parse(first["ts"])).total_seconds()
 
 
+def is_tool_output(frame: Frame, call_id: str) -> bool:
+    return (
+        frame.get("type") == "event"
+        and frame["event"] == "tool.output"
+        and frame["data"].get("call_id") == call_id
+    )
+
+
 async def approval_runs(s: Session, runs: int) -> dict[str, list[float]]:
     """`runs` refund runs: each pauses for approval, a reviewer approves, the run completes."""
     samples: dict[str, list[float]] = {
@@ -262,6 +271,9 @@ async def approval_runs(s: Session, runs: int) -> dict[str, list[float]]:
         "decide_to_ack": [],
         "decide_to_approval_decided": [],
         "decide_to_run_resumed": [],
+        # To the first event of the continuation a client sees work in: the approved call's
+        # `tool.output` on the user connection.
+        "decide_to_approved_tool_output": [],
         "run_start_to_run_started": [],
         # The same gaps by the events' own `ts` (server wall clock at event creation, 1 ms
         # resolution): what the server spends before the event exists, without delivery.
@@ -303,6 +315,10 @@ async def approval_runs(s: Session, runs: int) -> dict[str, list[float]]:
             raise ProtocolError(f"approval.decide: {decide_ack}")
         decided_at, decided = await s.user.wait_event("approval.decided", run_id, mark)
         resumed_at, resumed = await s.user.wait_event("run.resumed", run_id, mark)
+        output_at, _ = await s.user.wait_for(
+            partial(is_tool_output, call_id=requested["data"]["call_id"]), mark
+        )
+        samples["decide_to_approved_tool_output"].append(output_at - decide_sent)
         samples["server_ts_approval_decided_to_run_resumed"].append(ts_gap(decided, resumed))
         samples["decide_to_ack"].append(ack_at - decide_sent)
         samples["decide_to_approval_decided"].append(decided_at - decide_sent)
@@ -356,7 +372,7 @@ async def benchmark(
 
                     if "throughput" in parts:
                         report["throughput"] = await throughput(s.user, story_runs, backend)
-                    if "approval" in parts or "decision" in parts:
+                    if {"approval", "decision", "continuation"} & set(parts):
                         samples = await approval_runs(s, runs)
                         if "approval" in parts:
                             report["approval"] = {
@@ -386,6 +402,16 @@ async def benchmark(
                                 ),
                                 "server_ts_approval_decided_to_run_resumed": latency_summary(
                                     samples["server_ts_approval_decided_to_run_resumed"]
+                                ),
+                            }
+                        if "continuation" in parts:
+                            report["continuation"] = {
+                                "input": REFUND_INPUT,
+                                "decide_to_approved_tool_output": latency_summary(
+                                    samples["decide_to_approved_tool_output"]
+                                ),
+                                "decide_to_run_resumed": latency_summary(
+                                    samples["decide_to_run_resumed"]
                                 ),
                             }
                         if "start" in parts:

@@ -1,6 +1,7 @@
 """Figure 5: replaying a long thread from cursor 0 over one WebSocket.
 
     .venv/bin/python -m bench replay [--events 10000] [--reps 5]
+    .venv/bin/python -m bench replay-plain [--plain-events 6000] [--reps 5]
 
 Before the gateway starts, the benchmark writes a thread of `--events` events straight into a
 fresh database of the selected backend (`bench.common.fresh_database`) through the gateway's own
@@ -14,12 +15,18 @@ checked: seq 1..N dense, in order, each event's type and data exactly as stored.
 Alternating with the gateway, the same client takes the same frames from the minimal server's
 memory (`bench/broadcast_server.py`): `client_ceiling_events_per_s` is the most this client can
 receive on this machine, which bounds what any server can show here.
+
+`replay-plain` is the same replay as a user's program sees it: a ~6,000-event thread, read by a
+plain `websockets` client (its default options, so whatever compression it negotiates with the
+server) that `json.loads` every frame as it arrives and stops at the last seq; the ceiling is
+that same client on the minimal server's memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import tempfile
@@ -29,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import websockets
 
 from bench.common import (
     TENANT,
@@ -102,8 +110,60 @@ async def replay_once(url: str, token: str, thread_id: str, count: int) -> tuple
         await ws.close()
 
 
-def check(raws: list, stored: list[tuple[str, str]], thread_id: str) -> dict[str, Any]:
-    frames = [orjson.loads(raw) for raw in raws]
+async def plain_connect(url: str, token: str) -> websockets.ClientConnection:
+    """A `websockets` client as a user would open one: default options, then hello."""
+    ws = await websockets.connect(url)
+    await ws.send(json.dumps({"type": "hello", "protocol": 1, "token": token}))
+    welcome = json.loads(await ws.recv())
+    if welcome.get("type") != "welcome":
+        await ws.close()
+        raise RuntimeError(f"no welcome: {welcome}")
+    return ws
+
+
+async def plain_replay_once(
+    url: str, token: str, thread_id: str, count: int
+) -> tuple[float, list, list[str]]:
+    """Replay with the plain client, parsing every frame; returns its time, the frames and
+    the extensions the connection negotiated."""
+    ws = await plain_connect(url, token)
+    try:
+        frames: list[dict[str, Any]] = []
+        request = json.dumps({"type": "thread.subscribe", "thread_id": thread_id, "after_seq": 0})
+        begin = time.perf_counter()
+        await ws.send(request)
+        async with asyncio.timeout(TIMEOUT_S):
+            async for raw in ws:
+                frame = json.loads(raw)
+                frames.append(frame)
+                if frame.get("seq") == count:
+                    break
+        extensions = [type(e).__name__ for e in ws.protocol.extensions]
+        return time.perf_counter() - begin, frames, extensions
+    finally:
+        await ws.close()
+
+
+async def plain_from_memory_once(url: str, count: int) -> float:
+    ws = await plain_connect(url, "-")
+    try:
+        begin = time.perf_counter()
+        await ws.send('{"type":"go"}')
+        async with asyncio.timeout(TIMEOUT_S):
+            async for raw in ws:
+                if json.loads(raw).get("seq") == count:
+                    break
+        elapsed = time.perf_counter() - begin
+        async with asyncio.timeout(TIMEOUT_S):
+            while await ws.recv() != '{"type":"done"}':
+                pass
+        return elapsed
+    finally:
+        await ws.close()
+
+
+def check(raws: list[Any], stored: list[tuple[str, str]], thread_id: str) -> dict[str, Any]:
+    frames = [raw if isinstance(raw, dict) else orjson.loads(raw) for raw in raws]
     events = [f for f in frames if f.get("type") == "event"]
     seqs = [f["seq"] for f in events]
     exact = len(events) == len(stored) and all(
@@ -136,15 +196,20 @@ async def from_memory_once(url: str, count: int) -> float:
         await ws.close()
 
 
-async def measure(count: int, reps: int, backend: Backend) -> dict[str, Any]:
+async def measure(
+    count: int, reps: int, backend: Backend, *, plain: bool = False
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
         workdir = Path(tmp)
         async with fresh_database(backend, workdir) as database:
-            return await measure_on(workdir, database, count, reps)
+            return await measure_on(workdir, database, count, reps, plain=plain)
 
 
-async def measure_on(workdir: Path, database: str, count: int, reps: int) -> dict[str, Any]:
-    """The measurement on `database`, empty until the thread is written into it."""
+async def measure_on(
+    workdir: Path, database: str, count: int, reps: int, *, plain: bool = False
+) -> dict[str, Any]:
+    """The measurement on `database`, empty until the thread is written into it; `plain`: with
+    the plain client (`replay-plain`), else with the fast one."""
     thread_id, stored = await build_thread(database, count)
     token = issue_token("alice", ["user"])
     frames_file = workdir / "frames.jsonl"
@@ -165,23 +230,37 @@ async def measure_on(workdir: Path, database: str, count: int, reps: int) -> dic
         gateway_process(workdir, database=database) as gateway,
         server_process(ceiling_cmd, workdir / "ceiling.log", {}) as ceiling,
     ):
-        await replay_once(gateway.ws_url, token, thread_id, count)  # warm-up
-        await from_memory_once(ceiling.ws_url, count)
+        extensions: list[str] = []
+
+        async def from_gateway() -> tuple[float, list[Any]]:
+            nonlocal extensions
+            if not plain:
+                return await replay_once(gateway.ws_url, token, thread_id, count)
+            elapsed, frames, extensions = await plain_replay_once(
+                gateway.ws_url, token, thread_id, count
+            )
+            return elapsed, frames
+
+        from_memory = plain_from_memory_once if plain else from_memory_once
+        await from_gateway()  # warm-up
+        await from_memory(ceiling.ws_url, count)
         seconds: list[float] = []
         ceiling_seconds: list[float] = []
         checks: list[dict[str, Any]] = []
         # Alternated, so both see the same background load.
         for _ in range(reps):
-            elapsed, raws = await replay_once(gateway.ws_url, token, thread_id, count)
+            elapsed, raws = await from_gateway()
             seconds.append(elapsed)
             checks.append(check(raws, stored, thread_id))
-            ceiling_seconds.append(await from_memory_once(ceiling.ws_url, count))
+            ceiling_seconds.append(await from_memory(ceiling.ws_url, count))
     rates = [count / s for s in seconds]
     median_rate = statistics.median(rates)
     ceiling_rate = statistics.median(count / s for s in ceiling_seconds)
     correct = all(c["dense"] and c["exact"] and c["events"] == count for c in checks)
     return {
-        "figure": 5,
+        "figure": "5p" if plain else 5,
+        "client": "plain websockets, json.loads per frame" if plain else "fast (parse after)",
+        **({"extensions_negotiated": extensions} if plain else {}),
         "events": count,
         "reps": reps,
         "replay_ms_median": round(statistics.median(seconds) * 1000, 1),
@@ -198,7 +277,14 @@ async def measure_on(workdir: Path, database: str, count: int, reps: int) -> dic
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", type=int, default=10_000, help="thread length (10000)")
+    parser.add_argument(
+        "--plain-events", type=int, default=6_000, help="replay-plain thread length (6000)"
+    )
 
 
 async def run(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
     return await measure(args.events, args.reps, backend)
+
+
+async def run_plain(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
+    return await measure(args.plain_events, args.reps, backend, plain=True)

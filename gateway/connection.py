@@ -34,6 +34,7 @@ from gateway.protocol import ErrorCode, ProtocolError
 from gateway.server_limits import CLOSE_TIMEOUT_S
 from gateway.services import Services
 from gateway.session import Closed, ConnectionSession
+from gateway.socket_writer import SocketWriter
 from gateway.watches import Watches
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,12 @@ class Connection:
             )
         )
         self._outbox = Outbox(self._settings.send_queue_size, self._settings.send_queue_bytes)
+        self._socket = SocketWriter(
+            self._outbox,
+            self._send_message,
+            websocket.scope if send is not None else None,
+            services.metrics.delivered if services.metrics is not None else None,
+        )
         self._watches = Watches(services, self, self._session)
         self._requests = ClientRequests(services, self._watches, self)
         self._tasks: list[asyncio.Task[Any]] = []
@@ -294,12 +301,11 @@ class Connection:
         return True
 
     def send_live(self, text: str, committed: float) -> bool:
-        """A subscription's live event: `try_send`, remembering when it was committed."""
-        try:
-            self._outbox.put_stamped_nowait(text, committed)
-        except asyncio.QueueFull:
-            return False
-        return True
+        """A subscription's live event: `try_send`, remembering when it was committed, or
+        written at once when nothing waits before it (gateway/socket_writer.py)."""
+        if self._session.ending:
+            return self.try_send(text)  # queued, then dropped with the rest on close
+        return self._socket.offer_live(text, committed)
 
     def send_replay(self, text: str) -> Coroutine[Any, Any, None] | None:
         """A subscription's send: queued at once when there is room (None), else the wait.
@@ -347,20 +353,8 @@ class Connection:
         await self._ws.send_text(protocol.encode(frame))
 
     async def _writer(self) -> None:
-        outbox = self._outbox
-        delivered = self._metrics.delivered if self._metrics is not None else None
         try:
-            while True:
-                # Take what is already queued without a coroutine per frame (replays queue
-                # hundreds at once); wait only when the queue is empty.
-                try:
-                    text = outbox.get_nowait()
-                except asyncio.QueueEmpty:
-                    text = await outbox.get()
-                committed = outbox.taken_stamp
-                await self._send_message({"type": "websocket.send", "text": text})
-                if committed and delivered is not None:
-                    delivered(committed)
+            await self._socket.run()
         except (WebSocketDisconnect, RuntimeError, OSError):
             self.close_soon(CloseCode.GOING_AWAY)
 

@@ -23,12 +23,8 @@ class Outbox(asyncio.Queue[str]):
         super().__init__(max_frames)
         self.max_bytes = max_bytes
         self.queued_bytes = 0
-        # The size of each queued frame, in queue order: each is measured once.
-        self._sizes: deque[int] = deque()
-        # Beside each frame, the commit time of the live event it carries (0.0: none), and
-        # that of the frame `get` returned last: the writer measures the delivery lag with it
-        # and no frame has to be wrapped in an object of its own.
-        self._stamps: deque[float] = deque()
+        # The commit time of the next frame put (0.0: none), and that of the frame `get`
+        # returned last: the writer measures the delivery lag with it.
         self._next_stamp = 0.0
         self.taken_stamp = 0.0
 
@@ -43,16 +39,36 @@ class Outbox(asyncio.Queue[str]):
     def full(self) -> bool:
         return super().full() or self.queued_bytes >= self.max_bytes
 
-    # asyncio.Queue's hooks for subclasses: every put and get goes through them.
+    def take_batch(self, first: str, max_bytes: int) -> tuple[list[str], list[float]]:
+        """`first` (just taken with `get`, its stamp in `taken_stamp`) and the frames queued
+        behind it, up to `max_bytes` in all (always at least `first`), with their stamps: what
+        one socket write carries. Bounded in bytes so a batch waiting for a peer that stopped
+        reading holds little beyond what the queue's own bound allows."""
+        frames = [first]
+        stamps = [self.taken_stamp]
+        size = encoded_size(first)
+        entries = self._entries
+        while entries and size + entries[0][1] <= max_bytes:
+            size += entries[0][1]
+            frames.append(self.get_nowait())
+            stamps.append(self.taken_stamp)
+        return frames, stamps
+
+    # asyncio.Queue's hooks for subclasses: its storage is made by `_init`, and every put and
+    # get goes through `_put` and `_get`. Each frame is queued with its size (measured once)
+    # and its commit time in one deque, not in three side by side: a deque costs ~760 bytes
+    # even empty, and every idle connection holds its outbox.
+
+    def _init(self, maxsize: int) -> None:
+        self._entries: deque[tuple[str, int, float]] = deque()
+        self._queue = self._entries
 
     def _put(self, item: str) -> None:
         size = encoded_size(item)
-        self._sizes.append(size)
         self.queued_bytes += size
-        self._stamps.append(self._next_stamp)
-        super()._put(item)  # type: ignore[misc]
+        self._entries.append((item, size, self._next_stamp))
 
     def _get(self) -> str:
-        self.queued_bytes -= self._sizes.popleft()
-        self.taken_stamp = self._stamps.popleft()
-        return super()._get()  # type: ignore[misc,no-any-return]
+        text, size, self.taken_stamp = self._entries.popleft()
+        self.queued_bytes -= size
+        return text

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp
 from gateway.http_guard import GuardedH11Protocol, RequestHeadLimit
 from gateway.server_limits import ServerLimits
 from gateway.settings import Settings
-from gateway.ws_guard import GuardedWebSocketProtocol
+from gateway.ws_guard import GuardedWebSocketProtocol, SharedTextFrame
 
 log = logging.getLogger("gateway.server")
 
@@ -31,11 +31,13 @@ RESERVED_DESCRIPTORS = 64
 
 
 class GatewayConfig(uvicorn.Config):
-    """uvicorn's configuration plus the limits the guarded protocols read from it."""
+    """uvicorn's configuration plus what the guarded protocols read from it: the limits, and
+    the text frame the WebSocket connections share (gateway/ws_guard.py)."""
 
     def __init__(self, app: ASGIApp, *, limits: ServerLimits, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
         self.limits = limits
+        self.shared_text_frame = SharedTextFrame()
 
 
 def connection_bound(wanted: int, backlog: int) -> int:

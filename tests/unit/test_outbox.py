@@ -42,3 +42,17 @@ def test_sizes_are_utf8_bytes() -> None:
     outbox = Outbox(max_frames=10, max_bytes=100)
     outbox.put_nowait("€" * 10)
     assert outbox.queued_bytes == 30
+
+
+def test_a_batch_takes_the_queued_frames_in_order_up_to_its_byte_bound() -> None:
+    outbox = Outbox(max_frames=100, max_bytes=10_000)
+    for index, text in enumerate(("a" * 100, "b" * 100, "c" * 100, "d" * 100), start=1):
+        outbox.put_stamped_nowait(text, float(index))
+    first = outbox.get_nowait()
+    frames, stamps = outbox.take_batch(first, max_bytes=300)
+    assert frames == ["a" * 100, "b" * 100, "c" * 100]
+    assert stamps == [1.0, 2.0, 3.0]
+    assert outbox.qsize() == 1 and outbox.queued_bytes == 100
+    # A first frame above the bound still goes, alone.
+    frames, stamps = outbox.take_batch(outbox.get_nowait(), max_bytes=10)
+    assert frames == ["d" * 100] and stamps == [4.0] and outbox.empty()
