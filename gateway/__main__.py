@@ -14,9 +14,6 @@ import sys
 from gateway.settings import Settings, SettingsError, load_settings
 from gateway.settings_cli import add_setting_flag, add_settings_flags, overrides
 
-# Allocations between two collections of young objects (Python's default: 700); see `serve`.
-YOUNG_GC_THRESHOLD = 20_000
-
 
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="python -m gateway")
@@ -67,7 +64,11 @@ def serve(settings: Settings, argv: list[str]) -> None:
         migrate(settings)
         sys.exit(Supervisor(settings, argv).run())
     app = create_app(settings)
-    settle_heap()
+    # Everything imported so far (the SDK, the OpenAI types, pydantic's schemas: most of the
+    # heap) lives as long as the process. Frozen, a full collection no longer walks it: with the
+    # SDK loaded one took ~200 ms, stalling every run and socket, ~25 ms once frozen.
+    gc.collect()
+    gc.freeze()
     if settings.supervisor_pid is not None:
         from gateway.workers import stop_with_supervisor
 
@@ -78,26 +79,6 @@ def serve(settings: Settings, argv: list[str]) -> None:
         app, settings, log_level=settings.log_level, log_config=log_config, **where
     )
     uvicorn.Server(config).run()
-
-
-def settle_heap() -> None:
-    """Tune the cyclic garbage collector for a long-lived server, once its app is built.
-
-    Everything imported so far (the SDK, the OpenAI types, pydantic's schemas: most of the heap)
-    lives as long as the process. Frozen, a full collection no longer walks it: with the SDK
-    loaded one took ~200 ms, stalling every run and socket, ~25 ms once frozen.
-
-    Most of what a streaming gateway allocates later is freed by reference counting within the
-    event it serves (frames, events, rows), so collections of young objects mostly find nothing;
-    yet at Python's default one ran every 700 allocations, and every hundredth of them was a full
-    collection over what the runs built after the freeze (lazily imported SDK modules, agents,
-    statement caches). Under figure 7's 200 runs that was ~650 collections and 6-7 full ones of
-    300-500 ms each in a 30 s run; every YOUNG_GC_THRESHOLD allocations instead, ~10 and one
-    full one, for 10-15 % less CPU per model delta (docs/benchmarks.md).
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def migrate(settings: Settings, *, current: bool = False, downgrade: str | None = None) -> None:
