@@ -5,7 +5,7 @@
     python3 dev.py test [args]     create .venv if needed, then run the whole test suite
                                    (with Node.js and npm present, it first installs the
                                    JavaScript client's dev dependencies, so its tests run too)
-    python3 dev.py lint            ruff (lint + format check)
+    python3 dev.py lint            ruff (lint + format check) and the layer rules (import-linter)
 
 The virtual environment is rebuilt when pyproject.toml changes, so the two quick-start
 commands keep working from a fresh clone and after every pull.
@@ -88,6 +88,8 @@ def main(argv: list[str]) -> int:
     status |= run(
         "-m", "ruff", "format", "--check", "gateway", "persistence", "client_demo", "tests", "bench"
     )
+    # The layer rules: pyproject.toml [tool.importlinter].
+    status |= subprocess.call([str(BIN / "lint-imports"), "--no-cache"], cwd=ROOT)
     return status
 
 

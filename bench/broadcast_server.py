@@ -14,8 +14,8 @@ do for the same traffic:
   work (the frames are already encoded), then `{"type":"done"}` to the sender.
 
 WS_IMPLEMENTATION is uvicorn's `ws` option (default `auto`, uvicorn's default);
-`websockets-sansio` is the protocol class the gateway's own (gateway/ws_guard.py) derives from,
-the baseline of a raw sans-I/O connection.
+`websockets-sansio` is the protocol class the gateway's own (gateway/server/ws_guard.py) derives
+from, the baseline of a raw sans-I/O connection.
 
 The port is printed in uvicorn's usual "Uvicorn running on" line (port 0 picks a free one).
 """

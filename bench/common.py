@@ -32,7 +32,7 @@ import websockets
 from sqlalchemy.engine import make_url
 from websockets.asyncio.client import ClientConnection
 
-from gateway.auth import TokenVerifier
+from gateway.auth.access import TokenVerifier
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "bench-secret-" + "b" * 51
@@ -544,8 +544,8 @@ async def story_events() -> list[tuple[str, dict[str, Any]]]:
     """
     from agents import RunConfig, Runner
 
-    from gateway.demo import OfflineModelProvider, build_demo_agent
-    from gateway.translate import StreamTranslator
+    from gateway.agents.demo.assistant import OfflineModelProvider, build_demo_agent
+    from gateway.run_lifecycle.stream_translation import StreamTranslator
 
     agent = build_demo_agent()
     translator = StreamTranslator(agent=agent.name)

@@ -48,7 +48,7 @@ from bench.common import (
     machine_info,
     percentile,
 )
-from gateway.auth import TokenVerifier
+from gateway.auth.access import TokenVerifier
 
 __all__ = ["ROOT", "SECRET", "TENANT", "latency_summary", "machine_info", "percentile"]
 
@@ -113,7 +113,7 @@ def bare_sdk_agent() -> Any:
     """The demo agent the bare-SDK runs share, built once as the gateway builds it once per
     graph version (`RunContext.agent`): building it (tool schemas) costs ~3 ms, a third of a
     story run, and belongs to neither side's per-run cost."""
-    from gateway.demo import build_demo_agent
+    from gateway.agents.demo.assistant import build_demo_agent
 
     return build_demo_agent()
 
@@ -126,7 +126,7 @@ async def sdk_run(agent: Any, session: Any = None) -> tuple[int, float]:
     serialisation. Returns the stream events counted and the seconds taken."""
     from agents import RunConfig, Runner
 
-    from gateway.demo import OfflineModelProvider
+    from gateway.agents.demo.assistant import OfflineModelProvider
 
     begin = time.perf_counter()
     result = Runner.run_streamed(

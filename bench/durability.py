@@ -8,8 +8,8 @@ Part 1 (`checkpoint_size`) runs in-process with the SDK and no gateway: the demo
 offline model, a `RunState` taken with `result.to_state()` at every `tool_output` stream event
 (the gateway's turn boundary), serialised both ways side by side: the SDK's own
 `state.to_string()` (`json.dumps(..., indent=2)`) and the gateway's compact form
-(`orjson.dumps(state.to_json()).decode()`, gateway/execution.py). `stored_checkpoints` reads the
-`checkpoints` table of a real gateway's SQLite file (sqlite3, read-only) after tool runs.
+(`orjson.dumps(state.to_json()).decode()`, gateway/run_lifecycle/execution.py). `stored_checkpoints`
+reads the `checkpoints` table of a real gateway's SQLite file (sqlite3, read-only) after tool runs.
 
 Part 2 (`recovery`) drives gateway subprocesses (`python -m gateway serve --port 0`, a fixed
 GATEWAY_INSTANCE_ID so a restart takes the dead process's runs over at once) on one SQLite file:
@@ -58,7 +58,7 @@ from websockets.asyncio.client import ClientConnection
 
 from bench.common import LIMITS_OFF, emit, fresh_database
 from bench.core import ROOT, SECRET, TENANT, latency_summary, machine_info
-from gateway.auth import TokenVerifier
+from gateway.auth.access import TokenVerifier
 
 INSTANCE_ID = "bench-durability"
 STORY_INPUT = "tell me a story"
@@ -207,7 +207,7 @@ async def checkpoint_sizes(database: str, reps: int, conversation_runs: int) -> 
     from agents.extensions.memory import SQLAlchemySession
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from gateway.demo import OfflineModelProvider, build_demo_agent
+    from gateway.agents.demo.assistant import OfflineModelProvider, build_demo_agent
 
     agent = build_demo_agent()
     run_config = RunConfig(model_provider=OfflineModelProvider(0), tracing_disabled=True)

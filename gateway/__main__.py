@@ -52,13 +52,13 @@ def serve(settings: Settings, argv: list[str]) -> None:
     import uvicorn
 
     from gateway.app import create_app
-    from gateway.log_config import logging_config
-    from gateway.server import gateway_config
+    from gateway.observability.log_config import logging_config
+    from gateway.server.config import gateway_config
 
     log_config = logging_config(settings.log_level, settings.log_format)
     logging.config.dictConfig(log_config)
     if settings.workers > 1 and settings.listen_fd is None:
-        from gateway.workers import Supervisor
+        from gateway.server.workers import Supervisor
 
         # Once, before the workers start: they would otherwise race to create the schema.
         migrate(settings)
@@ -70,7 +70,7 @@ def serve(settings: Settings, argv: list[str]) -> None:
     gc.collect()
     gc.freeze()
     if settings.supervisor_pid is not None:
-        from gateway.workers import stop_with_supervisor
+        from gateway.server.workers import stop_with_supervisor
 
         stop_with_supervisor(settings.supervisor_pid)
     # A worker of `serve --workers` accepts on the socket its supervisor bound.

@@ -17,41 +17,46 @@ from agents.models import get_default_model
 from starlette.applications import Starlette
 from starlette.routing import Route, WebSocketRoute
 
-from gateway.audit import AuditTrail
-from gateway.auth import TokenVerifier
-from gateway.bus import EventBus
-from gateway.close_codes import CloseCode
-from gateway.demo import demo_graph
-from gateway.eventlog import EventLog
-from gateway.execution import SegmentRunner
-from gateway.http_api import routes as http_routes
-from gateway.http_runs import send_input, start_run
-from gateway.jwks import KeySource, RemoteKeys, StaticKeys
-from gateway.limits import Limits
-from gateway.log_watch import LogWatch
-from gateway.metrics import MULTIPROC_ENV, GatewayMetrics
-from gateway.metrics_endpoint import metrics_route
-from gateway.metrics_server import MetricsServer
-from gateway.models import OFFLINE, build_model_provider, default_model_name, model_of
-from gateway.registry import AgentGraph, AgentRegistry, load_registry
-from gateway.relay import open_relay
-from gateway.retention import Retention
-from gateway.runs import RunManager
-from gateway.services import Services
+from gateway.abuse.limits import Limits
+from gateway.abuse.shared_usage import SharedUsage
+from gateway.agents.demo.assistant import demo_graph
+from gateway.agents.model_providers import (
+    OFFLINE,
+    build_model_provider,
+    default_model_name,
+    model_of,
+)
+from gateway.agents.registry import AgentGraph, AgentRegistry, load_registry
+from gateway.auth.access import TokenVerifier
+from gateway.auth.audit_trail import AuditTrail
+from gateway.auth.jwks import KeySource, RemoteKeys, StaticKeys
+from gateway.event_log.bus import EventBus
+from gateway.event_log.log_watch import LogWatch
+from gateway.event_log.relay import open_relay
+from gateway.event_log.webhook_dispatch import WebhookConfig, WebhookDispatcher
+from gateway.event_log.writer import EventLog
+from gateway.observability.metrics import MULTIPROC_ENV, GatewayMetrics
+from gateway.observability.metrics_endpoint import metrics_route
+from gateway.observability.tracing import Telemetry
+from gateway.protocol.close_codes import CloseCode
+from gateway.resources import Services
+from gateway.run_lifecycle.execution import SegmentRunner
+from gateway.run_lifecycle.manager import RunManager
+from gateway.server.metrics_listener import MetricsServer
 from gateway.settings import Settings
-from gateway.shared_usage import SharedUsage
 from gateway.specs.serve import routes as spec_routes
-from gateway.sse import inbox_stream, thread_stream
-from gateway.static import demo_app, demo_fallback
-from gateway.storage_health import (
+from gateway.storage.health import (
     ReportingStore,
     StorageHealth,
     integrity_problems,
     refuse_damaged,
 )
-from gateway.telemetry import Telemetry
-from gateway.webhook_dispatch import WebhookConfig, WebhookDispatcher
-from gateway.ws_endpoint import GatewaySocket
+from gateway.storage.retention_sweeps import Retention
+from gateway.transport.http_api import routes as http_routes
+from gateway.transport.http_runs import send_input, start_run
+from gateway.transport.sse import inbox_stream, thread_stream
+from gateway.transport.static_files import demo_app, demo_fallback
+from gateway.transport.ws_endpoint import GatewaySocket
 from persistence.schema import SchemaBehind, migrate, require_current
 from persistence.store import Store, open_store
 from persistence.threads import ThreadRepository

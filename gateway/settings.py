@@ -16,10 +16,10 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from gateway.claims import ClaimMapping, parse_role_map
-from gateway.close_codes import CloseCode
-from gateway.errors import ERRORS, ErrorCode
-from gateway.jwks import JwksError, load_jwks_file
+from gateway.auth.claims import ClaimMapping, parse_role_map
+from gateway.auth.jwks import JwksError, load_jwks_file
+from gateway.protocol.close_codes import CloseCode
+from gateway.protocol.error_codes import ERRORS, ErrorCode
 from persistence.schema import DEFAULT_DATABASE_URL
 from persistence.webhooks import DEFAULT_WEBHOOK_TYPES, WEBHOOK_TYPES
 

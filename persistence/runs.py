@@ -45,7 +45,7 @@ class RunRecord:
     # None for runs created before it was recorded.
     requested_by: str | None = None
     # What the run's context keeps of the token that asked for it: {"roles", "claims"}
-    # (gateway/run_caller.py); None for runs created before it was recorded.
+    # (gateway/agents/run_caller.py); None for runs created before it was recorded.
     caller: dict[str, Any] | None = None
 
     def values(self) -> dict[str, Any]:

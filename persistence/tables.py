@@ -72,7 +72,7 @@ runs = Table(
     # sweep looks only at runs it has not swept before.
     Column("swept_at", DateTime(timezone=True), nullable=True),
     # The roles and chosen token claims of whoever asked for the run, for its run context
-    # (gateway/run_caller.py): a continuation in any process describes the same caller.
+    # (gateway/agents/run_caller.py): a continuation in any process describes the same caller.
     Column("caller", JSON, nullable=True),
     Index("ix_runs_thread", "thread_id"),
     Index("ix_runs_status", "status"),
@@ -189,7 +189,7 @@ audit = Table(
     sqlite_autoincrement=True,
 )
 
-# Signed webhooks waiting to be delivered (gateway/webhook_dispatch.py): written in the
+# Signed webhooks waiting to be delivered (gateway/event_log/webhook_dispatch.py): written in the
 # transaction of the events they announce, one row per event and endpoint. A delivered row is
 # deleted; one that exhausted its attempts stays, `failed`, for an operator to look at.
 webhook_deliveries = Table(

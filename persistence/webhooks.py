@@ -3,9 +3,9 @@
 `WebhookPlan.announcer` gives the event log's writer an `Announce` for a batch that holds an
 event some endpoint wants; it writes one row per event and endpoint inside the transaction that
 stores the events, so a webhook is never sent for an event that was not stored, and a crash
-between the commit and the delivery loses nothing. Dispatchers (gateway/webhook_dispatch.py)
-`claim` due rows for a while, deliver them, and settle each: delivered (deleted), retried
-later, or given up on (`failed`, kept).
+between the commit and the delivery loses nothing. Dispatchers
+(gateway/event_log/webhook_dispatch.py) `claim` due rows for a while, deliver them, and settle each:
+delivered (deleted), retried later, or given up on (`failed`, kept).
 
 A claim is a conditional UPDATE of rows nobody holds: on PostgreSQL the rows are also locked
 (`SKIP LOCKED`), so two processes on one database never claim one row at once; SQLite has one

@@ -37,7 +37,7 @@ def build(settings: Settings) -> Starlette:
 if __name__ == "__main__":
     import uvicorn
 
-    from gateway.server import gateway_config
+    from gateway.server.config import gateway_config
 
     # The browser demo expects to be served at "/": an embedded gateway serves its API only.
     settings = load_settings(demo_ui=False)

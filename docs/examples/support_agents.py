@@ -16,10 +16,10 @@ from typing import Any
 from agents import Agent, function_tool
 from agents.tool_context import ToolContext
 
-from gateway.ledger import Policy, run_once
-from gateway.registry import AgentGraph, AgentRegistry
-from gateway.run_caller import RunCaller
-from gateway.run_settings import RunSettings
+from gateway.agents.exactly_once import Policy, run_once
+from gateway.agents.registry import AgentGraph, AgentRegistry
+from gateway.agents.run_caller import RunCaller
+from gateway.agents.run_settings import RunSettings
 
 
 @dataclass

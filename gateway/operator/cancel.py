@@ -1,10 +1,10 @@
 """`runs cancel`: cancelling a run from outside every gateway process.
 
 The command is one more process on the database, and cancels exactly as a gateway process
-that does not stream the run (`gateway.cancellation.cancel_unstreamed`): `run.cancelled` at
-the thread's next seq, in the transaction that moves the run, revokes its lease and supersedes
-its approvals. With `GATEWAY_BUS_URL=redis://…` it also tells the gateways at once (their
-subscribers read the new event, the inbox loses the approvals); otherwise their log watch
+that does not stream the run (`gateway.run_lifecycle.cancellation.cancel_unstreamed`):
+`run.cancelled` at the thread's next seq, in the transaction that moves the run, revokes its lease
+and supersedes its approvals. With `GATEWAY_BUS_URL=redis://…` it also tells the gateways at once
+(their subscribers read the new event, the inbox loses the approvals); otherwise their log watch
 finds the event within `GATEWAY_LOG_WATCH_INTERVAL_S`.
 
 A run whose lease is live is being streamed by that process right now. It is left alone
@@ -21,12 +21,12 @@ import os
 import socket
 from dataclasses import dataclass
 
-from gateway.audit import cancellation_entry
-from gateway.auth import Principal, Role
-from gateway.bus import EventBus
-from gateway.cancellation import cancel_unstreamed
-from gateway.eventlog import EventLog
-from gateway.relay import open_relay
+from gateway.auth.access import Principal, Role
+from gateway.auth.audit_trail import cancellation_entry
+from gateway.event_log.bus import EventBus
+from gateway.event_log.relay import open_relay
+from gateway.event_log.writer import EventLog
+from gateway.run_lifecycle.cancellation import cancel_unstreamed
 from gateway.settings import Settings
 from persistence.inputs import Disposition, InputRepository
 from persistence.runs import RunRecord

@@ -21,11 +21,11 @@ from typing import TextIO
 
 from sqlalchemy.engine import URL, make_url
 
-from gateway.errors import GatewayError, conflict, not_found
-from gateway.eventlog_types import encode_page
+from gateway.event_log.logged_event import encode_page
 from gateway.operator import output
 from gateway.operator.filters import FilterError, parse_duration, parse_states
-from gateway.protocol import ErrorCode, utc_ts
+from gateway.protocol.error_codes import GatewayError, conflict, not_found
+from gateway.protocol.frames import ErrorCode, utc_ts
 from gateway.settings import Settings
 from gateway.settings_cli import add_setting_flag
 from persistence import schema
@@ -242,8 +242,8 @@ async def show_run(store: Store, run_id: str, as_json: bool, out: TextIO) -> Non
 async def cancel(store: Store, settings: Settings, args: argparse.Namespace, out: TextIO) -> None:
     # Only here: the cancellation's imports reach the Agents SDK (checkpoints, sessions), whose
     # import takes seconds that the read-only commands need not wait for.
-    from gateway.cancellation import HeldElsewhere
     from gateway.operator.cancel import cancel_run
+    from gateway.run_lifecycle.cancellation import HeldElsewhere
 
     run = await RunRepository(store).get(args.run_id)
     if run is None:

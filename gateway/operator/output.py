@@ -2,8 +2,8 @@
 the same facts as aligned tables for people.
 
 Tool arguments are never printed, not even their digest: approval rows keep the real values of
-sensitive arguments (gateway/sensitive.py), and a terminal is no place for them. Whoever needs
-them can read the database they came from.
+sensitive arguments (gateway/run_lifecycle/sensitive_arguments.py), and a terminal is no place for
+them. Whoever needs them can read the database they came from.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from gateway.protocol import utc_ts
+from gateway.protocol.frames import utc_ts
 from persistence.approvals import ApprovalRecord
 from persistence.runs import LeasedRun
 from persistence.threads import ThreadRecord

@@ -1,7 +1,7 @@
 """The AsyncAPI 3.0 document of the WebSocket protocol (`/v1/ws`, docs/protocol.md §2-§7).
 
 The document describes the gateway: it *receives* client frames and *sends* server frames.
-Client frame payloads are generated from the models that validate them (`gateway.protocol`),
+Client frame payloads are generated from the models that validate them (`gateway.protocol.frames`),
 server frames and event data from `gateway.specs.shapes`, close codes from `CloseCode`.
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway import protocol
-from gateway.close_codes import CloseCode
-from gateway.protocol import (
+from gateway.protocol import frames as protocol
+from gateway.protocol.close_codes import CloseCode
+from gateway.protocol.frames import (
     DEFAULT_MAX_INPUT_CHARS,
     MAX_METADATA_BYTES,
     PROTOCOL_VERSION,

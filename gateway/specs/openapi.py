@@ -1,4 +1,4 @@
-"""The OpenAPI 3.1 document of the HTTP API (`gateway.http_api`, docs/protocol.md §8).
+"""The OpenAPI 3.1 document of the HTTP API (`gateway.transport.http_api`, docs/protocol.md §8).
 
 Written as data next to the shapes it uses, and checked against the code by tests: every route
 the app serves must be here and the other way round, schemathesis drives a real server with it,
@@ -11,8 +11,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from gateway.errors import ERRORS, ErrorCode
-from gateway.http_api import (
+from gateway.protocol.error_codes import ERRORS, ErrorCode
+from gateway.protocol.frames import MAX_ID_CHARS, PROTOCOL_VERSION
+from gateway.specs.shapes import HTTP_BODIES, component_schemas, ref, webhook_data_models
+from gateway.transport.http_api import (
     DEV_TOKEN_TTL_S,
     MAX_AUDIT_PAGE,
     MAX_AUDIT_TEXT,
@@ -20,9 +22,7 @@ from gateway.http_api import (
     MAX_EVENTS_PAGE,
     MIN_DEV_TOKEN_TTL_S,
 )
-from gateway.json_body import MAX_BODY_BYTES
-from gateway.protocol import MAX_ID_CHARS, PROTOCOL_VERSION
-from gateway.specs.shapes import HTTP_BODIES, component_schemas, ref, webhook_data_models
+from gateway.transport.json_body import MAX_BODY_BYTES
 
 OPENAPI_PATH = "/v1/openapi.json"
 ASYNCAPI_PATH = "/v1/asyncapi.json"
@@ -32,7 +32,7 @@ MAX_AFTER = 2**62
 JSON = "application/json"
 
 # What each code the HTTP API answers with means there (`unsupported_protocol` belongs to the
-# WebSocket's hello). Their statuses are gateway.errors.ERRORS'.
+# WebSocket's hello). Their statuses are gateway.protocol.error_codes.ERRORS'.
 HTTP_ERRORS: Mapping[ErrorCode, str] = MappingProxyType(
     {
         ErrorCode.BAD_REQUEST: "a malformed body or an invalid parameter",

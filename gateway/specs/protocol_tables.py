@@ -1,5 +1,5 @@
-"""The tables of docs/protocol.md §7 written from the code: error codes (`gateway.errors.ERRORS`)
-and close codes (`CloseCode`).
+"""The tables of docs/protocol.md §7 written from the code: error codes
+(`gateway.protocol.error_codes.ERRORS`) and close codes (`CloseCode`).
 
 Each table sits between two marker comments in the document; `with_tables` rewrites what is
 between them and leaves the prose around them alone.
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from gateway.close_codes import CloseCode
-from gateway.errors import ERRORS
+from gateway.protocol.close_codes import CloseCode
+from gateway.protocol.error_codes import ERRORS
 
 ERROR_CODES = "error-codes"
 CLOSE_CODES = "close-codes"

@@ -1,6 +1,6 @@
 """The JSON the gateway sends (and the HTTP bodies it reads), as models for the API documents.
 
-Client frames are described by the models that validate them (`gateway.protocol`). What the
+Client frames are described by the models that validate them (`gateway.protocol.frames`). What the
 gateway *sends* is built by plain functions (the protocol builders, `approval_view`,
 `RunManager.run_view`, the HTTP handlers), so these models exist only to describe it. They are
 never used to build or validate traffic in the gateway; the tests validate real server output
@@ -18,12 +18,17 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.json_schema import SkipJsonSchema, models_json_schema
 
-from gateway.audit import AuditAction, Outcome
-from gateway.auth import Role
-from gateway.errors import ERRORS, ErrorRule
-from gateway.http_api import DEV_TOKEN_TTL_S, MAX_DEV_TOKEN_TTL_S, MIN_DEV_TOKEN_TTL_S
-from gateway.protocol import MAX_ID_CHARS, MAX_REASON_CHARS, TOOL_NEEDS_RECONCILIATION, ErrorCode
-from gateway.protocol import EventType as E
+from gateway.auth.access import Role
+from gateway.auth.audit_trail import AuditAction, Outcome
+from gateway.protocol.error_codes import ERRORS, ErrorRule
+from gateway.protocol.frames import (
+    MAX_ID_CHARS,
+    MAX_REASON_CHARS,
+    TOOL_NEEDS_RECONCILIATION,
+    ErrorCode,
+)
+from gateway.protocol.frames import EventType as E
+from gateway.transport.http_api import DEV_TOKEN_TTL_S, MAX_DEV_TOKEN_TTL_S, MIN_DEV_TOKEN_TTL_S
 from persistence.approvals import ApprovalStatus
 from persistence.runs import RunStatus
 

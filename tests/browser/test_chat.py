@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.auth import TokenVerifier
-from gateway.demo import refund_text
+from gateway.agents.demo.assistant import refund_text
+from gateway.auth.access import TokenVerifier
 from tests.support.browser import DESKTOP, PHONE, PageErrors, artifact, wait_until
 from tests.support.client import Client
 from tests.support.gateway import ROOT, TEST_SECRET, GatewayProcess, spawn_gateway

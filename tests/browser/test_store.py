@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from gateway.auth import TokenVerifier
+from gateway.auth.access import TokenVerifier
 from tests.support.browser import DESKTOP, PageErrors
 from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, GatewayProcess

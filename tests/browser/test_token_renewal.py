@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from client_demo.terminal import token_times
-from gateway.auth import TokenVerifier
+from gateway.auth.access import TokenVerifier
 from tests.support.browser import DESKTOP, PageErrors, artifact, wait_until
 from tests.support.gateway import TEST_SECRET, GatewayProcess, spawn_gateway
 

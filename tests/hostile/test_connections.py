@@ -14,7 +14,7 @@ import httpx
 import pytest
 import websockets
 
-from gateway.auth import TokenVerifier
+from gateway.auth.access import TokenVerifier
 from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, GatewayProcess
 from tests.support.hostile import (

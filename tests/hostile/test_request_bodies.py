@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.auth import TokenVerifier
+from gateway.auth.access import TokenVerifier
 from tests.support.gateway import TEST_SECRET, GatewayProcess
 from tests.support.hostile import (
     MiB,

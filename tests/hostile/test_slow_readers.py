@@ -9,8 +9,8 @@ import json
 import time
 from collections.abc import Callable
 
-from gateway.auth import TokenVerifier
-from gateway.server_limits import CLOSE_TIMEOUT_S
+from gateway.auth.access import TokenVerifier
+from gateway.server.connection_limits import CLOSE_TIMEOUT_S
 from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, GatewayProcess
 from tests.support.hostile import (

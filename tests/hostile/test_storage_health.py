@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.auth import TokenVerifier
+from gateway.auth.access import TokenVerifier
 from tests.support.client import Client, ProtocolFailure
 from tests.support.disks import fill, immutable, small_tmpfs, writable_again
 from tests.support.gateway import (

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.registry import AgentRegistry
+from gateway.agents.registry import AgentRegistry
 from tests.support.client import Client
 from tests.support.gateway import Gateway, GatewayProcess, running_gateway, test_settings
 

@@ -17,8 +17,8 @@ import pytest
 from agents import Agent
 from agents.testing import ModelStep, ScriptedModel
 
-from gateway.auth import TokenVerifier
-from gateway.registry import AgentRegistry
+from gateway.agents.registry import AgentRegistry
+from gateway.auth.access import TokenVerifier
 from tests.support.agents import call, say
 from tests.support.client import Client, ProtocolFailure
 from tests.support.gateway import ROOT, TEST_SECRET

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from gateway.binding import arguments_digest
-from gateway.registry import AgentRegistry
+from gateway.agents.registry import AgentRegistry
+from gateway.run_lifecycle.approval_binding import arguments_digest
 from tests.support.agents import EffectLog
 from tests.support.approvals import http_decide, refused, requester_and_reviewer
 from tests.support.client import Client, ProtocolFailure, clients, final_text

@@ -14,7 +14,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
-from gateway.registry import AgentRegistry
+from gateway.agents.registry import AgentRegistry
 from tests.support.agents import EffectLog
 from tests.support.approvals import http_decide, refused, requester_and_reviewer
 from tests.support.client import Client, final_text

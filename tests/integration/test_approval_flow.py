@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.demo import email_text, refund_text
+from gateway.agents.demo.assistant import email_text, refund_text
 from tests.support.client import ProtocolFailure, final_text
 
 pytestmark = pytest.mark.both_backends

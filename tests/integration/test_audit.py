@@ -17,7 +17,7 @@ from typing import Any
 import jwt
 import pytest
 
-from gateway.audit import AuditTrail, Transport, system_entry
+from gateway.auth.audit_trail import AuditTrail, Transport, system_entry
 from tests.support.client import Client, ProtocolFailure, clients
 from tests.support.gateway import TEST_SECRET, Gateway
 from tests.support.storage import migrated_store
@@ -373,7 +373,7 @@ async def test_a_flood_of_refusals_is_bounded_and_counted(
     async with migrated_store(f"sqlite:///{tmp_path / 'audit.db'}") as store:
         trail = AuditTrail(store, max_queued=10)
         trail.start()
-        with caplog.at_level(logging.WARNING, logger="gateway.audit"):
+        with caplog.at_level(logging.WARNING, logger="gateway.auth.audit_trail"):
             # No await in between: the writer cannot drain, so the queue overflows.
             for _ in range(50):
                 trail.token_rejected(

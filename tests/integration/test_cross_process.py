@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.auth import TokenVerifier
+from gateway.auth.access import TokenVerifier
 from tests.support.client import Client, ProtocolFailure
 from tests.support.gateway import TEST_SECRET, GatewayProcess, spawn_gateway
 from tests.support.redis import RedisServer, bus_prefix, require_redis

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 from sqlalchemy.engine import make_url
 
-from gateway.auth import TokenVerifier
+from gateway.auth.access import TokenVerifier
 from tests.support.client import Client, ProtocolFailure
 from tests.support.gateway import TEST_SECRET, GatewayProcess, spawn_gateway
 from tests.support.postgres import postgres_database

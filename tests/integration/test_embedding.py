@@ -17,7 +17,7 @@ import httpx
 import pytest
 import uvicorn
 
-from gateway.server import gateway_config
+from gateway.server.config import gateway_config
 from tests.support.client import Client, ProtocolFailure
 from tests.support.gateway import ROOT, Gateway
 from tests.support.gateway import test_settings as settings_for

@@ -15,8 +15,8 @@ import pytest
 from agents.run_state import RunState
 from sqlalchemy import event
 
-from gateway.execution import approval_view
-from gateway.registry import AgentRegistry
+from gateway.agents.registry import AgentRegistry
+from gateway.run_lifecycle.execution import approval_view
 from persistence.approvals import ApprovalRepository
 from persistence.store import open_store
 from tests.support.agents import EffectLog

@@ -16,8 +16,8 @@ from typing import Any
 from agents import RunState
 from agents.testing import ModelStep
 
-from gateway.execution import ELIDED_HISTORY_KEY
-from gateway.registry import AgentGraph, AgentRegistry
+from gateway.agents.registry import AgentGraph, AgentRegistry
+from gateway.run_lifecycle.execution import ELIDED_HISTORY_KEY
 from tests.support.agents import EffectLog, call, say, scripted_graph
 from tests.support.client import clients
 

@@ -18,7 +18,7 @@ import websockets
 from websockets.exceptions import InvalidStatus
 from websockets.typing import Origin
 
-from gateway.auth import TokenVerifier
+from gateway.auth.access import TokenVerifier
 from tests.support.client import Client
 from tests.support.gateway import ROOT, TEST_SECRET, Gateway
 

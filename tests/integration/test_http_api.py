@@ -10,7 +10,7 @@ import httpx
 import jwt
 import pytest
 
-from gateway.demo import refund_text
+from gateway.agents.demo.assistant import refund_text
 from tests.support.client import Client, ProtocolFailure, final_text
 from tests.support.gateway import TEST_SECRET, Gateway
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from gateway.demo import refund_text
+from gateway.agents.demo.assistant import refund_text
 from tests.support.gateway import ROOT, Gateway
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, update
 
-from gateway.eventlog import EventLog
-from gateway.lease_keeper import LeaseKeeper
+from gateway.event_log.writer import EventLog
+from gateway.run_lifecycle.lease_keeper import LeaseKeeper
 from persistence.clock import utcnow
 from persistence.leases import Lease, LeaseRepository
 from persistence.store import Store

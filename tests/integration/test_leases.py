@@ -11,7 +11,7 @@ import httpx
 import pytest
 from sqlalchemy import update
 
-from gateway.auth import TokenVerifier
+from gateway.auth.access import TokenVerifier
 from persistence.leases import LeaseLost, LeaseRepository
 from persistence.store import open_store
 from persistence.tables import runs

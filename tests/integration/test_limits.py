@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import websockets
 
-from gateway.close_codes import CloseCode
+from gateway.protocol.close_codes import CloseCode
 from tests.support.client import Client, Opener, ProtocolFailure, clients
 from tests.support.gateway import Gateway
 
@@ -121,7 +121,7 @@ async def test_a_client_that_keeps_flooding_is_closed_with_4008(
         assert code == CloseCode.FLOODING == 4008
         # At most the burst is served, then refusals, then the close. Answers still queued when
         # the flooder is cut off are dropped with the socket, so only upper bounds are exact
-        # (the unit tests of gateway/limits.py pin the bucket's arithmetic).
+        # (the unit tests of gateway/abuse/limits.py pin the bucket's arithmetic).
         kinds = [f["type"] for f in alice.frames]
         assert kinds.count("pong") <= 4
         assert all(e["code"] == "rate_limited" for e in errors_of(alice))

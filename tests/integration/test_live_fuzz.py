@@ -35,8 +35,8 @@ import httpx
 import orjson
 import websockets
 
-from gateway.auth import TokenVerifier
-from gateway.protocol import MAX_ID_CHARS, ProtocolError, parse_client_frame
+from gateway.auth.access import TokenVerifier
+from gateway.protocol.frames import MAX_ID_CHARS, ProtocolError, parse_client_frame
 from tests.support.client import Client
 from tests.support.frame_fuzz import FrameFuzzer, Fuzzed
 from tests.support.gateway import TEST_SECRET, GatewayProcess, spawn_gateway
@@ -61,7 +61,8 @@ GATEWAY_ENV = {
     "GATEWAY_FRAME_BURST": "2000",
 }
 # Nothing a client sends may produce an error-level line or a traceback: those page operators
-# (uvicorn's traceback for invalid UTF-8 is turned into one INFO line, gateway/log_noise.py).
+# (uvicorn's traceback for invalid UTF-8 is turned into one INFO line,
+# gateway/observability/log_noise.py).
 GATEWAY_FAILURE = re.compile(r"Traceback|Exception in ASGI application|\b(?:ERROR|CRITICAL)\b")
 
 

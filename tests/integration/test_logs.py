@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from gateway.auth import TokenVerifier
+from gateway.auth.access import TokenVerifier
 from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, GatewayProcess, spawn_gateway
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.metrics import MULTIPROC_ENV
+from gateway.observability.metrics import MULTIPROC_ENV
 from tests.integration.test_workers import dev_token, serving_pids, worker_pids
 from tests.support.client import Client, ProtocolFailure
 from tests.support.crash import close_all, crash

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from agents.testing import ModelStep
 
-from gateway.registry import AgentRegistry
+from gateway.agents.registry import AgentRegistry
 from tests.support.agents import EffectLog, call, handoff_graph, nested_graph, say, scripted_graph
 from tests.support.client import Client, ProtocolFailure, clients, final_text
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from agents.tracing.processors import default_exporter, default_processor
 
-from gateway.demo import refund_text
+from gateway.agents.demo.assistant import refund_text
 from tests.support.client import Client, final_text
 from tests.support.fake_openai import running_fake_openai
 

@@ -22,7 +22,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from gateway.auth import TokenVerifier
+from gateway.auth.access import TokenVerifier
 from gateway.specs.openapi import openapi_document
 from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, GatewayProcess, spawn_gateway

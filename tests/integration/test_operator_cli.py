@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from gateway.auth import TokenVerifier
-from gateway.protocol import utc_ts
-from gateway.registry import AgentRegistry
-from gateway.sensitive import MASK
+from gateway.agents.registry import AgentRegistry
+from gateway.auth.access import TokenVerifier
+from gateway.protocol.frames import utc_ts
+from gateway.run_lifecycle.sensitive_arguments import MASK
 from persistence import schema
 from persistence.clock import utcnow
 from persistence.store import open_store

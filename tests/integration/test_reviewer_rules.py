@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from gateway.auth import TokenVerifier
-from gateway.demo import demo_graph
-from gateway.registry import AgentRegistry
+from gateway.agents.demo.assistant import demo_graph
+from gateway.agents.registry import AgentRegistry
+from gateway.auth.access import TokenVerifier
 from tests.support.agents import EffectLog
 from tests.support.approvals import http_decide, refused
 from tests.support.client import Client, ProtocolFailure, clients, final_text

@@ -16,9 +16,9 @@ import pytest
 from agents import Agent, FunctionTool, RunContextWrapper
 from agents.testing import ModelStep, ScriptedModel
 
-from gateway.auth import TokenVerifier
-from gateway.registry import AgentGraph, AgentRegistry
-from gateway.run_caller import RunCaller
+from gateway.agents.registry import AgentGraph, AgentRegistry
+from gateway.agents.run_caller import RunCaller
+from gateway.auth.access import TokenVerifier
 from tests.support.agents import call, say
 from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, GatewayProcess, spawn_gateway

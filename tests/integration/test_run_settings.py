@@ -20,9 +20,9 @@ from agents import (
 )
 from agents.testing import ModelStep, ScriptedModel
 
-from gateway.registry import AgentGraph, AgentRegistry
-from gateway.run_caller import RunCaller
-from gateway.run_settings import RunSettings
+from gateway.agents.registry import AgentGraph, AgentRegistry
+from gateway.agents.run_caller import RunCaller
+from gateway.agents.run_settings import RunSettings
 from tests.support.agents import EffectLog, call, effect_tool, say
 from tests.support.client import Client
 from tests.support.sqlite_file import sql

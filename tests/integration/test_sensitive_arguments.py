@@ -17,9 +17,9 @@ import pytest
 from agents import Agent
 from agents.testing import ModelStep, ScriptedModel
 
-from gateway.auth import TokenVerifier
-from gateway.registry import AgentGraph, AgentRegistry
-from gateway.sensitive import MASK
+from gateway.agents.registry import AgentGraph, AgentRegistry
+from gateway.auth.access import TokenVerifier
+from gateway.run_lifecycle.sensitive_arguments import MASK
 from tests.support.agents import (
     VAULT_CARD,
     EffectLog,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.static import CONTENT_SECURITY_POLICY, PERMISSIONS_POLICY
+from gateway.transport.static_files import CONTENT_SECURITY_POLICY, PERMISSIONS_POLICY
 
 
 async def test_demo_page_is_served_with_security_headers(gateway) -> None:

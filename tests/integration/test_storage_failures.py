@@ -21,8 +21,8 @@ import pytest
 from agents import Agent
 from agents.testing import ModelStep, ScriptedModel
 
-import gateway.execution as execution
-from gateway.registry import AgentGraph, AgentRegistry
+import gateway.run_lifecycle.execution as execution
+from gateway.agents.registry import AgentGraph, AgentRegistry
 from tests.support.agents import EffectLog, call, effect_tool, say
 from tests.support.client import Client, ProtocolFailure, final_text
 from tests.support.faults import (

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from gateway.auth import TokenVerifier
+from gateway.auth.access import TokenVerifier
 from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, Gateway, spawn_gateway
 

@@ -14,9 +14,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from gateway.registry import AgentGraph, AgentRegistry
+from gateway.agents.registry import AgentGraph, AgentRegistry
+from gateway.observability.tracing import Telemetry, TelemetryConfigError
 from gateway.settings import load_settings
-from gateway.telemetry import Telemetry, TelemetryConfigError
 from tests.support.agents import call
 from tests.support.client import Client
 from tests.support.gateway import Gateway

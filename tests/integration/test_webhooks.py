@@ -20,9 +20,9 @@ import httpx
 import pytest
 import uvicorn
 
-from gateway.sensitive import MASK
+from gateway.event_log.webhook_signature import verify
+from gateway.run_lifecycle.sensitive_arguments import MASK
 from gateway.settings import SettingsError, load_settings
-from gateway.webhook_signature import verify
 from persistence.clock import utcnow
 from persistence.schema import migrate
 from persistence.store import open_store

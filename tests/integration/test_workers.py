@@ -1,4 +1,4 @@
-"""`serve --workers N` (gateway/workers.py): N gateway processes on one port.
+"""`serve --workers N` (gateway/server/workers.py): N gateway processes on one port.
 
 Connections spread over the workers; runs, decisions and subscriptions work across them (over
 Redis); a development token minted by one worker is good on all; a worker killed with SIGKILL

@@ -18,9 +18,9 @@ from agents import Agent, FunctionTool, handoff
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
 
-from gateway.demo import demo_graph
-from gateway.ledger import Policy, run_once
-from gateway.registry import AgentGraph, AgentRegistry
+from gateway.agents.demo.assistant import demo_graph
+from gateway.agents.exactly_once import Policy, run_once
+from gateway.agents.registry import AgentGraph, AgentRegistry
 
 
 @dataclass

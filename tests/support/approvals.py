@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.registry import AgentRegistry
+from gateway.agents.registry import AgentRegistry
 from tests.support.client import Client, ProtocolFailure, clients
 from tests.support.gateway import Gateway
 

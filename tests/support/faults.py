@@ -26,8 +26,8 @@ from sqlalchemy.exc import OperationalError
 from starlette.applications import Starlette
 
 import tests.support.gateway as gateway_support
-from gateway.registry import AgentRegistry
-from gateway.services import Services
+from gateway.agents.registry import AgentRegistry
+from gateway.resources import Services
 from gateway.settings import Settings
 from persistence.store import Store
 from tests.support.gateway import Gateway

@@ -16,7 +16,7 @@ import string
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.protocol import MAX_ID_CHARS
+from gateway.protocol.frames import MAX_ID_CHARS
 from gateway.specs.asyncapi import client_frame_models
 
 # In the order of the protocol's frame union, not of `CLIENT_FRAME_TYPES` (a frozenset, whose

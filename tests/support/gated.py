@@ -12,7 +12,7 @@ from typing import Any
 from agents import Agent
 from agents.testing import ModelStep, ScriptedModel
 
-from gateway.registry import AgentGraph
+from gateway.agents.registry import AgentGraph
 from tests.support.agents import EffectLog, call, effect_tool, say
 
 

@@ -25,10 +25,10 @@ from typing import Any
 import httpx
 import uvicorn
 
+from gateway.agents.registry import AgentRegistry
 from gateway.app import create_app
-from gateway.auth import TokenVerifier
-from gateway.registry import AgentRegistry
-from gateway.server import gateway_config
+from gateway.auth.access import TokenVerifier
+from gateway.server.config import gateway_config
 from gateway.settings import Settings, load_settings
 
 TEST_SECRET = "test-secret-" + "x" * 52

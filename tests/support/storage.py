@@ -15,8 +15,8 @@ from typing import Any
 
 from sqlalchemy import text, update
 
-from gateway.bus import EventBus
-from gateway.eventlog import EventLog
+from gateway.event_log.bus import EventBus
+from gateway.event_log.writer import EventLog
 from persistence.clock import utcnow
 from persistence.schema import migrate
 from persistence.store import Store, open_store

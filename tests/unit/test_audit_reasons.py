@@ -9,8 +9,8 @@ from typing import Any
 import jwt
 import pytest
 
-from gateway.audit import token_failure_reason
-from gateway.auth import AuthError, TokenVerifier
+from gateway.auth.access import AuthError, TokenVerifier
+from gateway.auth.audit_trail import token_failure_reason
 
 SECRET = "unit-secret-" + "y" * 52
 

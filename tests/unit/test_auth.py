@@ -13,7 +13,7 @@ import jwt
 import orjson
 import pytest
 
-from gateway.auth import (
+from gateway.auth.access import (
     AccessDenied,
     AuthError,
     Principal,

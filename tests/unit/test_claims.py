@@ -1,10 +1,10 @@
-"""Claim paths and role mapping for identity-provider tokens (gateway/claims.py)."""
+"""Claim paths and role mapping for identity-provider tokens (gateway/auth/claims.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.claims import MISSING, ClaimMapping, claim_at, parse_role_map
+from gateway.auth.claims import MISSING, ClaimMapping, claim_at, parse_role_map
 
 TOKEN = {
     "sub": "u1",

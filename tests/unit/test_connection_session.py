@@ -1,6 +1,7 @@
-"""The connection's protocol state machine (gateway/session.py), with values only: every state
-against every client frame kind, both hellos' version and token checks, re-authentication with
-another identity, the rate gate, the token's expiry and what arrives after the close."""
+"""The connection's protocol state machine (gateway/transport/ws_session.py), with values only:
+every state against every client frame kind, both hellos' version and token checks,
+re-authentication with another identity, the rate gate, the token's expiry and what arrives after
+the close."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from typing import Any, get_args
 
 import pytest
 
-from gateway import protocol as p
-from gateway.auth import Principal, Role
-from gateway.close_codes import CloseCode
-from gateway.protocol import ErrorCode, ProtocolError
-from gateway.session import (
+from gateway.auth.access import Principal, Role
+from gateway.protocol import frames as p
+from gateway.protocol.close_codes import CloseCode
+from gateway.protocol.frames import ErrorCode, ProtocolError
+from gateway.transport.ws_session import (
     Authenticate,
     Authenticated,
     AuthenticationFailed,

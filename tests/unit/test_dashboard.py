@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.dashboard import PANELS, quantile
-from gateway.metrics import GatewayMetrics
+from gateway.observability.metrics import GatewayMetrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "dashboard.json"
 SUFFIXES = ("_bucket", "_count", "_sum", "_total")

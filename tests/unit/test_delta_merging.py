@@ -1,4 +1,4 @@
-"""Merging queued text deltas in the event log writer (gateway/eventlog.py).
+"""Merging queued text deltas in the event log writer (gateway/event_log/writer.py).
 
 Pure checks of a queued delta taking more text, then the real writer on a real SQLite file:
 merged text stays exact and in order, nothing merges across messages, the thread's other
@@ -18,15 +18,15 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.bus import EventBus
-from gateway.eventlog import (
+from gateway.event_log.bus import EventBus
+from gateway.event_log.logged_event import LoggedEvent
+from gateway.event_log.writer import (
     MAX_MERGED_DELTA_CHARS,
     EventClock,
     EventLog,
     _Plain,
     event_ts,
 )
-from gateway.eventlog_types import LoggedEvent
 from persistence.events import NewEvent
 from persistence.leases import Lease
 from persistence.threads import ThreadRepository

@@ -17,7 +17,7 @@ from agents.models.openai_provider import OpenAIProvider
 from agents.models.openai_responses import OpenAIResponsesModel
 from agents.stream_events import RawResponsesStreamEvent, RunItemStreamEvent
 
-from gateway.demo import (
+from gateway.agents.demo.assistant import (
     DEFAULT_EMAIL,
     OfflineDemoModel,
     OfflineModelProvider,
@@ -26,7 +26,7 @@ from gateway.demo import (
     order_status_text,
     refund_text,
 )
-from gateway.models import build_model_provider, default_model_name
+from gateway.agents.model_providers import build_model_provider, default_model_name
 
 RUN_CONFIG = RunConfig(model_provider=OfflineModelProvider(0), tracing_disabled=True)
 
@@ -259,7 +259,7 @@ def test_graph_and_provider_selection() -> None:
 
 @pytest.mark.parametrize("delay_ms", [0, 2])
 async def test_delay_paces_text_only(delay_ms: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gateway.demo as demo
+    import gateway.agents.demo.assistant as demo
 
     sleeps: list[float] = []
     real_sleep = demo.asyncio.sleep

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.auth import AccessDenied, AuthError, AuthUnavailable
-from gateway.close_codes import CloseCode
-from gateway.errors import (
+from gateway.auth.access import AccessDenied, AuthError, AuthUnavailable
+from gateway.protocol.close_codes import CloseCode
+from gateway.protocol.error_codes import (
     ERRORS,
     ErrorCode,
     GatewayError,
@@ -21,7 +21,7 @@ from gateway.errors import (
     rate_limited,
     storage_unavailable,
 )
-from gateway.protocol import ProtocolError, parse_client_frame
+from gateway.protocol.frames import ProtocolError, parse_client_frame
 
 # code -> (HTTP status, close code when the error ends a WebSocket connection, retryable)
 WIRE = {

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import gateway.eventlog as eventlog
-from gateway.bus import EventBus
-from gateway.eventlog import EventLog
+import gateway.event_log.writer as eventlog
+from gateway.event_log.bus import EventBus
+from gateway.event_log.writer import EventLog
 from persistence.errors import StorageUnavailable
 from persistence.threads import ThreadRepository
 from tests.support.faults import Fault, StorageFaults, any_write

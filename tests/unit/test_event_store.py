@@ -18,9 +18,9 @@ import orjson
 import pytest
 from sqlalchemy import event
 
-from gateway.bus import EventBus
-from gateway.eventlog import EventLog
-from gateway.eventlog_types import LoggedEvent, encode_page
+from gateway.event_log.bus import EventBus
+from gateway.event_log.logged_event import LoggedEvent, encode_page
+from gateway.event_log.writer import EventLog
 from persistence.events import FEW_THREADS, HEADS_PER_STATEMENT, EventRecord
 from persistence.store import DatabaseConfigError, Store, open_store
 from persistence.threads import ThreadRepository

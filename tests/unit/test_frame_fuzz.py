@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the frame parser (`gateway.protocol.parse_client_frame`).
+"""Property-based fuzzing of the frame parser (`gateway.protocol.frames.parse_client_frame`).
 
 Whatever arrives, the parser either returns a typed frame or raises `ProtocolError` with a
 documented code (`bad_request`, or `too_large` for an over-long `input`), the right `ref`, a
@@ -18,8 +18,8 @@ import orjson
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gateway import protocol
-from gateway.protocol import (
+from gateway.protocol import frames as protocol
+from gateway.protocol.frames import (
     MAX_ID_CHARS,
     MAX_METADATA_BYTES,
     ErrorCode,

@@ -1,11 +1,11 @@
-"""The counting behind the abuse limits (gateway/limits.py), on a clock the test moves."""
+"""The counting behind the abuse limits (gateway/abuse/limits.py), on a clock the test moves."""
 
 from __future__ import annotations
 
 import pytest
 
 from gateway.__main__ import parser, settings_from
-from gateway.limits import (
+from gateway.abuse.limits import (
     ConnectionCounter,
     FrameGate,
     Limits,

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.outbox import Outbox, encoded_size
+from gateway.transport.outbox import Outbox, encoded_size
 
 
 def test_full_at_the_byte_bound_before_the_frame_bound() -> None:

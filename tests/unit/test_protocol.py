@@ -10,8 +10,8 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from gateway import protocol as p
-from gateway.protocol import ErrorCode, EventType, ProtocolError, parse_client_frame, peek
+from gateway.protocol import frames as p
+from gateway.protocol.frames import ErrorCode, EventType, ProtocolError, parse_client_frame, peek
 
 
 def parse(frame: dict[str, Any], **kwargs: Any) -> Any:

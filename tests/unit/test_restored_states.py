@@ -1,6 +1,6 @@
-"""`RestoredStates` (gateway/restored.py): a pause's checkpoint is restored once, looked at by
-the binding checks and taken by the continuation; anything not prepared is restored from the
-stored row, as before."""
+"""`RestoredStates` (gateway/run_lifecycle/restored_checkpoints.py): a pause's checkpoint is
+restored once, looked at by the binding checks and taken by the continuation; anything not prepared
+is restored from the stored row, as before."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 from agents import RunConfig, Runner
 from agents.run_state import CURRENT_SCHEMA_VERSION, RunState
 
-from gateway.demo import OfflineModelProvider, build_demo_agent
-from gateway.registry import AgentGraph
-from gateway.restored import RestoredStates
+from gateway.agents.demo.assistant import OfflineModelProvider, build_demo_agent
+from gateway.agents.registry import AgentGraph
+from gateway.run_lifecycle.restored_checkpoints import RestoredStates
 from persistence.checkpoints import CheckpointRecord
 
 GRAPH = AgentGraph(name="assistant", version="1", build=build_demo_agent)

@@ -10,10 +10,14 @@ from agents import Agent
 from agents.items import ToolApprovalItem
 from openai.types.responses import ResponseFunctionToolCall
 
-from gateway.auth import AccessDenied, Principal, Role
-from gateway.binding import arguments_digest, binding_problem, interruption_digest
-from gateway.registry import AgentGraph, AgentRegistry
-from gateway.review_rules import (
+from gateway.agents.registry import AgentGraph, AgentRegistry
+from gateway.auth.access import AccessDenied, Principal, Role
+from gateway.run_lifecycle.approval_binding import (
+    arguments_digest,
+    binding_problem,
+    interruption_digest,
+)
+from gateway.run_lifecycle.review_rules import (
     check_four_eyes,
     check_reviewer_roles,
     decision_rights,

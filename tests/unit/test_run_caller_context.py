@@ -1,6 +1,6 @@
-"""How a graph makes, saves and rebuilds its run context from the caller (gateway/registry.py,
-gateway/run_caller.py), through a real SDK checkpoint round trip, and the `RunConfig` its run
-settings give (gateway/run_settings.py)."""
+"""How a graph makes, saves and rebuilds its run context from the caller
+(gateway/agents/registry.py, gateway/agents/run_caller.py), through a real SDK checkpoint round
+trip, and the `RunConfig` its run settings give (gateway/agents/run_settings.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from agents import Agent, RunConfig, Runner
 from agents.run_state import RunState
 
-from gateway.demo import OfflineModelProvider, build_demo_agent
-from gateway.registry import AgentGraph
-from gateway.run_caller import RunCaller
-from gateway.run_settings import RunSettings, run_config
+from gateway.agents.demo.assistant import OfflineModelProvider, build_demo_agent
+from gateway.agents.registry import AgentGraph
+from gateway.agents.run_caller import RunCaller
+from gateway.agents.run_settings import RunSettings, run_config
 
 CALLER = RunCaller(
     user="olga",

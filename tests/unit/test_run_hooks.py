@@ -1,5 +1,5 @@
-"""The metrics run hooks (gateway/run_hooks.py): they time model and tool calls and pass every
-callback on to the hooks they wrap."""
+"""The metrics run hooks (gateway/observability/run_hooks.py): they time model and tool calls and
+pass every callback on to the hooks they wrap."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from agents import Agent, RunContextWrapper, RunHooks, function_tool
 from agents.tool_context import ToolContext
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.metrics import OTHER, GatewayMetrics
-from gateway.run_hooks import MetricsHooks
+from gateway.observability.metrics import OTHER, GatewayMetrics
+from gateway.observability.run_hooks import MetricsHooks
 
 
 class Recording(RunHooks[Any]):

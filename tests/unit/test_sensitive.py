@@ -1,11 +1,12 @@
-"""Masking of sensitive tool arguments (pure functions of gateway/sensitive.py)."""
+"""Masking of sensitive tool arguments (pure functions of
+gateway/run_lifecycle/sensitive_arguments.py)."""
 
 from __future__ import annotations
 
 import orjson
 
-from gateway.eventlog_types import LoggedEvent
-from gateway.sensitive import (
+from gateway.event_log.logged_event import LoggedEvent
+from gateway.run_lifecycle.sensitive_arguments import (
     MASK,
     MASK_ALL,
     masked_call_data,

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gateway.__main__ import parser, settings_from
-from gateway.models import DEFAULT_OPENAI_MODEL, OFFLINE
+from gateway.agents.model_providers import DEFAULT_OPENAI_MODEL, OFFLINE
+from gateway.server.workers import SET_FOR_WORKERS
 from gateway.settings import Settings, SettingsError
 from gateway.settings_cli import (
     DESCRIBED_DEFAULTS,
@@ -22,7 +23,6 @@ from gateway.settings_cli import (
     value_type,
 )
 from gateway.settings_docs import CONFIGURATION, DocumentError, main, render
-from gateway.workers import SET_FOR_WORKERS
 
 REGENERATE = "regenerate with `.venv/bin/python -m gateway.settings_docs`"
 # Flags that scripts, tests and the documents outside docs/configuration.md use: a rename

@@ -7,7 +7,7 @@ from websockets.frames import OP_TEXT, Frame
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
-from gateway.ws_guard import SharedTextFrame
+from gateway.server.ws_guard import SharedTextFrame
 
 
 @pytest.mark.parametrize("length", [0, 1, 125, 126, 65_535, 65_536, 200_000])

@@ -14,11 +14,11 @@ import pytest
 from jsonschema import Draft202012Validator
 from starlette.routing import Route, WebSocketRoute
 
-from gateway import protocol
 from gateway.app import create_app
-from gateway.close_codes import CloseCode
-from gateway.errors import ERRORS, ErrorCode
-from gateway.execution import approval_view
+from gateway.protocol import frames as protocol
+from gateway.protocol.close_codes import CloseCode
+from gateway.protocol.error_codes import ERRORS, ErrorCode
+from gateway.run_lifecycle.execution import approval_view
 from gateway.specs.__main__ import PROTOCOL, documents, main, render
 from gateway.specs.asyncapi import CLIENT_FRAMES, asyncapi_document
 from gateway.specs.openapi import HTTP_ERRORS
@@ -31,8 +31,9 @@ from tests.support.specs import ASYNCAPI_FILE, OPENAPI_FILE, ROOT, Spec, asyncap
 
 REGENERATE = "regenerate with `.venv/bin/python -m gateway.specs`"
 HTTP_METHODS = {"get", "put", "post", "delete", "patch", "options", "head", "trace"}
-# A number that is a close code, outside gateway/close_codes.py. 1000 is also a common round
-# number (page sizes, milliseconds): it counts only on a line that speaks of closing or codes.
+# A number that is a close code, outside gateway/protocol/close_codes.py. 1000 is also a common
+# round # number (page sizes, milliseconds): it counts only on a line that speaks of closing or
+# codes.
 CLOSE_CODE_NUMBER = re.compile(r"(?<![\w.])(\d{4})(?!\w|\.\d)")
 
 
@@ -74,8 +75,8 @@ def test_committed_documents_are_the_generator_output() -> None:
 def test_the_tables_of_the_protocol_reference_are_the_generator_output() -> None:
     text = (ROOT / "docs" / PROTOCOL).read_text(encoding="utf-8")
     assert text == with_tables(text), (
-        f"the error-code or close-code table of docs/{PROTOCOL} differs from gateway/errors.py "
-        f"and gateway/close_codes.py; {REGENERATE}"
+        f"the error-code or close-code table of docs/{PROTOCOL} differs from "
+        f"gateway/protocol/error_codes.py and gateway/protocol/close_codes.py; {REGENERATE}"
     )
     for code, rule in ERRORS.items():
         assert f"| `{code}` | {int(rule.http_status)} |" in text, code
@@ -177,7 +178,9 @@ def test_error_codes_match_the_protocol() -> None:
     )
     assert not documented - sent, f"documented error codes nothing sends: {documented - sent}"
     assert set(openapi().schemas["ErrorCode"]["enum"]) == documented
-    assert set(ERRORS) == set(ErrorCode), "gateway/errors.py ERRORS needs a row for every code"
+    assert set(ERRORS) == set(ErrorCode), (
+        "gateway/protocol/error_codes.py ERRORS needs a row for every code"
+    )
     # Every code but the hello's protocol check is answered over HTTP too.
     assert set(ErrorCode) - set(HTTP_ERRORS) == {ErrorCode.UNSUPPORTED_PROTOCOL}
 
@@ -201,7 +204,8 @@ def test_event_types_match_the_protocol() -> None:
 def test_close_codes_match_the_code() -> None:
     documented = asyncapi().close_codes()
     assert documented == {int(code) for code in CloseCode}, (
-        f"docs/asyncapi.json x-close-codes differs from gateway/close_codes.py; {REGENERATE}"
+        "docs/asyncapi.json x-close-codes differs from gateway/protocol/close_codes.py; "
+        f"{REGENERATE}"
     )
 
 
@@ -223,7 +227,9 @@ def test_close_codes_are_spelled_only_in_the_enum() -> None:
         if module.name != "close_codes.py"
         and (lines := spelled_close_codes(module.read_text(encoding="utf-8")))
     }
-    assert not spelled, f"close codes spelled as numbers; use gateway.close_codes: {spelled}"
+    assert not spelled, (
+        f"close codes spelled as numbers; use gateway.protocol.close_codes: {spelled}"
+    )
     # The check itself can fail.
     assert spelled_close_codes("await websocket.close(code=1008)")
     assert spelled_close_codes("self._close_code or 1000")
@@ -330,12 +336,12 @@ def test_frames_the_protocol_builds_match_the_asyncapi_schemas() -> None:
 
 
 def test_every_frame_the_protocol_module_builds_is_documented() -> None:
-    source = (ROOT / "gateway" / "protocol.py").read_text()
+    source = (ROOT / "gateway" / "protocol" / "frames.py").read_text()
     built = set(re.findall(r'\{\s*"type":\s*"([a-z.]+)"', source))
     documented = set(asyncapi_document()["components"]["messages"])
     missing = sorted(t for t in built if f"server.{t}" not in documented)
     assert built and not missing, (
-        f"gateway/protocol.py builds {missing} frames that docs/asyncapi.json does not "
+        f"gateway/protocol/frames.py builds {missing} frames that docs/asyncapi.json does not "
         f"send; add a model to SERVER_FRAMES in gateway/specs/shapes.py and {REGENERATE}"
     )
 

@@ -16,8 +16,8 @@ from typing import Any
 import jwt
 import pytest
 
-from gateway.auth import AuthError, AuthUnavailable, Principal, Role, TokenVerifier
-from gateway.jwks import JwksError, RemoteKeys, StaticKeys, load_jwks_file, parse_jwks
+from gateway.auth.access import AuthError, AuthUnavailable, Principal, Role, TokenVerifier
+from gateway.auth.jwks import JwksError, RemoteKeys, StaticKeys, load_jwks_file, parse_jwks
 from gateway.settings import SettingsError, load_settings
 from tests.support.jwks import (
     KeyPair,

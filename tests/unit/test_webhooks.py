@@ -9,9 +9,9 @@ import logging
 
 import httpx
 
+from gateway.event_log.webhook_dispatch import _EndpointRequests, backoff_s, endpoint_host
+from gateway.event_log.webhook_signature import signature, verify
 from gateway.specs.shapes import webhook_data_models
-from gateway.webhook_dispatch import _EndpointRequests, backoff_s, endpoint_host
-from gateway.webhook_signature import signature, verify
 from persistence.events import NewEvent
 from persistence.webhooks import WEBHOOK_TYPES, WebhookPlan, webhook_type
 from tests.support.specs import openapi

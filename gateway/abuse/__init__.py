@@ -1,0 +1,2 @@
+"""Abuse limits (docs/operations.md): the counting behind them, and per-user usage shared between
+gateway processes."""

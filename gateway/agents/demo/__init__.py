@@ -1,0 +1,1 @@
+"""The offline demo agent `assistant` (docs/protocol.md §9)."""

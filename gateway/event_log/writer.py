@@ -1,0 +1,399 @@
+"""EventLog: the single writer of every thread's event log.
+
+Streamed events are queued and group-committed (everything queued goes in one transaction);
+only after the commit are they published to subscribers, so no client ever sees an event that
+could be lost. While the writer is busy the next batch queues up; a text delta that arrives
+while the previous queued event of its thread is a delta of the same message still waiting for
+the writer joins it (docs/protocol.md §6 allows several model deltas in one `message.delta`), so a
+busy gateway stores, encodes and sends fewer, larger events, each extra delta costs a list append,
+and an idle one (nothing waiting) sends every delta as soon as it is stored.
+
+State changes that must be atomic with their event (a decision and its `approval.decided`, a
+checkpoint and its `approval.requested` + `run.paused`, a status and its `run.completed`) go
+through the same queue as one transaction each, which keeps the log in exactly the order the
+gateway produced it.
+
+A batch holding an event that is announced beyond the log (a webhook, docs/protocol.md §10)
+writes the announcement in its own transaction; batches without one (all streamed deltas) cost
+one set lookup per event and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+import orjson
+
+from gateway.event_log.bus import EventBus
+from gateway.event_log.logged_event import LoggedEvent, encode_page
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.tracing import Telemetry
+from persistence.errors import StorageUnavailable
+from persistence.events import Announce, EventRecord, NewEvent
+from persistence.leases import Lease, LeaseLost
+from persistence.store import Store, Work
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 1024
+# A failing plain batch is retried this long before its callers are told; streamed events are
+# the log of a live run and dropping them would leave a hole in what clients see.
+RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 4.0, 8.0)
+MESSAGE_DELTA = "message.delta"
+# A merged delta stops growing here, so a writer that fell far behind (a storage outage being
+# retried) still sends frames of a reasonable size.
+MAX_MERGED_DELTA_CHARS = 8192
+
+
+def event_ts(moment: datetime | None = None) -> str:
+    """A `ts`: millisecond UTC text of `moment`, or of now."""
+    if moment is None:
+        return EventClock().now()
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+class EventClock:
+    """Event timestamps of now, from the epoch seconds (about 3x cheaper than formatting a
+    `datetime`), with the formatted second kept from one call to the next: a busy gateway
+    stamps thousands of events within each second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._prefix = ""
+
+    def now(self) -> str:
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second))
+        return f"{self._prefix}{int(now * 1000) % 1000:03d}Z"
+
+
+@dataclass
+class _Plain:
+    """One queued event. A `message.delta` stays open for more text of its message until the
+    writer takes it: later deltas are added to `parts` instead of being queued (one stored
+    event, one future, for them all)."""
+
+    event: NewEvent
+    future: asyncio.Future[LoggedEvent]
+    message_id: str | None = None  # set for a text delta
+    parts: list[str] | None = None  # its texts, in order
+    size: int = 0
+
+    def extend(self, run_id: str | None, lease: Lease | None, message_id: str, text: str) -> bool:
+        """Take one more delta of the same message, run and lease, up to the size cap."""
+        event = self.event
+        if (
+            self.parts is None
+            or message_id != self.message_id
+            or run_id != event.run_id
+            # A run passes the same Lease object with every event: identity settles it
+            # without the dataclass's field-by-field comparison.
+            or (lease is not event.lease and lease != event.lease)
+            or self.size + len(text) > MAX_MERGED_DELTA_CHARS
+        ):
+            return False
+        self.parts.append(text)
+        self.size += len(text)
+        return True
+
+    def stored_event(self) -> NewEvent:
+        if self.parts is None or len(self.parts) == 1:
+            return self.event
+        # The first delta's `ts`: the merged event is as old as the oldest text it carries.
+        data = orjson.dumps({"message_id": self.message_id, "delta": "".join(self.parts)})
+        return self.event._replace(data=data.decode())
+
+
+def _delta_text(type_: str, data: Any) -> tuple[str, str] | None:
+    """(message id, text) of a plain text delta; anything that carries more stays whole."""
+    if type_ != MESSAGE_DELTA or not isinstance(data, dict) or len(data) != 2:
+        return None
+    # Two entries, both of these keys: exactly `message_id` and `delta`, checked without
+    # building a key view per streamed delta.
+    message_id, text = data.get("message_id"), data.get("delta")
+    if isinstance(message_id, str) and isinstance(text, str):
+        return message_id, text
+    return None
+
+
+@dataclass
+class _Atomic:
+    events: list[NewEvent]
+    action: Work[Any] | None
+    future: asyncio.Future[tuple[Any, list[LoggedEvent]]]
+    # The agent of the run whose `run.*` events these are, for the metrics' `agent` label.
+    agent: str | None = None
+
+
+class Announcements(Protocol):
+    """What announces some events beyond the log (the webhook outbox): it writes in the
+    events' own transaction, and hears when such a transaction committed."""
+
+    def announcer(self, events: Sequence[NewEvent]) -> Announce | None: ...
+
+    def announced(self) -> None: ...
+
+
+class EventLog:
+    def __init__(
+        self,
+        store: Store,
+        bus: EventBus,
+        *,
+        max_queued: int = 10_000,
+        metrics: GatewayMetrics | None = None,
+        telemetry: Telemetry | None = None,
+        announcements: Announcements | None = None,
+    ) -> None:
+        self._store = store
+        self._announcements = announcements
+        self._metrics = metrics
+        self._telemetry = telemetry or Telemetry(None)
+        self._bus = bus
+        self._queue: asyncio.Queue[_Plain | _Atomic | None] = asyncio.Queue(max_queued)
+        self._task: asyncio.Task[None] | None = None
+        self._clock = EventClock()
+        # thread id -> its newest queued entry while that is a text delta the writer has not
+        # taken yet (`append` adds the thread's next deltas to it)
+        self._open_deltas: dict[str, _Plain] = {}
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._writer(), name="event-log-writer")
+
+    async def close(self) -> None:
+        if self._task is None:
+            return
+        await self._queue.put(None)
+        await self._task
+        self._task = None
+
+    def new_event(
+        self,
+        thread_id: str,
+        run_id: str | None,
+        type_: str,
+        data: Any,
+        lease: Lease | None = None,
+    ) -> NewEvent:
+        return NewEvent(
+            thread_id, run_id, str(type_), self._clock.now(), orjson.dumps(data).decode(), lease
+        )
+
+    async def append(
+        self,
+        thread_id: str,
+        run_id: str | None,
+        type_: str,
+        data: Any,
+        lease: Lease | None = None,
+    ) -> asyncio.Future[LoggedEvent]:
+        """Queue one event; waits only for queue space. Await the future for durability.
+
+        With a `lease`, the event is stored only while that lease is the run's current one;
+        otherwise its future fails with `LeaseLost`.
+        """
+        delta = _delta_text(type_, data)
+        # Only the thread's newest queued entry may take more text: anything queued after it
+        # for the thread (or any atomic commit) closes it, so the log keeps the order in
+        # which events were produced.
+        open_entry = self._open_deltas.pop(thread_id, None)
+        if (
+            open_entry is not None
+            and delta is not None
+            and open_entry.extend(run_id, lease, *delta)
+        ):
+            self._open_deltas[thread_id] = open_entry
+            return open_entry.future
+        future: asyncio.Future[LoggedEvent] = asyncio.get_running_loop().create_future()
+        event = self.new_event(thread_id, run_id, type_, data, lease)
+        entry = _Plain(event, future)
+        if delta is not None:
+            entry.message_id, entry.parts, entry.size = delta[0], [delta[1]], len(delta[1])
+        try:
+            # No coroutine per streamed event while the queue has room, as it usually has.
+            self._queue.put_nowait(entry)
+        except asyncio.QueueFull:
+            await self._queue.put(entry)
+        if delta is not None:
+            self._open_deltas[thread_id] = entry
+        return future
+
+    async def commit(
+        self,
+        events: Sequence[NewEvent] = (),
+        action: Work[Any] | None = None,
+        *,
+        agent: str | None = None,
+    ) -> tuple[Any, list[LoggedEvent]]:
+        """Run `action` and store `events` in one transaction, after everything queued before.
+        `agent`: the run's, when `events` hold a run's `run.*` events (counted by agent).
+
+        Returns the action's result and the stored events. If the action raises, nothing is
+        stored and the exception propagates to the caller; storage failures surface as
+        `StorageUnavailable`.
+        """
+        future: asyncio.Future[tuple[Any, list[LoggedEvent]]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        # Nothing produced after this commit may be stored before it.
+        self._open_deltas.clear()
+        await self._queue.put(_Atomic(list(events), action, future, agent))
+        return await future
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is committed (or has failed)."""
+        await self.commit()
+
+    async def _writer(self) -> None:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            items: list[_Plain | _Atomic] = [item]
+            stop = False
+            while len(items) < MAX_BATCH and not self._queue.empty():
+                nxt = self._queue.get_nowait()
+                if nxt is None:
+                    stop = True
+                    break
+                items.append(nxt)
+            plain: list[_Plain] = []
+            for entry in items:
+                if isinstance(entry, _Plain):
+                    # Taken: from here on its text is final.
+                    thread_id = entry.event.thread_id
+                    if self._open_deltas.get(thread_id) is entry:
+                        del self._open_deltas[thread_id]
+                    plain.append(entry)
+                    continue
+                if plain:
+                    await self._commit_plain(plain)
+                    plain = []
+                await self._commit_atomic(entry)
+            if plain:
+                await self._commit_plain(plain)
+            if stop:
+                return
+
+    async def _commit_plain(self, entries: list[_Plain]) -> None:
+        events = [entry.stored_event() for entry in entries]
+        announce = self._announcer(events)
+        for attempt, delay in enumerate((0.0, *RETRY_DELAYS_S)):
+            if delay:
+                await asyncio.sleep(delay)
+            started = time.perf_counter()
+            try:
+                records, lost = await self._store.append(events, announce)
+            except StorageUnavailable as exc:
+                log.warning("event log write failed (attempt %d): %s", attempt + 1, exc)
+                if self._metrics is not None:
+                    self._metrics.failed()
+                continue
+            except Exception as exc:  # a bug or a vanished thread: fail these callers only
+                log.error("event log write failed", exc_info=True)
+                if self._metrics is not None:
+                    self._metrics.failed()
+                for entry in entries:
+                    _fail(entry.future, exc)
+                return
+            if lost:
+                for entry in entries:
+                    if entry.event.lease in lost:
+                        _fail(entry.future, LeaseLost(entry.event.run_id or ""))
+                kept = [i for i, entry in enumerate(entries) if entry.event.lease not in lost]
+                entries, events = [entries[i] for i in kept], [events[i] for i in kept]
+            self._committed(records, started)
+            if announce is not None and records:
+                self._announced()
+            logged = [LoggedEvent.from_record(record) for record in records]
+            for entry, event in zip(entries, logged, strict=True):
+                if not entry.future.done():
+                    entry.future.set_result(event)
+            self._publish(logged)
+            return
+        error = StorageUnavailable("event log could not be stored")
+        for entry in entries:
+            _fail(entry.future, error)
+
+    async def _commit_atomic(self, entry: _Atomic) -> None:
+        started = time.perf_counter()
+        announce = self._announcer(entry.events)
+        try:
+            result, records = await self._store.commit(entry.events, entry.action, announce)
+        except BaseException as exc:
+            # A refused action (a stale decision, a lost lease) is not a storage error.
+            if self._metrics is not None and isinstance(exc, StorageUnavailable):
+                self._metrics.failed()
+            if not entry.future.done():
+                entry.future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self._committed(records, started, entry.agent)
+        if announce is not None and records:
+            self._announced()
+        logged = [LoggedEvent.from_record(record) for record in records]
+        if not entry.future.done():
+            entry.future.set_result((result, logged))
+        self._publish(logged)
+
+    def _committed(
+        self, records: list[EventRecord], started: float, agent: str | None = None
+    ) -> None:
+        """One transaction stored `records` (`started`: its `perf_counter` start), for the
+        metrics and the traces."""
+        if self._metrics is None and not self._telemetry.enabled:
+            return
+        seconds = time.perf_counter() - started
+        if self._metrics is not None:
+            self._metrics.committed(records, seconds, agent)
+        if records and self._telemetry.enabled:
+            ended = time.time()
+            self._telemetry.record(
+                "gateway.storage.commit",
+                ended - seconds,
+                ended,
+                {"gateway.storage.events": len(records)},
+            )
+
+    def _announcer(self, events: Sequence[NewEvent]) -> Announce | None:
+        if self._announcements is None or not events:
+            return None
+        return self._announcements.announcer(events)
+
+    def _announced(self) -> None:
+        if self._announcements is not None:
+            self._announcements.announced()
+
+    def _publish(self, logged: list[LoggedEvent]) -> None:
+        by_thread: dict[str, list[LoggedEvent]] = {}
+        for event in logged:
+            by_thread.setdefault(event.thread_id, []).append(event)
+        for thread_id, events in by_thread.items():
+            try:
+                self._bus.publish(thread_id, events)
+            except Exception:
+                log.error("subscriber callback failed", exc_info=True)
+
+    async def read(self, thread_id: str, *, after_seq: int, limit: int = 500) -> list[LoggedEvent]:
+        return encode_page(
+            await self._store.read_events(thread_id, after_seq=after_seq, limit=limit)
+        )
+
+
+def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+        # Streamed events are not awaited one by one: marked as seen, so asyncio does not log
+        # "Future exception was never retrieved" for each (the outage is logged once, by the
+        # storage health); an awaiting caller still gets the error.
+        future.exception()

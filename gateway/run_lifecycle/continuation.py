@@ -1,0 +1,268 @@
+"""Continuing a run from its newest checkpoint: after its decisions, a suspension, or a crash.
+
+A continuation restores the checkpoint against the registered graph (or takes the restore
+made for the pause's decisions, gateway/run_lifecycle/restored_checkpoints.py), applies the recorded
+decisions and the staged input, and starts a new segment. Each run has at most one at a time: it is
+won by a compare-and-swap pinned to the checkpoint version (`waiting_for_review -> resuming`,
+`suspended -> resuming`, or the recovery's `recovering`), and it runs under the thread's lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import orjson
+from agents.items import ToolApprovalItem
+from agents.run_state import RunState
+from sqlalchemy.engine import Connection
+
+from gateway.protocol.error_codes import conflict
+from gateway.protocol.frames import EventType
+from gateway.run_lifecycle.approval_binding import binding_problem, by_call_id
+from gateway.run_lifecycle.context import RunContext
+from gateway.run_lifecycle.execution import Segment, storage_retry
+from gateway.storage.health import log_failure
+from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
+from persistence.checkpoints import CheckpointRecord
+from persistence.errors import StaleWrite
+from persistence.inputs import Disposition, InputRepository, PendingInput
+from persistence.leases import Lease, LeaseLost, LeaseRepository
+from persistence.runs import RunRecord, RunRepository, RunStatus
+from persistence.sessions import SessionMarks
+
+log = logging.getLogger(__name__)
+
+# What a continuation after decisions applies: the pause's approvals and the run's staged input.
+PauseInputs = tuple[list[ApprovalRecord], list[PendingInput]]
+
+RESUMABLE_FROM = (RunStatus.WAITING_FOR_REVIEW,)
+# Decisions a continuation applies to its call (superseded ones leave the call to ask again).
+APPLIED = (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED)
+# Where a continuation starts, having won its compare-and-swap (or taken over a lost run).
+CONTINUING = (RunStatus.RESUMING, RunStatus.RECOVERING)
+
+
+class Continuer:
+    def __init__(self, ctx: RunContext) -> None:
+        self._ctx = ctx
+
+    async def continue_when_decided(self, run: RunRecord, known: PauseInputs | None = None) -> None:
+        """`known`: the pause's approvals and staged input as the decision's own transaction
+        read them (after its write, so the last of concurrent deciders sees every decision);
+        a retry reads them again."""
+
+        async def attempt() -> None:
+            nonlocal known
+            inputs, known = known, None
+            async with self._ctx.lock(run.thread_id):
+                await self.maybe_continue(run, inputs)
+
+        # Let the decision's ack (queued by the caller right after this task was made) go out
+        # first: otherwise the continuation's restore and decisions, which need not wait for
+        # anything when `known` is given, would run before the socket's writer sends it.
+        await asyncio.sleep(0)
+
+        try:
+            await storage_retry(attempt)
+        except Exception as exc:
+            # The run stays waiting_for_review with every decision recorded; the next start
+            # (or the next decision) retries the continuation.
+            log_failure(log, exc, "continuing run %s after its decisions failed", run.run_id)
+
+    async def maybe_continue(self, run: RunRecord, known: PauseInputs | None = None) -> None:
+        """Start the continuation once every approval of the pause is decided (exactly once)."""
+        ctx = self._ctx
+        if known is None:
+            known = await ctx.store.read(partial(pause_inputs_in, run=run))
+        approvals, staged = known
+        if any(a.status is ApprovalStatus.PENDING for a in approvals):
+            return
+        if not await ctx.runs.transition(
+            run.run_id,
+            RunStatus.RESUMING,
+            expected=RESUMABLE_FROM,
+            checkpoint_version=run.checkpoint_version,
+        ):
+            return  # someone else won the compare-and-swap
+        try:
+            await self.continue_run(run, approvals, EventType.RUN_RESUMED, staged=staged)
+        except Exception:
+            # Put the run back so the decision is not lost; it can be retried or recovered.
+            await ctx.runs.transition(
+                run.run_id, RunStatus.WAITING_FOR_REVIEW, expected=(RunStatus.RESUMING,)
+            )
+            raise
+
+    async def _staged(self, run: RunRecord) -> list[PendingInput]:
+        return await self._ctx.inputs.open(
+            thread_id=run.thread_id, disposition=Disposition.STAGED, run_id=run.run_id
+        )
+
+    async def resume_suspended(self, run: RunRecord) -> bool:
+        """Continue a suspended run from its checkpoint (caller holds the thread lock)."""
+        ctx = self._ctx
+        if ctx.closing:
+            return False
+        if not await ctx.runs.transition(
+            run.run_id,
+            RunStatus.RESUMING,
+            expected=(RunStatus.SUSPENDED,),
+            checkpoint_version=run.checkpoint_version,
+        ):
+            return False
+        try:
+            await self.continue_run(run, [], EventType.RUN_RESUMED)
+        except Exception:
+            await ctx.runs.transition(
+                run.run_id, RunStatus.SUSPENDED, expected=(RunStatus.RESUMING,)
+            )
+            raise
+        return True
+
+    async def continue_run(
+        self,
+        run: RunRecord,
+        approvals: list[ApprovalRecord],
+        announce: EventType,
+        checkpoint: CheckpointRecord | None = None,
+        lease: Lease | None = None,
+        *,
+        staged: list[PendingInput] | None = None,
+    ) -> None:
+        """Restore the newest checkpoint, apply decisions and staged input, stream on.
+
+        The run moves from `resuming` or `recovering` to `running` in the transaction that logs
+        `announce`. Takes the run's lease (a paused run has none) unless the caller already
+        holds it. `staged`: the run's staged input, when the caller read it already.
+        """
+        ctx = self._ctx
+        checkpoint = (
+            checkpoint
+            or ctx.restored.checkpoint(run.run_id, run.checkpoint_version)
+            or await ctx.checkpoints.latest(run.run_id)
+        )
+        if checkpoint is None:
+            raise conflict("the run has no checkpoint")
+        graph = ctx.graph_for_checkpoint(run, checkpoint)
+        agent = ctx.agent(graph)
+        # Usually restored already, for the decisions' binding checks
+        # (gateway/run_lifecycle/restored_checkpoints.py).
+        state = await ctx.restored.take(checkpoint, graph)
+        by_call = by_call_id(state.get_interruptions())
+        known_calls: dict[str, str] = {}
+        # Approved, but not for the call as it stands in the checkpoint: never applied.
+        unbound: list[str] = []
+        decided: list[tuple[ApprovalRecord, ToolApprovalItem]] = []
+        for approval in approvals:
+            item = by_call.get(approval.call_id)
+            if item is None:
+                continue
+            known_calls[approval.call_id] = approval.tool_name
+            if approval.status is ApprovalStatus.APPROVED:
+                problem = binding_problem(approval, item)
+                if problem is not None:
+                    # Left undecided, the call pauses the run again with a fresh approval.
+                    log.warning("approval %s not applied: %s", approval.approval_id, problem)
+                    unbound.append(approval.approval_id)
+                    continue
+            if approval.status in APPLIED:
+                decided.append((approval, item))
+        if staged is None:
+            staged = await self._staged(run)
+        prepare: Callable[[], None] | None = partial(_apply, state, decided, staged)
+        if staged:
+            # The SDK may refuse input (docs/architecture.md "SDK behaviours"): refused here, before
+            # anything is stored, the run stays as it was.
+            _apply(state, decided, staged)
+            prepare = None
+        # Before anything is stored, like the staged input: a context the graph's deserializer
+        # cannot rebuild leaves the run as it was.
+        caller = await ctx.caller(run, approvals)
+        context = graph.resumed_context(checkpoint.state, caller)
+        # Decisions alone are never refused: the segment applies them as it starts, so
+        # `run.resumed` is stored and sent without waiting for them (it would, ~1 ms each).
+        data: dict[str, Any] = {"checkpoint_version": checkpoint.version}
+        staged_ids = [p.input_id for p in staged]
+        superseded: list[str] = []
+        run_id, thread_id, mark = run.run_id, run.thread_id, checkpoint.session_mark
+        unbound_reason = "not bound to its call: the checkpoint's call differs"
+
+        def mark_running(conn: Connection) -> tuple[Lease, RunRecord]:
+            held = lease or LeaseRepository.acquire_in(
+                conn, run_id, ctx.instance_id, ctx.lease_ttl_s
+            )
+            if held is None:
+                raise LeaseLost(run_id)  # another live process executes this run
+            moved = RunRepository.transition_in(
+                conn, run_id, RunStatus.RUNNING, expected=CONTINUING
+            )
+            if not moved:
+                raise StaleWrite(run_id)
+            InputRepository.consume_in(conn, staged_ids)
+            ApprovalRepository.supersede_in(conn, unbound, reason=unbound_reason)
+            # Whatever is still pending belongs to a pause this continuation leaves behind
+            # (a recovery from a newer checkpoint): nobody can decide it any more.
+            superseded.extend(ApprovalRepository.supersede_pending_in(conn, run_id))
+            # History written after the checkpoint belongs to a lost attempt (crash recovery).
+            SessionMarks.trim_in(conn, thread_id, mark)
+            current = RunRepository.get_in(conn, run_id)
+            assert current is not None
+            return held, current
+
+        (held, current), _ = await ctx.log.commit(
+            [ctx.log.new_event(run.thread_id, run.run_id, announce, data, lease)],
+            mark_running,
+            agent=run.agent,
+        )
+        if superseded:
+            ctx.bus.publish_inbox(run.tenant, removed=superseded)
+        logged: frozenset[str] = frozenset()
+        if announce is EventType.RUN_RECOVERED:
+            outputs = await ctx.events.for_run(run.thread_id, run.run_id, (EventType.TOOL_OUTPUT,))
+            logged = frozenset(orjson.loads(e.data).get("call_id") for e in outputs)
+        ctx.launch(
+            Segment(
+                run=current,
+                graph=graph,
+                agent=agent,
+                start=state,
+                caller=caller,
+                context=context,
+                known_calls=known_calls,
+                logged_outputs=logged,
+                lease=held,
+                prepare=prepare,
+            )
+        )
+
+
+def pause_inputs_in(conn: Connection, run: RunRecord) -> PauseInputs:
+    """The approvals of the run's current pause and its staged input, in `conn`'s transaction."""
+    approvals = ApprovalRepository.for_checkpoint_in(conn, run.run_id, run.checkpoint_version)
+    staged = InputRepository.open_in(
+        conn, thread_id=run.thread_id, disposition=Disposition.STAGED, run_id=run.run_id
+    )
+    return approvals, staged
+
+
+def _apply(
+    state: RunState[Any, Any],
+    decided: list[tuple[ApprovalRecord, ToolApprovalItem]],
+    staged: list[PendingInput],
+) -> None:
+    """The recorded decisions, then the staged input, onto a restored state."""
+    for approval, item in decided:
+        if approval.status is ApprovalStatus.APPROVED:
+            state.approve(item)
+        # The reason is exactly what the model is told; without one the SDK's default.
+        # An expiry is a reject by the system, with the expiry as its reason.
+        elif approval.reason:
+            state.reject(item, rejection_message=approval.reason)
+        else:
+            state.reject(item)
+    for pending in staged:
+        state.add_input(pending.input)

@@ -1,0 +1,381 @@
+"""Deciding approvals: who may, whether the approval can still be decided, and expiry.
+
+A decision is recorded only on a pending approval of the run's current checkpoint, by a
+reviewer the access table and the review rules allow (gateway/run_lifecycle/review_rules.py), for
+the call the approval displayed (gateway/run_lifecycle/approval_binding.py). It is a
+compare-and-swap stored in the same transaction as `approval.decided` and its audit entry, under the
+thread's lock, and acknowledged as soon as it is stored: the continuation it completes runs as a
+background task (gateway/run_lifecycle/continuation.py). With GATEWAY_APPROVAL_TTL_S, approvals left
+undecided past `expires_at` are rejected by the system the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from datetime import datetime
+
+from sqlalchemy.engine import Connection
+
+from gateway.agents.registry import AgentGraph
+from gateway.auth.access import Principal, check_can_decide
+from gateway.auth.audit_trail import AuditAction, decision_entry, system_entry
+from gateway.protocol.error_codes import conflict, not_found
+from gateway.protocol.frames import EventType, utc_ts
+from gateway.run_lifecycle.approval_binding import binding_problem, by_call_id
+from gateway.run_lifecycle.context import RunContext, thread_ref
+from gateway.run_lifecycle.continuation import Continuer, PauseInputs, pause_inputs_in
+from gateway.run_lifecycle.review_rules import ReviewContext, check_four_eyes, check_reviewer_roles
+from gateway.storage.health import log_failure
+from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
+from persistence.audit import AuditRepository
+from persistence.checkpoints import CheckpointRecord
+from persistence.clock import utcnow
+from persistence.errors import StaleWrite, StorageUnavailable
+from persistence.runs import RunRecord, RunRepository, RunStatus
+
+log = logging.getLogger(__name__)
+
+
+def approval_window_s(approval: ApprovalRecord) -> float:
+    """How long the approval could be decided (stored, so a changed TTL does not rewrite it)."""
+    if approval.expires_at is None:
+        return 0.0
+    return round((approval.expires_at - approval.requested_at).total_seconds(), 3)
+
+
+def expiry_phrase(approval: ApprovalRecord) -> str:
+    seconds = approval_window_s(approval)
+    unit = "second" if seconds == 1 else "seconds"
+    return f"expired after {seconds:g} {unit} without a decision"
+
+
+def expiry_reason(approval: ApprovalRecord) -> str:
+    """What the model is told instead of the tool's output when nobody decided in time."""
+    return f"The approval request {expiry_phrase(approval)}."
+
+
+def settled_message(approval: ApprovalRecord) -> str:
+    """Why a decision on an approval that is no longer pending is refused (`conflict`)."""
+    if approval.status is ApprovalStatus.EXPIRED:
+        return f"approval {expiry_phrase(approval)}"
+    if approval.status is ApprovalStatus.SUPERSEDED:
+        detail = approval.reason or "the run moved on or was cancelled"
+        return f"approval was superseded: {detail}"
+    return f"approval already {approval.status.value}"
+
+
+def review_context(run: RunRecord, tool_name: str, graph: AgentGraph | None) -> ReviewContext:
+    """What the review rules need about one approval of `run`; without a graph (it is no
+    longer registered) no roles are required."""
+    return ReviewContext(
+        reviewer_roles=graph.roles_for(tool_name) if graph else frozenset(),
+        # Runs from before requesters were recorded: their owner asked for them.
+        requested_by=run.requested_by or run.owner,
+    )
+
+
+class Decisions:
+    def __init__(
+        self,
+        ctx: RunContext,
+        continuer: Continuer,
+        *,
+        self_approval: bool,
+        four_eyes: bool,
+        approval_ttl_s: float,
+        approval_sweep_s: float,
+    ) -> None:
+        self._ctx = ctx
+        self._continuer = continuer
+        self._self_approval = self_approval
+        self._four_eyes = four_eyes
+        self._approval_ttl_s = approval_ttl_s
+        self._approval_sweep_s = approval_sweep_s
+
+    async def decide(
+        self,
+        principal: Principal,
+        approval_id: str,
+        decision: str,
+        reason: str | None,
+    ) -> ApprovalRecord:
+        ctx = self._ctx
+        approval, run, thread = await ctx.approval_for(principal, approval_id)
+        check_can_decide(principal, thread_ref(thread), self_approval=self._self_approval)
+        self._check_review_rules(principal, run, approval, decision)
+        async with ctx.lock(thread.thread_id):
+            # Read again under the lock: a decision or an expiry may have landed meanwhile.
+            run_id = run.run_id
+            fresh_run, fresh = await ctx.store.read(
+                lambda conn: (
+                    RunRepository.get_in(conn, run_id),
+                    ApprovalRepository.get_in(conn, approval_id),
+                )
+            )
+            run = fresh_run or run
+            approval = await self._check_decidable(run, fresh)
+            status = ApprovalStatus.APPROVED if decision == "approve" else ApprovalStatus.REJECTED
+            now = utcnow()
+
+            entry = decision_entry(
+                principal,
+                approval_id=approval_id,
+                decision=decision,
+                run_id=run.run_id,
+                thread_id=run.thread_id,
+                tool_name=approval.tool_name,
+                arguments_digest=approval.arguments_digest,
+                has_reason=bool(reason),
+            )
+            version = run.checkpoint_version
+
+            # Each also reads what a continuation needs, after its own write: of concurrent
+            # deciders, the last to commit sees every decision and continues the run.
+            def record(conn: Connection) -> PauseInputs:
+                if not ApprovalRepository.decide_in(
+                    conn,
+                    approval_id,
+                    status=status,
+                    reviewer=principal.user,
+                    reason=reason,
+                    checkpoint_version=version,
+                    decided_at=now,
+                ):
+                    raise StaleWrite(approval_id)
+                # Same transaction: the trail holds exactly the decisions that took effect.
+                AuditRepository.insert_in(conn, entry)
+                return pause_inputs_in(conn, run)
+
+            event = ctx.log.new_event(
+                run.thread_id,
+                run.run_id,
+                EventType.APPROVAL_DECIDED,
+                {
+                    "approval_id": approval_id,
+                    "decision": decision,
+                    "reason": reason,
+                    "reviewer": principal.user,
+                    "decided_at": utc_ts(now),
+                },
+            )
+            try:
+                known, _ = await ctx.log.commit([event], record)
+            except StaleWrite:
+                raise conflict("approval was already decided") from None
+            if ctx.metrics is not None:
+                ctx.metrics.reviewed((now - approval.requested_at).total_seconds())
+            ctx.bus.publish_inbox(run.tenant, removed=[approval_id])
+            self._waited(approval, decision, now)
+            # Exactly the row the compare-and-swap wrote, without reading it back.
+            decided = replace(
+                approval, status=status, reviewer=principal.user, reason=reason, decided_at=now
+            )
+        # The decision is durable; the reviewer's ack need not wait for the restore.
+        self._continue_soon(run, known)
+        return decided
+
+    def _waited(self, approval: ApprovalRecord, outcome: str, decided_at: datetime) -> None:
+        """The wait for a review, as a span from the request to the stored decision."""
+        self._ctx.segments.telemetry.record(
+            "gateway.approval.wait",
+            approval.requested_at,
+            decided_at,
+            {
+                "gateway.approval.id": approval.approval_id,
+                "gateway.thread.id": approval.thread_id,
+                "gateway.run.id": approval.run_id,
+                "gen_ai.tool.name": approval.tool_name,
+                "gateway.approval.outcome": outcome,
+            },
+        )
+
+    def _continue_soon(self, run: RunRecord, known: PauseInputs | None = None) -> None:
+        self._ctx.spawn(
+            self._continuer.continue_when_decided(run, known), name=f"continue-{run.run_id}"
+        )
+
+    def _check_review_rules(
+        self, principal: Principal, run: RunRecord, approval: ApprovalRecord, decision: str
+    ) -> None:
+        """Per-tool reviewer roles and four-eyes (gateway/run_lifecycle/review_rules.py):
+        AccessDenied."""
+        review = review_context(run, approval.tool_name, self._ctx.graph(run.agent))
+        check_reviewer_roles(principal, approval.tool_name, review.reviewer_roles)
+        check_four_eyes(principal, review.requested_by, decision, enabled=self._four_eyes)
+
+    async def _check_decidable(
+        self, run: RunRecord, approval: ApprovalRecord | None
+    ) -> ApprovalRecord:
+        """The approval (as just read under the thread lock), if a decision may be recorded on
+        it now (caller holds the thread lock).
+
+        Otherwise raises `conflict`, after settling what the refusal found: an approval left
+        pending by a run that moved on, or whose call in the checkpoint is not the one that
+        was displayed (gateway/run_lifecycle/approval_binding.py), is marked superseded; one past
+        its `expires_at` is expired exactly as the sweeper would have done.
+        """
+        ctx = self._ctx
+        if approval is None:
+            raise not_found("approval not found")
+        approval_id = approval.approval_id
+        if approval.status is not ApprovalStatus.PENDING:
+            raise conflict(settled_message(approval))
+        if run.status.terminal or run.checkpoint_version != approval.checkpoint_version:
+            await self._supersede(run, [approval_id], "the run moved on before a decision")
+            raise conflict("approval was superseded: the run has moved on")
+        if run.status is not RunStatus.WAITING_FOR_REVIEW:
+            raise conflict("approval was superseded: the run has moved on")
+        if approval.expires_at is not None and utcnow() >= approval.expires_at:
+            await self._expire_locked(run, approval)
+            raise conflict(f"approval {expiry_phrase(approval)}")
+        # The pause's checkpoint, usually restored in advance
+        # (gateway/run_lifecycle/restored_checkpoints.py).
+        checkpoint = ctx.restored.checkpoint(
+            run.run_id, run.checkpoint_version
+        ) or await ctx.checkpoints.latest(run.run_id)
+        if checkpoint is None:
+            raise conflict("the run has no checkpoint")
+        # Refuse before recording anything: a decision on a run that cannot be restored
+        # would otherwise leave it stuck half-decided.
+        graph = ctx.graph_for_checkpoint(run, checkpoint)
+        problem = (
+            "the run's checkpoint is not the one the approval was requested at"
+            if checkpoint.version != approval.checkpoint_version
+            else await self._binding_problem(graph, checkpoint, approval)
+        )
+        if problem is not None:
+            log.warning("approval %s refused and superseded: %s", approval_id, problem)
+            await self._supersede(run, [approval_id], f"not bound to its call: {problem}")
+            # Without it the pause may be fully decided: the continuation then meets the
+            # call again, undecided, and the SDK asks anew, so a fresh approval shows the
+            # call as it really is.
+            self._continue_soon(run)
+            raise conflict(f"approval was superseded: {problem}")
+        return approval
+
+    async def _binding_problem(
+        self, graph: AgentGraph, checkpoint: CheckpointRecord, approval: ApprovalRecord
+    ) -> str | None:
+        """Restore the checkpoint and compare its call with what the approval displayed.
+
+        The restore is kept for the next decision and the continuation, which reuse it."""
+        state = await self._ctx.restored.peek(checkpoint, graph)
+        calls = by_call_id(state.get_interruptions())
+        return binding_problem(approval, calls.get(approval.call_id))
+
+    async def _supersede(self, run: RunRecord, approval_ids: list[str], reason: str) -> None:
+        removed: list[str] = []
+
+        def mark(conn: Connection) -> None:
+            removed.extend(ApprovalRepository.supersede_in(conn, approval_ids, reason=reason))
+
+        await self._ctx.log.commit((), mark)
+        if removed:
+            self._ctx.bus.publish_inbox(run.tenant, removed=removed)
+
+    # -- expiry (GATEWAY_APPROVAL_TTL_S) -------------------------------------------------
+
+    async def _expire_locked(self, run: RunRecord, approval: ApprovalRecord) -> bool:
+        """Reject an approval past its `expires_at` on behalf of the system (caller holds the
+        thread lock); the run then continues as after a reject. False if it was settled first.
+        """
+        ctx = self._ctx
+        now = utcnow()
+        reason = expiry_reason(approval)
+
+        def record(conn: Connection) -> None:
+            if not ApprovalRepository.expire_in(
+                conn,
+                approval.approval_id,
+                reason=reason,
+                checkpoint_version=approval.checkpoint_version,
+                decided_at=now,
+            ):
+                raise StaleWrite(approval.approval_id)
+            # Same transaction as the expiry, like a reviewer's decision.
+            AuditRepository.insert_in(
+                conn,
+                system_entry(
+                    AuditAction.APPROVAL_EXPIRED,
+                    tenant=run.tenant,
+                    target=approval.approval_id,
+                    details={
+                        "run_id": run.run_id,
+                        "thread_id": run.thread_id,
+                        "tool_name": approval.tool_name,
+                        "arguments_digest": approval.arguments_digest,
+                        "ttl_s": approval_window_s(approval),
+                    },
+                ),
+            )
+
+        event = ctx.log.new_event(
+            run.thread_id,
+            run.run_id,
+            EventType.APPROVAL_DECIDED,
+            {
+                "approval_id": approval.approval_id,
+                "decision": "reject",
+                "reason": reason,
+                "reviewer": None,
+                "decided_at": utc_ts(now),
+                "expired": True,
+            },
+        )
+        try:
+            await ctx.log.commit([event], record)
+        except StaleWrite:
+            return False
+        log.info("approval %s of run %s expired", approval.approval_id, run.run_id)
+        self._waited(approval, "expired", now)
+        ctx.bus.publish_inbox(run.tenant, removed=[approval.approval_id])
+        self._continue_soon(run)
+        return True
+
+    async def expire_due(self) -> int:
+        """Expire every pending approval past its `expires_at`; returns how many expired.
+
+        Approvals of runs that moved on meanwhile are superseded instead: nobody can decide
+        them any more, so nothing is rejected on anyone's behalf.
+        """
+        ctx = self._ctx
+        expired = 0
+        for due in await ctx.approvals.expired_pending(utcnow()):
+            try:
+                async with ctx.lock(due.thread_id):
+                    approval = await ctx.approvals.get(due.approval_id)
+                    run = await ctx.runs.get(due.run_id)
+                    if approval is None or run is None:
+                        continue
+                    if approval.status is not ApprovalStatus.PENDING:
+                        continue
+                    if run.status.terminal or run.checkpoint_version != approval.checkpoint_version:
+                        await self._supersede(run, [approval.approval_id], "the run moved on")
+                    elif run.status is RunStatus.WAITING_FOR_REVIEW:
+                        expired += await self._expire_locked(run, approval)
+            except StorageUnavailable:
+                raise
+            except Exception:
+                log.error("expiring approval %s failed", due.approval_id, exc_info=True)
+        return expired
+
+    def start_expiry(self) -> None:
+        """Sweep for expired approvals every `approval_sweep_s`, when approvals expire at all.
+
+        A decision arriving after `expires_at` is refused (and expires the approval) whether
+        or not the sweep has run, so the sweep only bounds how late an unattended expiry is.
+        """
+        if self._approval_ttl_s <= 0:
+            return
+
+        async def loop() -> None:
+            while not self._ctx.closing:
+                await asyncio.sleep(self._approval_sweep_s)
+                try:
+                    await self.expire_due()
+                except Exception as exc:
+                    log_failure(log, exc, "approval expiry sweep failed")
+
+        self._ctx.spawn(loop(), name="approval-expiry")

@@ -1,0 +1,93 @@
+"""The uvicorn server of a gateway: one configuration for `python -m gateway serve` and the
+tests' in-process servers, so both run with the same protocols and limits.
+
+The protocols are uvicorn's own, guarded (gateway/server/http_guard.py, gateway/server/ws_guard.py);
+the limits come from the settings (gateway/server/connection_limits.py). The connection bound is
+checked against the process's file-descriptor limit at start-up: a bound the process cannot hold
+would let a flood of connections exhaust descriptors before it is reached, so it is lowered
+to fit (with a warning) after trying to raise the soft limit to the hard one.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+from typing import Any
+
+import uvicorn
+from starlette.types import ASGIApp
+
+from gateway.server.connection_limits import ServerLimits
+from gateway.server.http_guard import GuardedH11Protocol, RequestHeadLimit
+from gateway.server.ws_guard import GuardedWebSocketProtocol, SharedTextFrame
+from gateway.settings import Settings
+
+log = logging.getLogger("gateway.server")
+
+# Descriptors kept for everything but client connections: the listener, the database files
+# and their WAL and shared-memory files per connection, the event loop's own, log files,
+# outbound connections (Redis, a JWKS, the model API).
+RESERVED_DESCRIPTORS = 64
+
+
+class GatewayConfig(uvicorn.Config):
+    """uvicorn's configuration plus what the guarded protocols read from it: the limits, and
+    the text frame the WebSocket connections share (gateway/server/ws_guard.py)."""
+
+    def __init__(self, app: ASGIApp, *, limits: ServerLimits, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self.limits = limits
+        self.shared_text_frame = SharedTextFrame()
+
+
+def connection_bound(wanted: int, backlog: int) -> int:
+    """The largest bound up to `wanted` that the descriptor limit can hold (0: unbounded,
+    kept as it is). Up to `backlog` connections are accepted in one go (asyncio accepts that
+    many at each wake-up) before the bound is applied to them: they need descriptors too."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = wanted + RESERVED_DESCRIPTORS + backlog
+    if wanted == 0 or soft == resource.RLIM_INFINITY or soft >= needed:
+        return wanted
+    raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if raised > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError):
+            pass
+    fits = max(1, soft - RESERVED_DESCRIPTORS - backlog)
+    if fits < wanted:
+        log.warning(
+            "GATEWAY_MAX_CONNECTIONS=%d does not fit the process's limit of %d open files: "
+            "at most %d connections will be served (raise the limit, e.g. `ulimit -n`)",
+            wanted,
+            soft,
+            fits,
+        )
+        return fits
+    return wanted
+
+
+def gateway_config(app: ASGIApp, settings: Settings, **overrides: Any) -> GatewayConfig:
+    """The server configuration for `app`; `overrides` are further uvicorn options."""
+    limits = ServerLimits.from_settings(
+        settings, max_connections=connection_bound(settings.max_connections, settings.backlog)
+    )
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "http": GuardedH11Protocol,
+        "ws": GuardedWebSocketProtocol,
+        "ws_max_size": settings.max_frame_bytes,
+        "h11_max_incomplete_event_size": settings.max_header_bytes,
+        "backlog": settings.backlog,
+        "lifespan": "on",
+        "proxy_headers": True,
+        "forwarded_allow_ips": settings.forwarded_allow_ips,
+        "timeout_graceful_shutdown": 10,
+        **overrides,
+    }
+    guarded = RequestHeadLimit(
+        app, max_headers=settings.max_headers, max_bytes=settings.max_header_bytes
+    )
+    return GatewayConfig(guarded, limits=limits, **options)

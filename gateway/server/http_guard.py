@@ -1,0 +1,180 @@
+"""uvicorn's h11 HTTP protocol, guarded against clients that hold connections without using
+them, and a bound on the number of headers.
+
+uvicorn (0.54) closes a keep-alive connection that stays silent between requests, but not one
+that never sends its first request, nor a request head or body sent a byte at a time: such
+connections stayed open for as long as the client liked, and a few hundred of them used up the
+process's file descriptors. Here every phase before a request is served has a deadline
+(`ServerLimits`): the idle timer runs from the moment the connection is made, the head must be
+complete within `header_timeout_s` and the body within `body_timeout_s`; past a deadline the
+connection is closed (with 408 when nothing was answered yet). Connections beyond
+`max_connections` are answered 503 and closed at once, before they cost more than the moment
+it takes. h11 (rather than httptools) is used for its bound on the size of a request head.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from enum import Enum
+from typing import Any
+
+import h11
+from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from gateway.protocol.close_codes import CloseCode
+from gateway.protocol.error_codes import ERRORS, ErrorCode
+from gateway.server.connection_limits import ServerLimits
+
+TIMEOUT_RESPONSE = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+_BUSY_BODY = b'{"error":{"code":"unavailable","message":"too many open connections; retry later"}}'
+_BUSY_STATUS = ERRORS[ErrorCode.UNAVAILABLE].http_status
+BUSY_RESPONSE = (
+    b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
+    b"content-length: %d\r\nconnection: close\r\nretry-after: 1\r\n\r\n%s"
+    % (_BUSY_STATUS.value, _BUSY_STATUS.phrase.encode(), len(_BUSY_BODY), _BUSY_BODY)
+)
+
+
+# `bad_request` answered 431 rather than its status in gateway/protocol/error_codes.py ERRORS: the
+# head # itself is refused, before any route, and 431 is the status HTTP has for that.
+_HEAD_TOO_LARGE = (
+    b'{"error":{"code":"bad_request","message":"the request head has too many or too large '
+    b'headers"}}'
+)
+
+
+class Phase(Enum):
+    HEAD = "head"
+    BODY = "body"
+
+
+class GuardedH11Protocol(H11Protocol):
+    """Needs a `gateway.server.config.GatewayConfig`, whose `limits` it enforces."""
+
+    def __init__(self, config: Any, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        self.limits: ServerLimits = config.limits
+        self.timeout_keep_alive = self.limits.idle_timeout_s  # type: ignore[assignment]
+        self._phase: Phase | None = None
+        self._deadline: asyncio.TimerHandle | None = None
+        self._received = False
+        # Once upgraded, the connection is the WebSocket protocol's: no HTTP phase applies.
+        self._upgraded = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        limit = self.limits.max_connections
+        if limit and len(self.connections) > limit:
+            self.limits.refusals.note(len(self.connections), limit)
+            transport.write(BUSY_RESPONSE)
+            transport.close()
+            return
+        # uvicorn starts its idle timer only after a first response: start it now, so a
+        # connection that never sends a byte is closed like an idle keep-alive one.
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
+        self._follow_phase()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._set_deadline(None)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self._received = True
+        super().data_received(data)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        self._follow_phase()
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        # From here on the WebSocket protocol owns the connection (and its own timeouts).
+        self._upgraded = True
+        self._set_deadline(None)
+        super().handle_websocket_upgrade(event)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._follow_phase()
+
+    def _follow_phase(self) -> None:
+        """Arm the deadline of the phase h11 is in; a phase keeps its deadline however many
+        bytes trickle in, and a new phase starts its own."""
+        if self._upgraded or self.transport.is_closing():
+            self._set_deadline(None)
+            return
+        state = self.conn.their_state
+        phase = Phase.HEAD if state is h11.IDLE else Phase.BODY if state is h11.SEND_BODY else None
+        if phase is self._phase:
+            return
+        self._phase = phase
+        if phase is Phase.HEAD:
+            self._received = False
+            self._set_deadline(self.limits.header_timeout_s)
+        elif phase is Phase.BODY:
+            self._set_deadline(self.limits.body_timeout_s)
+        else:
+            self._set_deadline(None)
+
+    def _set_deadline(self, seconds: float | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        if seconds is not None:
+            self._deadline = self.loop.call_later(seconds, self._expired)
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        if self._phase is Phase.HEAD and self._received and self.conn.our_state is h11.IDLE:
+            # Part of a head and no answer yet: say why before closing.
+            self.transport.write(TIMEOUT_RESPONSE)
+        # A request being served sees `http.disconnect`; its handler logs it as a client that
+        # left (gateway/transport/http_api.py).
+        self.transport.close()
+
+
+class RequestHeadLimit:
+    """Refuses a request (431) or a WebSocket upgrade (403) whose head has more than
+    `max_headers` headers or more than `max_bytes` of them.
+
+    h11 checks its limit on a head only while the head is incomplete: one that arrives whole
+    in a single read (up to 256 KiB) would pass. Counted here, after parsing, on every head.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_headers: int, max_bytes: int) -> None:
+        self.app = app
+        self.max_headers = max_headers
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and self._too_large(scope):
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": CloseCode.UPGRADE_REFUSED})
+                return
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 431,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(_HEAD_TOO_LARGE)).encode()),
+                        (b"connection", b"close"),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": _HEAD_TOO_LARGE})
+            return
+        await self.app(scope, receive, send)
+
+    def _too_large(self, scope: Scope) -> bool:
+        headers = scope["headers"]
+        if len(headers) > self.max_headers:
+            return True
+        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        # Each header line also holds ": " and CRLF.
+        size += sum(len(name) + len(value) + 4 for name, value in headers)
+        return size > self.max_bytes

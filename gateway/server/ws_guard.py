@@ -1,0 +1,166 @@
+"""uvicorn's WebSocket protocol, with a close that a peer which stops reading cannot hold up.
+
+uvicorn writes a message only once the transport has drained below its high-water mark, and
+its close timer calls `transport.close()`, which waits for the buffer to drain too. A client
+that never reads therefore kept the gateway's close frame, its handler and its socket (with
+megabytes in the kernel's send queue) for as long as it stayed connected, against the promise
+that the connection is dropped 10 s after the close frame (docs/protocol.md §7). Here the close
+frame is queued behind whatever is buffered without waiting, and if the closing handshake has
+not finished `close_timeout_s` later the transport is aborted, which releases the socket and
+everything buffered for it at once.
+
+It also offers the connection's writer (gateway/transport/socket_writer.py) two ways round uvicorn's
+one-message-per-frame `send`, announced as the ASGI extension `SEND_FRAMES` in the scope: several
+text frames in one message, written to the transport in one call, and `write_text_now`, a
+synchronous write of one frame while the transport takes writes. With many watchers of one
+thread, each event otherwise cost every watcher's connection a task wake-up and an ASGI message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from uvicorn._types import ASGISendEvent
+from uvicorn.protocols.utils import ClientDisconnected
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.exceptions import InvalidState
+from websockets.frames import OP_TEXT, Frame
+from websockets.http11 import Request
+from websockets.protocol import State
+
+from gateway.server.connection_limits import ServerLimits
+
+# The ASGI extension (and its message type): `{"type": SEND_FRAMES, "frames": [str, ...]}` sends
+# each string as a text frame, in order, with one write to the transport. Its scope entry holds
+# `write_now`, `write_text_now` below.
+SEND_FRAMES = "gateway.websocket.send_frames"
+
+
+class SharedTextFrame:
+    """The wire form of the text frame written last, for the next connection writing it.
+
+    A server's frames are not masked, so without a negotiated extension (compression) a text
+    frame is the same bytes on every connection: an event published to many watchers is
+    encoded and framed once, not once per watcher. One per server (the connections of a server
+    share its event loop); it holds the last frame only.
+    """
+
+    __slots__ = ("_text", "_wire")
+
+    def __init__(self) -> None:
+        self._text: str | None = None
+        self._wire = b""
+
+    def wire(self, text: str) -> bytes:
+        if text is not self._text:
+            self._wire = Frame(OP_TEXT, text.encode()).serialize(mask=False, extensions=[])
+            self._text = text
+        return self._wire
+
+
+class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
+    """Needs a `gateway.server.config.GatewayConfig`, whose `limits.close_timeout_s` it applies and
+    whose `shared_text_frame` it writes through."""
+
+    def __init__(self, config: Any, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        self._shared_text_frame: SharedTextFrame = config.shared_text_frame
+        limits: ServerLimits = config.limits
+        self.close_timeout = limits.close_timeout_s
+        self._abort_timer: asyncio.TimerHandle | None = None
+
+    def handle_connect(self, event: Request) -> None:
+        super().handle_connect(event)
+        # The application task is only scheduled yet: it sees the scope as completed here.
+        scope = getattr(self, "scope", None)
+        if scope is not None:
+            scope["extensions"][SEND_FRAMES] = {"write_now": self.write_text_now}
+
+    async def send(self, message: ASGISendEvent) -> None:
+        if message["type"] == SEND_FRAMES:  # type: ignore[comparison-overlap]
+            await self._send_frames(message["frames"])  # type: ignore[typeddict-item]
+            return
+        closing = message["type"] == "websocket.close" and self.handshake_complete
+        if closing and not self.close_sent:
+            # Only the close frame skips the wait for the peer to read: nothing is written
+            # after it but the answer to the peer's own close.
+            self.writable.set()
+        await super().send(message)
+        if closing and self.close_timer is not None:
+            # uvicorn's timer would `close()`, which waits for the buffer to drain: abort.
+            # It stays the close timer, so the peer's answering close still cancels it.
+            self.close_timer.cancel()
+            self.close_timer = self.loop.call_later(self.close_timeout, self._abort)
+
+    def write_text_now(self, text: str) -> bool:
+        """Write one text frame at once if the transport takes writes now; False (nothing
+        written) when it is paused, the peer is gone or the connection is closing. The caller
+        keeps the order: it writes this way only when nothing it sent is still waiting."""
+        if (
+            not self.writable.is_set()
+            or self.disconnected
+            or self.close_sent
+            or not self.handshake_complete
+            or self.initial_response is not None
+        ):
+            return False
+        conn = self.conn
+        if (
+            conn.state is State.OPEN
+            and not conn.extensions
+            and not conn.expect_continuation_frame
+            and not conn.writes
+        ):
+            # What `conn.send_text` would produce, framed once for every connection.
+            self.transport.write(self._shared_text_frame.wire(text))
+            return True
+        try:
+            conn.send_text(text.encode())
+        except InvalidState:
+            return False
+        self.transport.write(b"".join(conn.data_to_send()))
+        return True
+
+    async def _send_frames(self, frames: Sequence[str]) -> None:
+        # What uvicorn does for one `websocket.send` of text, for all of them, then one write.
+        await self.writable.wait()
+        if self.disconnected:
+            raise ClientDisconnected()
+        if not self.handshake_complete or self.close_sent or self.initial_response is not None:
+            raise RuntimeError(f"{SEND_FRAMES} is only valid on an open WebSocket")
+        send_text = self.conn.send_text
+        try:
+            for text in frames:
+                send_text(text.encode())
+        except InvalidState:
+            raise ClientDisconnected() from None
+        self.transport.write(b"".join(self.conn.data_to_send()))
+
+    def keepalive_timeout(self) -> None:
+        super().keepalive_timeout()
+        self._abort_later()
+
+    async def run_asgi(self) -> None:
+        await super().run_asgi()
+        if self.close_timer is None:
+            # The handler returned without a close frame (uvicorn has closed the transport):
+            # what is still buffered may wait behind unread data.
+            self._abort_later()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._abort_timer is not None:
+            self._abort_timer.cancel()
+            self._abort_timer = None
+        super().connection_lost(exc)
+
+    def _abort_later(self) -> None:
+        if self._abort_timer is None and not self.disconnected:
+            self._abort_timer = self.loop.call_later(self.close_timeout, self._abort)
+
+    def _abort(self) -> None:
+        self._abort_timer = None
+        self.close_timer = None
+        if not self.disconnected:
+            self.transport.abort()

@@ -1,0 +1,222 @@
+"""A thread's events as Server-Sent Events (docs/protocol.md §8): `thread.subscribe` over HTTP.
+
+The feed is the WebSocket subscription itself (`Subscription`: replay from a cursor, then live,
+every seq once and in order) with the same access check (`authorize_subscribe`) and the same
+resume rule (`resume_point`), written out as SSE messages instead of frames:
+
+- the first message is `event: subscribed` with the `subscribed` frame (`epoch`, `head_seq`,
+  `reset`), so a client whose cursor no longer fits (another epoch, past the head, cut by
+  retention) is told to drop its view, exactly as on the WebSocket;
+- every event is a message whose `id` is its `seq` and whose data is the `event` frame, so a
+  client's `Last-Event-ID` on reconnect is its cursor: no gap and no repeat;
+- a comment line every `GATEWAY_HEARTBEAT_S` keeps proxies from closing an idle feed and lets
+  the server notice a client that has gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from gateway.abuse.limits import ConnectionSlot
+from gateway.auth.access import Principal, check_can_use_inbox
+from gateway.event_log.logged_event import LoggedEvent
+from gateway.event_log.subscription import Subscription, resume_point
+from gateway.protocol import frames as protocol
+from gateway.protocol.error_codes import GatewayError
+from gateway.protocol.frames import MAX_ID_CHARS, ErrorCode
+from gateway.resources import Services
+from gateway.run_lifecycle.sensitive_arguments import frame_for
+from gateway.transport.http_api import authenticate, endpoint, int_value, path_id
+
+MAX_AFTER = 2**62
+# How long a browser's EventSource waits before reconnecting after the feed ends.
+RETRY_MS = 1000
+MEDIA_TYPE = "text/event-stream"
+HEARTBEAT = b": heartbeat\n\n"
+# Queued by the inbox feed in place of an update that did not fit: the feed ends there.
+OVERFLOW = ""
+
+
+class FeedResponse(StreamingResponse):
+    """A feed that holds one of its user's open-connection slots (GATEWAY_MAX_CONNECTIONS_PER_USER
+    counts WebSockets and feeds alike) until it ends, however it ends: the body may never be
+    started when the client leaves at once, so the slot is not the generator's to release."""
+
+    def __init__(self, body: AsyncIterator[bytes], slot: ConnectionSlot) -> None:
+        # No caching or buffering proxy may hold back a live feed.
+        super().__init__(
+            body,
+            media_type=MEDIA_TYPE,
+            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+        )
+        self._slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._slot.release()
+
+
+def sse_message(data: str, *, event: str | None = None, event_id: int | None = None) -> bytes:
+    # Frames are compact JSON (no newlines), so each is one `data:` line.
+    head = f"event: {event}\n" if event else ""
+    if event_id is not None:
+        head += f"id: {event_id}\n"
+    return f"{head}data: {data}\n\n".encode()
+
+
+async def _frames(
+    services: Services,
+    principal: Principal,
+    queue: asyncio.Queue[str],
+    *,
+    stopped: Callable[[], bool] = lambda: False,
+) -> AsyncIterator[str | None]:
+    """The queued frames, and None whenever a heartbeat is due. Ends at the token's `exp`
+    (plus the verifier's leeway), as a WebSocket is closed then: the client comes back with a
+    fresh token (and its Last-Event-ID); or when `stopped()` says the source has ended."""
+    heartbeat_s = services.settings.heartbeat_s
+    deadline = None
+    if principal.expires_at is not None:
+        deadline = principal.expires_at + services.verifier.leeway_s
+    while True:
+        # `exp` is wall-clock time.
+        left = heartbeat_s if deadline is None else min(heartbeat_s, deadline - time.time())
+        if left <= 0:
+            return
+        try:
+            frame = await asyncio.wait_for(queue.get(), left)
+        except TimeoutError:
+            if stopped() or (deadline is not None and time.time() >= deadline):
+                return
+            yield None
+            continue
+        yield frame
+
+
+def _cursor(request: Request) -> int:
+    """`Last-Event-ID` (a reconnecting EventSource's) wins over `after_seq` (a first visit's)."""
+    header = request.headers.get("last-event-id")
+    if header is not None and header != "":
+        return int_value("Last-Event-ID", header, 0, low=0, high=MAX_AFTER)
+    return int_value("after_seq", request.query_params.get("after_seq"), 0, low=0, high=MAX_AFTER)
+
+
+def _epoch(request: Request) -> str | None:
+    epoch = request.query_params.get("epoch")
+    if epoch is not None and (not epoch or len(epoch) > MAX_ID_CHARS):
+        raise GatewayError(ErrorCode.BAD_REQUEST, "epoch must be a non-empty id")
+    return epoch
+
+
+@endpoint
+async def thread_stream(request: Request, services: Services) -> Response:
+    principal = await authenticate(request, services)
+    thread_id = path_id(request, "thread_id")
+    after_seq, epoch = _cursor(request), _epoch(request)
+    thread = await services.runs.authorize_subscribe(principal, thread_id)
+    cursor, reset = resume_point(thread, after_seq, epoch)
+    subscribed = protocol.encode(
+        protocol.subscribed(thread_id, thread.epoch, thread.head_seq, reset)
+    )
+    slot = services.limits.open_connection(principal.tenant, principal.user)
+    return FeedResponse(_feed(services, principal, thread_id, cursor, subscribed), slot)
+
+
+async def _feed(
+    services: Services, principal: Principal, thread_id: str, cursor: int, subscribed: str
+) -> AsyncIterator[bytes]:
+    # Bounded like a WebSocket's outgoing queue: a reader that falls behind makes the
+    # subscription read the table at its pace instead of growing this queue.
+    queue: asyncio.Queue[str] = asyncio.Queue(maxsize=services.settings.send_queue_size)
+
+    def send_live(frame: str, _committed: float) -> bool:
+        try:
+            queue.put_nowait(frame)
+        except asyncio.QueueFull:
+            return False
+        return True
+
+    async def reveal(event: LoggedEvent) -> str:
+        return await frame_for(principal, event, services.runs.approvals)
+
+    yield f"retry: {RETRY_MS}\n".encode() + sse_message(subscribed, event="subscribed")
+    subscription = Subscription(
+        thread_id=thread_id,
+        after_seq=cursor,
+        bus=services.bus,
+        log=services.log,
+        send_replay=queue.put,
+        send_live=send_live,
+        reveal=reveal,
+        metrics=services.metrics,
+    )
+    subscription.start()
+    task = subscription.task
+    assert task is not None
+    try:
+        # The subscription's task ends only when it could not read the log: the feed ends
+        # then, and the client resumes from its Last-Event-ID.
+        async for frame in _frames(services, principal, queue, stopped=task.done):
+            if frame is None:
+                yield HEARTBEAT
+                continue
+            seq = orjson.loads(frame).get("seq")
+            yield sse_message(frame, event_id=seq if isinstance(seq, int) else None)
+    finally:
+        subscription.close()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+@endpoint
+async def inbox_stream(request: Request, services: Services) -> Response:
+    """`inbox.subscribe` over HTTP: `event: inbox` with the pending approvals, then an
+    `event: inbox.update` message per change, with the same access and per-reader views."""
+    principal = await authenticate(request, services)
+    check_can_use_inbox(principal)
+    slot = services.limits.open_connection(principal.tenant, principal.user)
+    return FeedResponse(_inbox_feed(services, principal), slot)
+
+
+async def _inbox_feed(services: Services, principal: Principal) -> AsyncIterator[bytes]:
+    views = services.runs.views
+    queue: asyncio.Queue[str] = asyncio.Queue(maxsize=services.settings.send_queue_size)
+
+    def on_update(added: list[dict[str, Any]], removed: list[str]) -> None:
+        frame = protocol.inbox_update(views.for_inbox_reader(principal, added), removed)
+        try:
+            queue.put_nowait(protocol.encode(frame))
+        except asyncio.QueueFull:
+            # The inbox has no cursor to resume from: a reader this far behind is ended (as a
+            # WebSocket is) and gets a fresh snapshot when it reconnects.
+            with contextlib.suppress(asyncio.QueueEmpty):
+                queue.get_nowait()
+            queue.put_nowait(OVERFLOW)
+
+    # Subscribed before the snapshot is read, so no change falls between the two; updates
+    # that arrive meanwhile wait in the queue and follow the snapshot.
+    unsubscribe = services.bus.subscribe_inbox(principal.tenant, on_update)
+    try:
+        pending = await views.inbox_views(principal)
+        snapshot = protocol.encode(protocol.inbox(pending))
+        yield f"retry: {RETRY_MS}\n".encode() + sse_message(snapshot, event="inbox")
+        async for frame in _frames(services, principal, queue):
+            if frame is None:
+                yield HEARTBEAT
+                continue
+            if frame == OVERFLOW:
+                return
+            yield sse_message(frame, event="inbox.update")
+    finally:
+        unsubscribe()
