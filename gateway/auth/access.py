@@ -14,8 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import jwt
@@ -23,6 +22,7 @@ import jwt
 from gateway.auth.claims import MISSING, ClaimMapping, claim_at
 from gateway.auth.jwks import KeySource, KeysUnavailable, SigningKey
 from gateway.protocol.error_codes import ErrorCode, GatewayError
+from gateway.protocol.identity import Principal, Role
 
 # The only algorithm verified with GATEWAY_SECRET; JWKS keys pin their own (gateway/auth/jwks.py).
 ALGORITHM = "HS256"
@@ -39,39 +39,6 @@ GATEWAY_LAYOUT = ClaimMapping()
 # NumericDate claims (RFC 7519 §2). PyJWT reads them with `int()`, which also takes digit
 # strings and booleans: checked again here, so only JSON numbers count.
 _TIME_CLAIMS = ("exp", "nbf", "iat")
-
-
-class Role(StrEnum):
-    USER = "user"
-    REVIEWER = "reviewer"
-    VIEWER = "viewer"
-    ADMIN = "admin"
-
-
-@dataclass(frozen=True)
-class Principal:
-    user: str
-    tenant: str
-    roles: frozenset[Role]
-    # Roles beyond the four of docs/protocol.md §3 that agent graphs name for their tools (for
-    # example `finance` for `issue_refund`); only names the verifier was told about are accepted.
-    extra_roles: frozenset[str] = frozenset()
-    # Where the request came from (the client address), set by the transport after
-    # verification with `dataclasses.replace`, so the audit trail can say "from where".
-    source: str | None = None
-    # The token's `exp` (Unix seconds): a long-lived connection stops honouring the token
-    # then (plus the verifier's leeway). Not part of equality: it says when, not who.
-    expires_at: float | None = field(default=None, compare=False)
-    # The token claims agent graphs asked for (`AgentGraph.context_claims`), by claim path,
-    # for the runs this caller starts; the others are not kept. Not in the repr: claims can be
-    # personal data (an email), and a principal can end up in a log line.
-    claims: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
-
-    def has(self, role: Role) -> bool:
-        return role in self.roles
-
-    def has_any(self, *roles: Role) -> bool:
-        return not self.roles.isdisjoint(roles)
 
 
 @dataclass(frozen=True)

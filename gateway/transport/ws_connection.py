@@ -1,5 +1,5 @@
 """The WebSocket endpoint's adapter: moves frames between the socket and the connection's
-protocol session (gateway/transport/ws_session.py), and performs what the session decides.
+protocol session (gateway/protocol/session.py), and performs what the session decides.
 
 A connection only *watches* runs: closing it unsubscribes and nothing else, so a socket never
 decides a run's fate. Outgoing frames go through one queue bounded in frames and in bytes
@@ -25,17 +25,17 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from gateway.abuse.limits import ConnectionSlot
 from gateway.auth.access import Principal
 from gateway.protocol import frames as protocol
+from gateway.protocol import session
 from gateway.protocol.close_codes import CloseCode
 from gateway.protocol.error_codes import GatewayError
 from gateway.protocol.frames import ErrorCode, ProtocolError
+from gateway.protocol.session import Closed, ConnectionSession
 from gateway.resources import Services
 from gateway.server.connection_limits import CLOSE_TIMEOUT_S
-from gateway.transport import ws_session as session
 from gateway.transport.outbox import Outbox
 from gateway.transport.socket_writer import SocketWriter
 from gateway.transport.ws_hello_check import check_hello_token
 from gateway.transport.ws_requests import ClientRequests
-from gateway.transport.ws_session import Closed, ConnectionSession
 from gateway.transport.ws_watches import Watches
 
 log = logging.getLogger(__name__)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from gateway.auth.access import AuthError, AuthUnavailable
 from gateway.auth.audit_trail import Transport
+from gateway.protocol.session import Authenticated, AuthenticationFailed
 from gateway.resources import Services
-from gateway.transport.ws_session import Authenticated, AuthenticationFailed
 
 
 async def check_hello_token(

@@ -18,11 +18,11 @@ from gateway.protocol import frames as protocol
 from gateway.protocol.close_codes import CloseCode
 from gateway.protocol.error_codes import GatewayError, rate_limited
 from gateway.protocol.frames import ErrorCode
+from gateway.protocol.session import Closed, ConnectionSession
 from gateway.resources import Services
 from gateway.run_lifecycle.manager import ThreadRecord
 from gateway.run_lifecycle.sensitive_arguments import frame_for
 from gateway.storage.health import StorageUnavailable, log_failure
-from gateway.transport.ws_session import Closed, ConnectionSession
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The connection's protocol state machine (gateway/transport/ws_session.py), with values only:
+"""The connection's protocol state machine (gateway/protocol/session.py), with values only:
 every state against every client frame kind, both hellos' version and token checks,
 re-authentication with another identity, the rate gate, the token's expiry and what arrives after
 the close."""
@@ -13,7 +13,7 @@ from gateway.auth.access import Principal, Role
 from gateway.protocol import frames as p
 from gateway.protocol.close_codes import CloseCode
 from gateway.protocol.frames import ErrorCode, ProtocolError
-from gateway.transport.ws_session import (
+from gateway.protocol.session import (
     Authenticate,
     Authenticated,
     AuthenticationFailed,

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from gateway.auth.access import Principal
 from gateway.protocol import frames as protocol
 from gateway.protocol.close_codes import CloseCode
 from gateway.protocol.error_codes import close_code_for
 from gateway.protocol.frames import ErrorCode, ProtocolError
+from gateway.protocol.identity import Principal
 
 
 class Closed(Exception):
