@@ -316,12 +316,8 @@ class Connection:
         A replay sends hundreds of frames per page; with room in the queue, as usual, none of
         them needs a coroutine.
         """
-        if not self._session.ending:
-            try:
-                self._outbox.put_nowait(text)
-                return None
-            except asyncio.QueueFull:
-                pass
+        if not self._session.ending and self.try_send(text):
+            return None
         return self._send_paced(text)
 
     async def _send_paced(self, text: str) -> None:
@@ -331,13 +327,10 @@ class Connection:
         """
         if self._session.ending:
             raise Closed()
-        try:
-            # Room in the queue, the usual case: no timer task per frame, which a replay of a
-            # long thread would otherwise pay for every event.
-            self._outbox.put_nowait(text)
+        # Room in the queue, the usual case: no timer task per frame, which a replay of a long
+        # thread would otherwise pay for every event.
+        if self.try_send(text):
             return
-        except asyncio.QueueFull:
-            pass
         try:
             await asyncio.wait_for(self._outbox.put(text), self._settings.send_timeout_s)
         except TimeoutError:
