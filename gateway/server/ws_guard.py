@@ -117,10 +117,9 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
             self.transport.write(self._shared_text_frame.wire(text))
             return True
         try:
-            conn.send_text(text.encode())
+            self._write_texts((text,))
         except InvalidState:
             return False
-        self.transport.write(b"".join(conn.data_to_send()))
         return True
 
     async def _send_frames(self, frames: Sequence[str]) -> None:
@@ -130,12 +129,17 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
             raise ClientDisconnected()
         if not self.handshake_complete or self.close_sent or self.initial_response is not None:
             raise RuntimeError(f"{SEND_FRAMES} is only valid on an open WebSocket")
-        send_text = self.conn.send_text
         try:
-            for text in frames:
-                send_text(text.encode())
+            self._write_texts(frames)
         except InvalidState:
             raise ClientDisconnected() from None
+
+    def _write_texts(self, texts: Sequence[str]) -> None:
+        """Frame each text as websockets' `send_text` does, then write them all in one call;
+        `InvalidState` (nothing written) once the connection is no longer open."""
+        send_text = self.conn.send_text
+        for text in texts:
+            send_text(text.encode())
         self.transport.write(b"".join(self.conn.data_to_send()))
 
     def keepalive_timeout(self) -> None:
