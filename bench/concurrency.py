@@ -240,6 +240,8 @@ async def run_workers(args: argparse.Namespace, backend: Backend) -> dict[str, A
 def _brief(result: dict[str, Any]) -> dict[str, Any]:
     keys = (
         "model_deltas_per_s_all_runs",
+        # Above 1 where watchers fell behind and the gateway merged consecutive deltas.
+        "model_deltas_per_frame",
         "pace_per_run_median",
         "delivery_lag_message_delta",
         "server_cpu_s",

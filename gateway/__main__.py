@@ -73,12 +73,18 @@ def serve(settings: Settings, argv: list[str]) -> None:
         from gateway.server.workers import stop_with_supervisor
 
         stop_with_supervisor(settings.supervisor_pid)
-    # A worker of `serve --workers` accepts on the socket its supervisor bound.
+    # A worker of `serve --workers` accepts on the socket its supervisor bound for it, and
+    # tells it once it serves.
     where = {"fd": settings.listen_fd} if settings.listen_fd is not None else {}
     config = gateway_config(
         app, settings, log_level=settings.log_level, log_config=log_config, **where
     )
-    uvicorn.Server(config).run()
+    if settings.listen_fd is None:
+        uvicorn.Server(config).run()
+        return
+    from gateway.server.workers import WorkerServer
+
+    WorkerServer(config, settings.ready_fd).run()
 
 
 def migrate(settings: Settings, *, current: bool = False, downgrade: str | None = None) -> None:

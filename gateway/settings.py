@@ -595,8 +595,9 @@ class Settings(BaseSettings):
         le=64,
         description=(
             "Gateway processes serving the port (1-64). Above 1, `serve` runs a supervisor that "
-            "binds the port, migrates the schema once, and starts that many worker processes on the"
-            " one socket (the kernel spreads connections over them), each with the instance id "
+            "binds the port, migrates the schema once, and starts that many worker processes on it "
+            "(on Linux each on a socket of its own in the port's SO_REUSEPORT group, so the kernel "
+            "spreads connections over them), each with the instance id "
             "`<GATEWAY_INSTANCE_ID or host name:port>/<n>`; a worker that dies is started again "
             "under its id and takes its runs over at once; SIGTERM stops them all gracefully. In "
             "development mode the workers share one signing secret. Set `GATEWAY_BUS_URL` to Redis "
@@ -610,6 +611,14 @@ class Settings(BaseSettings):
         description=(
             "Set by the `serve --workers` supervisor for each worker: the listening socket it "
             "inherited. Not for setting by hand."
+        ),
+    )
+    ready_fd: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Set by the `serve --workers` supervisor for each worker it starts: the pipe the "
+            "worker writes to once it serves. Not for setting by hand."
         ),
     )
     supervisor_pid: int | None = Field(

@@ -121,6 +121,7 @@ SECTIONS: tuple[Section, ...] = (
             "bus_url",
             "bus_prefix",
             "listen_fd",
+            "ready_fd",
             "supervisor_pid",
             "dev_secret",
         ),
@@ -158,6 +159,7 @@ ENVIRONMENT_ONLY: Mapping[str, str] = MappingProxyType(
         "openai_api_key": _VISIBLE_TO_ALL,
         "openai_base_url": "the SDK's own variable, read where the SDK reads it",
         "listen_fd": _FOR_EACH_WORKER,
+        "ready_fd": _FOR_EACH_WORKER,
         "supervisor_pid": _FOR_EACH_WORKER,
         "dev_secret": _FOR_EACH_WORKER,
     }

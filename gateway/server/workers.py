@@ -1,8 +1,13 @@
 """`serve --workers N`: N gateway processes on one port, started and kept running.
 
-One asyncio process uses one core. The supervisor binds the port once and starts N worker
-processes (`python -m gateway serve`, the same flags) that accept on the inherited socket, so
-the kernel spreads connections over them. They are N gateway processes on one database like
+One asyncio process uses one core. The supervisor binds the port and starts N worker processes
+(`python -m gateway serve`, the same flags), each accepting on a listening socket of its own
+that it inherits. On Linux the N sockets form the port's SO_REUSEPORT group, and the kernel
+hashes each new connection to one of them: a burst of connections is shared by the workers.
+(On one shared socket, the worker whose event loop wakes first accepts every connection waiting
+at that moment: a burst of 100 went whole to one of two workers.) The supervisor keeps every
+socket open, so connections that arrive for a worker being started again wait in its backlog
+instead of being refused. Elsewhere the workers share one socket. They are N gateway processes on one database like
 any others (docs/operations.md "One process or several"): each has its own instance id,
 `<instance id>/<n>`, kept when a worker is started again, so a worker that replaces a dead one
 takes its runs over at once; in development mode they share one signing secret, so a token
@@ -22,11 +27,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import select
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 from types import FrameType
+
+import uvicorn
 
 from gateway.observability.metrics import MULTIPROC_ENV, worker_died
 from gateway.settings import Settings
@@ -45,6 +52,9 @@ STOP_GRACE_S = 30.0
 POLL_S = 0.2
 ORPHAN_SIGNAL_EVERY_S = 2.0
 READY_WITHIN_S = 60.0
+# Linux spreads a port's connections over its SO_REUSEPORT sockets; BSD and macOS hand them all
+# to one, and Windows has no such option.
+BALANCED_REUSE_PORT = sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
 
 
 @dataclass
@@ -53,6 +63,8 @@ class _Worker:
     process: subprocess.Popen[bytes]
     started_at: float
     early_exits: int = 0
+    # The read end of the pipe the worker writes to once it serves (first start only).
+    ready_pipe: int | None = None
 
 
 class Supervisor:
@@ -60,17 +72,15 @@ class Supervisor:
         self._settings = settings
         # The worker's own command line: every flag but those set for it here.
         self._argv = _without(argv, SET_FOR_WORKERS)
-        self._socket = socket.create_server(
-            (settings.host, settings.port), backlog=settings.backlog
+        self._sockets = listening_sockets(
+            settings.host, settings.port, settings.backlog, settings.workers
         )
-        self._socket.set_inheritable(True)
-        self.port = int(self._socket.getsockname()[1])
+        self.port = int(self._sockets[0].getsockname()[1])
         # Resolved once: with --port 0 the default id names the port actually bound.
         self._instance_base = settings.instance_id or f"{socket.gethostname()}:{self.port}"
         self._env = {
             **os.environ,
             "GATEWAY_WORKERS": "1",
-            "GATEWAY_LISTEN_FD": str(self._socket.fileno()),
             "GATEWAY_SUPERVISOR_PID": str(os.getpid()),
             "GATEWAY_HOST": settings.host,
             "GATEWAY_PORT": str(self.port),
@@ -98,7 +108,7 @@ class Supervisor:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._stop)
         for index in range(self._settings.workers):
-            self._start(index)
+            self._start(index, report_ready=True)
         self._wait_ready()
         log.info(
             "Uvicorn running on http://%s:%d (%d worker processes; press CTRL+C to quit)",
@@ -129,34 +139,53 @@ class Supervisor:
                     log.warning("worker %d did not stop in time; killing it", worker.index)
                     worker.process.kill()
                 deadline = float("inf")
-        self._socket.close()
+        for listener in set(self._sockets):
+            listener.close()
         return 1 if failed else 0
 
     def _wait_ready(self) -> None:
-        """Until a worker answers `/readyz` (connections wait in the socket's backlog until
-        then), so "running" is said once the gateway serves."""
-        host = "127.0.0.1" if self._settings.host in {"0.0.0.0", ""} else self._settings.host
-        url = f"http://{host}:{self.port}/readyz"
+        """Until every worker serves (connections wait in its socket's backlog until then),
+        so "running" is said once each connection is accepted at once. Each worker writes to
+        its pipe when it serves; one that exits first closes it, and the loop in `run` reports
+        that."""
+        pending = {w.ready_pipe for w in self._workers.values() if w.ready_pipe is not None}
         deadline = time.monotonic() + READY_WITHIN_S
-        while time.monotonic() < deadline and not self._stopping:
-            if any(w.process.poll() is not None for w in self._workers.values()):
-                return  # the loop in `run` reports it
+        while pending and not self._stopping and time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(url, timeout=1.0) as response:
-                    if response.status == 200:
-                        return
-            except (OSError, ValueError):
-                pass
-            time.sleep(POLL_S)
+                readable, _, _ = select.select(list(pending), [], [], POLL_S)
+            except InterruptedError:  # a signal: the loop looks at `_stopping` again
+                continue
+            for pipe in readable:
+                os.read(pipe, 1)
+                pending.discard(pipe)
+        for worker in self._workers.values():
+            if worker.ready_pipe is not None:
+                os.close(worker.ready_pipe)
+                worker.ready_pipe = None
 
-    def _start(self, index: int, early_exits: int = 0) -> None:
-        env = {**self._env, "GATEWAY_INSTANCE_ID": f"{self._instance_base}/{index}"}
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "serve", *self._argv],
-            env=env,
-            pass_fds=(self._socket.fileno(),),
-        )
-        self._workers[index] = _Worker(index, process, time.monotonic(), early_exits)
+    def _start(self, index: int, early_exits: int = 0, *, report_ready: bool = False) -> None:
+        listener = self._sockets[index]
+        env = {
+            **self._env,
+            "GATEWAY_INSTANCE_ID": f"{self._instance_base}/{index}",
+            "GATEWAY_LISTEN_FD": str(listener.fileno()),
+        }
+        pass_fds = [listener.fileno()]
+        ready_pipe: int | None = None
+        if report_ready:
+            ready_pipe, ready_end = os.pipe()
+            env["GATEWAY_READY_FD"] = str(ready_end)
+            pass_fds.append(ready_end)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "gateway", "serve", *self._argv],
+                env=env,
+                pass_fds=pass_fds,
+            )
+        finally:
+            if ready_pipe is not None:
+                os.close(ready_end)
+        self._workers[index] = _Worker(index, process, time.monotonic(), early_exits, ready_pipe)
         log.info("worker %d started (pid %d)", index, process.pid)
 
     def _restart(self, worker: _Worker, code: int) -> bool:
@@ -183,6 +212,48 @@ class Supervisor:
         for worker in self._workers.values():
             if worker.process.poll() is None:
                 worker.process.send_signal(signal.SIGTERM)
+
+
+def listening_sockets(host: str, port: int, backlog: int, workers: int) -> list[socket.socket]:
+    """The worker `n`'s listening socket at index `n`: on Linux one socket each, bound to the
+    same port with SO_REUSEPORT (the first binds `port`, 0 for any free one; the others join
+    it), elsewhere (where SO_REUSEPORT does not balance) one socket for all."""
+    first = socket.create_server((host, port), backlog=backlog, reuse_port=BALANCED_REUSE_PORT)
+    port = int(first.getsockname()[1])
+    sockets = [first]
+    for _ in range(1, workers):
+        if not BALANCED_REUSE_PORT:
+            sockets.append(first)
+            continue
+        try:
+            sockets.append(socket.create_server((host, port), backlog=backlog, reuse_port=True))
+        except OSError:
+            for listener in sockets:
+                listener.close()
+            raise
+    for listener in sockets:
+        listener.set_inheritable(True)
+    return sockets
+
+
+
+class WorkerServer(uvicorn.Server):
+    """A worker's server: writes to `ready_fd` (and closes it) once it serves, which its
+    supervisor waits for before it says the gateway runs."""
+
+    def __init__(self, config: uvicorn.Config, ready_fd: int | None) -> None:
+        super().__init__(config)
+        self._ready_fd = ready_fd
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self._ready_fd is not None and self.started:
+            try:
+                os.write(self._ready_fd, b"1")
+            except OSError:  # the supervisor is gone: `stop_with_supervisor` stops this one
+                pass
+            os.close(self._ready_fd)
+            self._ready_fd = None
 
 
 def stop_with_supervisor(supervisor: int) -> None:

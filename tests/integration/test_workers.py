@@ -13,10 +13,12 @@ import re
 import signal
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
 import pytest
+import websockets
 
 from tests.support.client import Client
 from tests.support.gateway import GatewayProcess, spawn_gateway
@@ -46,15 +48,20 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def serving_pids(port: int) -> set[int]:
-    """The processes holding established connections on `port` (the server side)."""
+def connections_served(port: int) -> Counter[int]:
+    """How many established connections on `port` (the server side) each process holds."""
     out = subprocess.run(
         ["ss", "-tnpH", "state", "established", f"( sport = :{port} )"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    return {int(pid) for pid in re.findall(r"pid=(\d+)", out)}
+    return Counter(int(pid) for pid in re.findall(r"pid=(\d+)", out))
+
+
+def serving_pids(port: int) -> set[int]:
+    """The processes holding established connections on `port` (the server side)."""
+    return set(connections_served(port))
 
 
 async def dev_token(port: int, user: str, *roles: str) -> str:
@@ -119,6 +126,27 @@ async def test_two_workers_share_the_port_and_each_others_runs(workers: GatewayP
     finally:
         for client in clients:
             await client.close()
+
+
+async def test_a_burst_of_connections_is_spread_over_the_workers(
+    workers: GatewayProcess,
+) -> None:
+    """A burst of connections arriving at once (clients reconnecting after a network blip, a
+    load test) is shared by the workers, not taken whole by whichever wakes first: each worker
+    listens on a socket of its own in the port's SO_REUSEPORT group, and the kernel hashes each
+    connection to one of them."""
+    pids = worker_pids(workers)
+    burst = 100
+    sockets = await asyncio.gather(*(websockets.connect(workers.ws_url) for _ in range(burst)))
+    try:
+        served = connections_served(workers.port)
+        assert sum(served.values()) == burst, served
+        assert set(served) == set(pids.values()), served
+        # Hashed over two sockets, each gets 50 +- 5 (one standard deviation): under 25 for
+        # either would take five standard deviations, or the burst going to one worker.
+        assert min(served.values()) >= burst // 4, served
+    finally:
+        await asyncio.gather(*(ws.close() for ws in sockets))
 
 
 async def test_a_killed_worker_is_started_again_and_takes_its_run_over_at_once(
