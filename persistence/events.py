@@ -15,8 +15,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
 
 from persistence.leases import Lease, LeaseLost, lost_in
-from persistence.prepared import Prepared
-from persistence.slices import slices
+from persistence.prepared import Prepared, PreparedIn
 from persistence.tables import events, threads
 
 if TYPE_CHECKING:
@@ -62,8 +61,6 @@ class ThreadMissing(LookupError):
 # beyond, one locking read of all the heads and one executemany UPDATE cost less than a
 # statement per thread.
 FEW_THREADS = 4
-# Thread ids per locking read of heads: within every backend's limit on bound parameters.
-HEADS_PER_STATEMENT = 400
 
 _BUMP_ONE = Prepared(
     update(threads)
@@ -71,11 +68,14 @@ _BUMP_ONE = Prepared(
     .values(head_seq=threads.c.head_seq + bindparam("b_count"))
     .returning(threads.c.head_seq)
 )
-_LOCK_HEADS = (
-    select(threads.c.thread_id, threads.c.head_seq)
-    .where(threads.c.thread_id.in_(bindparam("b_threads", expanding=True)))
-    .order_by(threads.c.thread_id)
-    .with_for_update()
+_LOCK_HEADS = PreparedIn(
+    "b_thread",
+    lambda one_of: (
+        select(threads.c.thread_id, threads.c.head_seq)
+        .where(one_of.of(threads.c.thread_id))
+        .order_by(threads.c.thread_id)
+        .with_for_update()
+    ),
 )
 _SET_HEAD = Prepared(
     update(threads)
@@ -90,7 +90,7 @@ _COLUMNS = (
     events.c.ts,
     events.c.data,
 )
-_INSERT = Prepared(events.insert(), keys=[column.key for column in _COLUMNS])
+_INSERT = Prepared(events.insert(), keys=EventRecord._fields)
 _PAGE = Prepared(
     select(*_COLUMNS)
     .where(events.c.thread_id == bindparam("b_thread"), events.c.seq > bindparam("b_after"))
@@ -125,7 +125,7 @@ def append_in(conn: Connection, batch: Sequence[NewEvent]) -> list[EventRecord]:
         seq = next_seq[item.thread_id]
         next_seq[item.thread_id] = seq + 1
         records.append(EventRecord(item.thread_id, seq, item.run_id, item.type, item.ts, item.data))
-    _INSERT.many(conn, [r._asdict() for r in records])
+    _INSERT.many_rows(conn, EventRecord._fields, records)
     return records
 
 
@@ -178,14 +178,11 @@ def _bump_heads(conn: Connection, counts: dict[str, int]) -> dict[str, int]:
             if bumped:
                 heads[thread_id] = int(bumped[0][0])
         return heads
-    for chunk in slices(ordered, HEADS_PER_STATEMENT):
-        locked = conn.execute(_LOCK_HEADS, {"b_threads": [thread_id for thread_id, _ in chunk]})
-        current = {thread_id: head for thread_id, head in locked}
-        for thread_id, n in chunk:
-            if thread_id in current:
-                heads[thread_id] = int(current[thread_id]) + n
-    if heads:
-        _SET_HEAD.many(conn, [{"b_thread": t, "b_head": head} for t, head in heads.items()])
+    current = dict(_LOCK_HEADS.rows(conn, [thread_id for thread_id, _ in ordered]))
+    for thread_id, n in ordered:
+        if thread_id in current:
+            heads[thread_id] = int(current[thread_id]) + n
+    _SET_HEAD.many_rows(conn, ("b_head", "b_thread"), [(h, t) for t, h in heads.items()])
     return heads
 
 

@@ -18,7 +18,7 @@ from sqlalchemy import bindparam, or_, select, tuple_, update
 from sqlalchemy.engine import Connection
 
 from persistence.clock import as_utc, utcnow
-from persistence.prepared import Prepared
+from persistence.prepared import Prepared, PreparedIn
 from persistence.slices import slices
 from persistence.tables import runs
 
@@ -62,11 +62,14 @@ class LeaseHolder:
 # The current lease of each run, locked against a takeover until the transaction ends
 # (FOR SHARE on PostgreSQL; SQLite's writer already holds the database's write lock). In run id
 # order, so concurrent fencing transactions lock the rows in one order.
-_CURRENT = (
-    select(runs.c.run_id, runs.c.lease_owner, runs.c.lease_token)
-    .where(runs.c.run_id.in_(bindparam("b_runs", expanding=True)))
-    .order_by(runs.c.run_id)
-    .with_for_update(read=True)
+_CURRENT = PreparedIn(
+    "b_run",
+    lambda one_of: (
+        select(runs.c.run_id, runs.c.lease_owner, runs.c.lease_token)
+        .where(one_of.of(runs.c.run_id))
+        .order_by(runs.c.run_id)
+        .with_for_update(read=True)
+    ),
 )
 _CURRENT_OF_ONE = Prepared(
     select(runs.c.lease_owner, runs.c.lease_token)
@@ -85,12 +88,12 @@ def held_of_in(conn: Connection, leases: Sequence[Lease]) -> set[Lease]:
         (lease,) = leases
         current = _CURRENT_OF_ONE.rows(conn, {"b_run": lease.run_id})
         return {lease} if current and current[0] == (lease.owner, lease.token) else held
-    for chunk in slices(sorted(leases, key=lambda lease: lease.run_id), RENEW_CHUNK):
-        rows = conn.execute(_CURRENT, {"b_runs": [lease.run_id for lease in chunk]})
-        by_run = {run_id: (owner, token) for run_id, owner, token in rows}
-        held.update(
-            lease for lease in chunk if by_run.get(lease.run_id) == (lease.owner, lease.token)
-        )
+    ordered = sorted(leases, key=lambda lease: lease.run_id)
+    rows = _CURRENT.rows(conn, [lease.run_id for lease in ordered])
+    by_run = {run_id: (owner, token) for run_id, owner, token in rows}
+    held.update(
+        lease for lease in ordered if by_run.get(lease.run_id) == (lease.owner, lease.token)
+    )
     return held
 
 

@@ -8,10 +8,10 @@ few microseconds: well over a millisecond a run. `Prepared` keeps a statement's 
 parameter order SQLAlchemy compiles it to, with the type processors SQLAlchemy would apply to
 each parameter and each returned column (datetimes as text, JSON encoded and decoded) and the
 scalar column defaults it would fill in; executing it there is one call on the driver's cursor.
-Statements whose SQL depends on the values (expanding IN lists: use `OneOf`, or one statement
-per value with `many`) or whose defaults are computed at execution are not prepared: they, and
-every statement on any backend but SQLite, run through `conn.execute` as usual. The engine's
-statement observers (SQL tracing, the tests' storage faults) are told of each execution as
+Statements whose SQL depends on the values (expanding IN lists: use `PreparedIn`, or one
+statement per value with `many`) or whose defaults are computed at execution are not prepared:
+they, and every statement on any backend but SQLite, run through `conn.execute` as usual. The
+engine's statement observers (SQL tracing, the tests' storage faults) are told of each execution as
 SQLAlchemy tells them, and driver errors reach the caller as SQLAlchemy's, so nothing above
 this module can tell the two paths apart.
 """
@@ -62,14 +62,14 @@ class Prepared:
         compiled = self._for(conn)
         if compiled is None:
             return [tuple(row) for row in conn.execute(self.statement, dict(params))]
-        return _converted(compiled, _run(conn, compiled, [params], many=False).fetchall())
+        return _converted(compiled, _run_one(conn, compiled, params).fetchall())
 
     def records(self, conn: Connection, params: Params) -> list[Record]:
         """The rows it returns, each as a dict by column key."""
         compiled = self._for(conn)
         if compiled is None:
             return [dict(row) for row in conn.execute(self.statement, dict(params)).mappings()]
-        rows = _converted(compiled, _run(conn, compiled, [params], many=False).fetchall())
+        rows = _converted(compiled, _run_one(conn, compiled, params).fetchall())
         return [dict(zip(compiled.keys, row, strict=True)) for row in rows]
 
     def record(self, conn: Connection, params: Params) -> Record | None:
@@ -82,7 +82,7 @@ class Prepared:
         compiled = self._for(conn)
         if compiled is None:
             return int(conn.execute(self.statement, dict(params)).rowcount)
-        return int(_run(conn, compiled, [params], many=False).rowcount)
+        return int(_run_one(conn, compiled, params).rowcount)
 
     def many(self, conn: Connection, rows: Sequence[Params]) -> None:
         """Once per parameter set (an executemany)."""
@@ -92,7 +92,22 @@ class Prepared:
         if compiled is None:
             conn.execute(self.statement, [dict(row) for row in rows])
             return
-        _run(conn, compiled, rows, many=True)
+        _run(conn, compiled, [_values(compiled, row) for row in rows], many=True)
+
+    def many_rows(
+        self, conn: Connection, names: tuple[str, ...], rows: Sequence[tuple[Any, ...]]
+    ) -> None:
+        """`many` with each parameter set given as values in the order of `names`. Where that
+        is the order of the SQL's parameters and none is converted, the rows go to the driver
+        as they are: the event log writes a row per event, and a dict per row, then a tuple in
+        the SQL's order, cost more than the insert itself."""
+        if not rows:
+            return
+        compiled = self._for(conn)
+        if compiled is not None and names == compiled.names and not compiled.binds:
+            _run(conn, compiled, rows, many=True)
+            return
+        self.many(conn, [dict(zip(names, row, strict=True)) for row in rows])
 
     @property
     def prepared_on_sqlite(self) -> bool:
@@ -127,10 +142,39 @@ class OneOf:
         return {name: values[min(n, len(values) - 1)] for n, name in enumerate(self._names)}
 
 
+class PreparedIn:
+    """A statement with `column IN (...)` over any number of values, prepared: built (by
+    `build`, given the `OneOf` to filter with) in a few sizes of fixed slots, each call taking
+    the smallest that holds its values, and more than the largest holds in chunks of it, in
+    the order given (keep it sorted where the statement locks rows). An IN list that repeats
+    its last value returns no row twice."""
+
+    SIZES = (8, 32, 128, 512)
+
+    def __init__(self, name: str, build: Callable[[OneOf], Executable]) -> None:
+        self._by_size = [(size, OneOf(name, size)) for size in self.SIZES]
+        self.statements = [Prepared(build(one_of)) for _, one_of in self._by_size]
+
+    def rows(
+        self, conn: Connection, values: Sequence[Any], params: Params | None = None
+    ) -> list[tuple[Any, ...]]:
+        """The rows it returns for `values` (and the statement's other `params`)."""
+        found: list[tuple[Any, ...]] = []
+        largest = self.SIZES[-1]
+        for start in range(0, len(values), largest):
+            chunk = values[start : start + largest]
+            index = next(i for i, size in enumerate(self.SIZES) if size >= len(chunk))
+            one_of = self._by_size[index][1]
+            found.extend(
+                self.statements[index].rows(conn, {**(params or {}), **one_of.params(chunk)})
+            )
+        return found
+
+
 def run_sql(conn: Connection, sql: str) -> None:
     """A statement without parameters (transaction control: BEGIN IMMEDIATE, COMMIT,
     ROLLBACK) on SQLite's own cursor, observers told as for every other."""
-    _run(conn, _Compiled(sql, (), {}, frozenset(), (), (), ()), [{}], many=False)
+    _run_one(conn, _Compiled(sql, (), {}, frozenset(), (), (), ()), {})
 
 
 def _compile(statement: Executable, keys: list[str] | None, dialect: Dialect) -> _Compiled | None:
@@ -176,20 +220,21 @@ def _compile(statement: Executable, keys: list[str] | None, dialect: Dialect) ->
     )
 
 
-def _run(
-    conn: Connection, compiled: _Compiled, rows: Sequence[Params], *, many: bool
-) -> sqlite3.Cursor:
+def _run_one(conn: Connection, compiled: _Compiled, params: Params) -> sqlite3.Cursor:
+    return _run(conn, compiled, _values(compiled, params), many=False)
+
+
+def _run(conn: Connection, compiled: _Compiled, parameters: Any, *, many: bool) -> sqlite3.Cursor:
+    """`parameters`: one tuple in the SQL's order, or (`many`) a sequence of them."""
     dbapi = conn.connection.driver_connection
     assert isinstance(dbapi, sqlite3.Connection)
-    values = [_values(compiled, row) for row in rows]
-    parameters: Any = values if many else values[0]
     try:
         for before in conn.dispatch.before_cursor_execute:
             before(conn, None, compiled.sql, parameters, None, many)
         if many:
-            cursor = dbapi.executemany(compiled.sql, values)
+            cursor = dbapi.executemany(compiled.sql, parameters)
         else:
-            cursor = dbapi.execute(compiled.sql, values[0])
+            cursor = dbapi.execute(compiled.sql, parameters)
         for after in conn.dispatch.after_cursor_execute:
             after(conn, cursor, compiled.sql, parameters, None, many)
     except sqlite3.Error as exc:

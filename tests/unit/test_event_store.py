@@ -21,7 +21,8 @@ from sqlalchemy import event
 from gateway.event_log.bus import EventBus
 from gateway.event_log.logged_event import LoggedEvent, encode_page
 from gateway.event_log.writer import EventLog
-from persistence.events import FEW_THREADS, HEADS_PER_STATEMENT, EventRecord
+from persistence.events import FEW_THREADS, EventRecord
+from persistence.prepared import PreparedIn
 from persistence.store import DatabaseConfigError, Store, open_store
 from persistence.threads import ThreadRepository
 from tests.support.storage import migrated_store
@@ -188,7 +189,9 @@ async def test_writes_run_inline_and_wait_on_their_thread_for_a_lock_held_elsewh
 
 
 @pytest.mark.parametrize(
-    "width", [1, FEW_THREADS, FEW_THREADS + 1, HEADS_PER_STATEMENT + 50], ids=lambda n: f"{n}"
+    "width",
+    [1, FEW_THREADS, FEW_THREADS + 1, PreparedIn.SIZES[1] + 1, PreparedIn.SIZES[-1] + 50],
+    ids=lambda n: f"{n}",
 )
 async def test_one_batch_across_many_threads_keeps_each_log_dense(store: Store, width: int) -> None:
     """Both ways of bumping heads (a statement per thread, one for many) and the chunking."""

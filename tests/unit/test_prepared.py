@@ -14,6 +14,7 @@ import pkgutil
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 import persistence
-from persistence.prepared import OneOf, Prepared
+from persistence.prepared import OneOf, Prepared, PreparedIn
 from persistence.store import Store
 from persistence.tables import events, runs, threads
 from persistence.threads import ThreadRecord, ThreadRepository
@@ -156,6 +157,57 @@ async def test_a_fixed_slot_in_list_matches_any_number_of_values(store: Store) -
     assert await moved(["carol"], "dave") == 1
 
 
+async def test_an_in_list_of_any_length_reads_what_an_expanding_one_reads(store: Store) -> None:
+    """Across the sizes of slots and past the largest (in chunks), with the statement's other
+    parameters beside the list."""
+    repo = ThreadRepository(store)
+    ids = sorted([(await repo.create(tenant="acme", owner="alice")).thread_id for _ in range(40)])
+    ids += [f"t-absent-{n}" for n in range(PreparedIn.SIZES[-1] + 10)]
+    heads = PreparedIn(
+        "b_thread",
+        lambda one_of: (
+            select(threads.c.thread_id, threads.c.head_seq)
+            .where(one_of.of(threads.c.thread_id), threads.c.tenant == bindparam("b_tenant"))
+            .order_by(threads.c.thread_id)
+        ),
+    )
+    expanding = (
+        select(threads.c.thread_id, threads.c.head_seq)
+        .where(threads.c.thread_id.in_(bindparam("b", expanding=True)))
+        .order_by(threads.c.thread_id)
+    )
+    for count in (1, 8, 9, 40, len(ids)):
+        values = ids[:count]
+        found = await store.read(partial(heads.rows, values=values, params={"b_tenant": "acme"}))
+        expected = await store.read(
+            lambda conn, values=values: [tuple(r) for r in conn.execute(expanding, {"b": values})]
+        )
+        assert found == expected
+        assert len(found) == min(count, 40)
+    assert await store.read(lambda conn: heads.rows(conn, ids, {"b_tenant": "other"})) == []
+
+
+async def test_rows_given_as_tuples_reach_the_cursor_as_they_are(store: Store) -> None:
+    """`many_rows`: in the SQL's order the tuples go to the driver untouched; in another
+    order they go the way of dicts, and the same rows are stored."""
+    thread = await ThreadRepository(store).create(tenant="acme", owner="alice")
+    prepared_insert = Prepared(insert(events), keys=EVENT_KEYS)
+    in_order = [(thread.thread_id, n, None, "t", "x", f'{{"n":{n}}}') for n in (1, 2)]
+    names = ("seq", "thread_id", "run_id", "type", "ts", "data")
+    reordered = [(3, thread.thread_id, None, "t", "x", '{"n":3}')]
+    (engine,) = store.statement_engines()
+    with cursor_statements(engine) as seen:
+        await store.write(lambda conn: prepared_insert.many_rows(conn, tuple(EVENT_KEYS), in_order))
+        await store.write(lambda conn: prepared_insert.many_rows(conn, names, reordered))
+    inserts = [values for sql, values in seen if sql.startswith("INSERT")]
+    assert inserts[0] == tuple(in_order)
+    assert inserts[1] == ((thread.thread_id, 3, None, "t", "x", '{"n":3}'),)
+    stored = await store.read(
+        lambda conn: Prepared(BY_THREAD).rows(conn, {"b_thread": thread.thread_id})
+    )
+    assert stored == [(n, f'{{"n":{n}}}') for n in (1, 2, 3)]
+
+
 def _prepared_statements() -> Iterator[tuple[str, Prepared]]:
     for module_info in pkgutil.walk_packages(persistence.__path__, "persistence."):
         if "migrations" in module_info.name:
@@ -166,6 +218,9 @@ def _prepared_statements() -> Iterator[tuple[str, Prepared]]:
             for candidate in candidates:
                 if isinstance(candidate, Prepared):
                     yield f"{module_info.name}.{name}", candidate
+                elif isinstance(candidate, PreparedIn):
+                    for size, statement in zip(PreparedIn.SIZES, candidate.statements, strict=True):
+                        yield f"{module_info.name}.{name}[{size}]", statement
 
 
 def test_every_statement_a_repository_prepares_runs_on_the_driver_cursor() -> None:
