@@ -7,12 +7,12 @@ hashes each new connection to one of them: a burst of connections is shared by t
 (On one shared socket, the worker whose event loop wakes first accepts every connection waiting
 at that moment: a burst of 100 went whole to one of two workers.) The supervisor keeps every
 socket open, so connections that arrive for a worker being started again wait in its backlog
-instead of being refused. Elsewhere the workers share one socket. They are N gateway processes on one database like
-any others (docs/operations.md "One process or several"): each has its own instance id,
-`<instance id>/<n>`, kept when a worker is started again, so a worker that replaces a dead one
-takes its runs over at once; in development mode they share one signing secret, so a token
-from one is good on all. A worker that dies is started again (unless it keeps dying right after
-its start); SIGTERM and SIGINT are passed on to every worker, which shut down gracefully
+instead of being refused. Elsewhere the workers share one socket. They are N gateway processes
+on one database like any others (docs/operations.md "One process or several"): each has its own
+instance id, `<instance id>/<n>`, kept when a worker is started again, so a worker that replaces
+a dead one takes its runs over at once; in development mode they share one signing secret, so a
+token from one is good on all. A worker that dies is started again (unless it keeps dying right
+after its start); SIGTERM and SIGINT are passed on to every worker, which shut down gracefully
 (handing their runs over), and the supervisor exits once they all have.
 """
 
@@ -21,13 +21,13 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import select
 import threading
 import time
 from dataclasses import dataclass
@@ -234,7 +234,6 @@ def listening_sockets(host: str, port: int, backlog: int, workers: int) -> list[
     for listener in sockets:
         listener.set_inheritable(True)
     return sockets
-
 
 
 class WorkerServer(uvicorn.Server):
