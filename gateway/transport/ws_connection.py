@@ -40,6 +40,9 @@ from gateway.transport.ws_watches import Watches
 
 log = logging.getLogger(__name__)
 
+# The heartbeat's frame, the same text for every connection.
+PING = protocol.encode(protocol.ping())
+
 
 class Connection:
     def __init__(self, websocket: WebSocket, services: Services, send: Send | None = None) -> None:
@@ -66,8 +69,11 @@ class Connection:
         self._requests = ClientRequests(services, self._watches, self)
         self._tasks: list[asyncio.Task[Any]] = []
         self._closing: asyncio.Task[None] | None = None
+        # Timers rather than tasks that sleep: every idle connection holds them, and a timer
+        # handle is a tenth of a task with its coroutine and its sleep's future.
+        self._heartbeat: asyncio.TimerHandle | None = None
         # Closes the connection when the current token expires; moved by a new hello.
-        self._expiry: asyncio.Task[None] | None = None
+        self._expiry: asyncio.TimerHandle | None = None
         self._limits = services.limits
         self._gate = services.limits.frame_gate()
         self._slot: ConnectionSlot | None = None
@@ -97,6 +103,7 @@ class Connection:
 
     async def _cleanup(self) -> None:
         self._watches.close_all()
+        self._stop_timers()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -119,6 +126,7 @@ class Connection:
         first = bool(self._session.handle(session.CloseRequested(code)))
         if first and code == CloseCode.TOO_SLOW and self._metrics is not None:
             self._metrics.slow_closes.inc()
+        self._stop_timers()
         for task in self._tasks:
             task.cancel()
         # Nobody will send what is queued: drop it, so a reader or subscription waiting for
@@ -142,7 +150,7 @@ class Connection:
             case session.Open(welcome=welcome, principal=principal):
                 await self._send_now(welcome)
                 self._tasks.append(asyncio.create_task(self._writer(), name="ws-writer"))
-                self._tasks.append(asyncio.create_task(self._heartbeat(), name="ws-heartbeat"))
+                self._beat_later()
                 self._watch_expiry(principal)
             case session.Authenticate(token=token, first=first):
                 await self._step(await self._authenticate(token, first=first))
@@ -185,6 +193,7 @@ class Connection:
 
         Queued frames are dropped: they were meant for an authentication that no longer holds.
         """
+        self._stop_timers()
         current = asyncio.current_task()
         others = [task for task in self._tasks if task is not current]
         for task in others:
@@ -201,20 +210,28 @@ class Connection:
         """Arm the close at the token's expiry (plus leeway), replacing any earlier one."""
         if self._expiry is not None:
             self._expiry.cancel()
-            with contextlib.suppress(ValueError):
-                self._tasks.remove(self._expiry)
             self._expiry = None
         if principal.expires_at is None:
             return
         deadline = principal.expires_at + self._services.verifier.leeway_s
-        self._expiry = asyncio.create_task(self._expire_at(deadline), name="ws-token-expiry")
-        self._tasks.append(self._expiry)
+        # `exp` is wall-clock time; the timer runs on the loop's monotonic clock.
+        self._expiry = asyncio.get_running_loop().call_later(
+            max(0.0, deadline - time.time()), self._expire
+        )
 
-    async def _expire_at(self, deadline: float) -> None:
-        # `exp` is wall-clock time; the sleep itself runs on the loop's monotonic clock.
-        await asyncio.sleep(max(0.0, deadline - time.time()))
+    def _expire(self) -> None:
+        self._expiry = None
+        self._tasks.append(asyncio.create_task(self._expired(), name="ws-token-expiry"))
+
+    async def _expired(self) -> None:
         with contextlib.suppress(Closed):
             await self._step(session.TokenExpired())
+
+    def _stop_timers(self) -> None:
+        for timer in (self._heartbeat, self._expiry):
+            if timer is not None:
+                timer.cancel()
+        self._heartbeat = self._expiry = None
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -354,10 +371,13 @@ class Connection:
         except (WebSocketDisconnect, RuntimeError, OSError):
             self.close_soon(CloseCode.GOING_AWAY)
 
-    async def _heartbeat(self) -> None:
-        ping = protocol.encode(protocol.ping())
-        while True:
-            await asyncio.sleep(self._settings.heartbeat_s)
-            # A full queue already proves the peer is behind; skipping a ping loses nothing.
-            if self.try_send(ping):
-                self._gate.ping_sent()
+    def _beat_later(self) -> None:
+        self._heartbeat = asyncio.get_running_loop().call_later(
+            self._settings.heartbeat_s, self._beat
+        )
+
+    def _beat(self) -> None:
+        # A full queue already proves the peer is behind; skipping a ping loses nothing.
+        if self.try_send(PING):
+            self._gate.ping_sent()
+        self._beat_later()

@@ -56,3 +56,39 @@ def test_a_batch_takes_the_queued_frames_in_order_up_to_its_byte_bound() -> None
     # A first frame above the bound still goes, alone.
     frames, stamps = outbox.take_batch(outbox.get_nowait(), max_bytes=10)
     assert frames == ["d" * 100] and stamps == [4.0] and outbox.empty()
+
+
+async def test_a_writer_waiting_in_get_is_woken_by_the_next_frame() -> None:
+    outbox = Outbox(max_frames=10, max_bytes=1000)
+    waiting = asyncio.create_task(outbox.get())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    outbox.put_stamped_nowait("a", 7.0)
+    assert await asyncio.wait_for(waiting, 1) == "a"
+    assert outbox.taken_stamp == 7.0 and outbox.empty() and outbox.queued_bytes == 0
+
+
+async def test_a_sender_waits_for_room_in_order_and_a_cancelled_one_passes_its_turn() -> None:
+    outbox = Outbox(max_frames=1, max_bytes=1000)
+    outbox.put_nowait("first")
+    cancelled = asyncio.create_task(outbox.put("cancelled"))
+    second = asyncio.create_task(outbox.put("second"))
+    await asyncio.sleep(0)
+    assert not cancelled.done() and not second.done()
+    # Room for one: the first waiter is woken, then cancelled before it queues.
+    assert outbox.get_nowait() == "first"
+    cancelled.cancel()
+    await asyncio.wait_for(second, 1)
+    assert cancelled.cancelled()
+    assert outbox.get_nowait() == "second" and outbox.empty()
+
+
+async def test_an_empty_outbox_holds_no_queue() -> None:
+    """An idle connection's outbox: no deque, no waiter, before and after traffic."""
+    outbox = Outbox(max_frames=10, max_bytes=1000)
+    assert outbox._entries is None and outbox._getter is None and outbox._putters is None
+    outbox.put_nowait("a")
+    assert outbox.get_nowait() == "a"
+    assert outbox._entries is None
+    with pytest.raises(asyncio.QueueEmpty):
+        outbox.get_nowait()
