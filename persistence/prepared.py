@@ -152,8 +152,8 @@ class PreparedIn:
     SIZES = (8, 32, 128, 512)
 
     def __init__(self, name: str, build: Callable[[OneOf], Executable]) -> None:
-        self._by_size = [(size, OneOf(name, size)) for size in self.SIZES]
-        self.statements = [Prepared(build(one_of)) for _, one_of in self._by_size]
+        self._one_ofs = [OneOf(name, size) for size in self.SIZES]
+        self.statements = [Prepared(build(one_of)) for one_of in self._one_ofs]
 
     def rows(
         self, conn: Connection, values: Sequence[Any], params: Params | None = None
@@ -164,10 +164,8 @@ class PreparedIn:
         for start in range(0, len(values), largest):
             chunk = values[start : start + largest]
             index = next(i for i, size in enumerate(self.SIZES) if size >= len(chunk))
-            one_of = self._by_size[index][1]
-            found.extend(
-                self.statements[index].rows(conn, {**(params or {}), **one_of.params(chunk)})
-            )
+            slots = self._one_ofs[index].params(chunk)
+            found.extend(self.statements[index].rows(conn, {**(params or {}), **slots}))
         return found
 
 
