@@ -617,8 +617,9 @@ class Settings(BaseSettings):
         None,
         ge=0,
         description=(
-            "Set by the `serve --workers` supervisor for each worker it starts: the pipe the "
-            "worker writes to once it serves. Not for setting by hand."
+            "Set by the `serve --workers` supervisor for each worker it starts with the gateway "
+            "(not for one it starts again): the pipe the worker writes to once it serves, which "
+            "the supervisor waits for before it says the gateway runs. Not for setting by hand."
         ),
     )
     supervisor_pid: int | None = Field(
