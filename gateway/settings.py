@@ -404,8 +404,8 @@ class Settings(BaseSettings):
         le=1024 * 1024,
         description=(
             "Largest request head, in bytes of header lines plus the target (1 KiB to 1 MiB). A "
-            "larger one is answered 431 (or 400 while it is still arriving) and the connection "
-            "closed; a WebSocket upgrade is refused (403)."
+            "larger one is answered 431 (`bad_request`) and the connection closed after what the "
+            "client still sends is read; a WebSocket upgrade is refused (403)."
         ),
     )
     max_headers: int = Field(

@@ -10,12 +10,19 @@ complete within `header_timeout_s` and the body within `body_timeout_s`; past a 
 connection is closed (with 408 when nothing was answered yet). Connections beyond
 `max_connections` are answered 503 and closed at once, before they cost more than the moment
 it takes. h11 (rather than httptools) is used for its bound on the size of a request head.
+
+A head h11 cannot parse (malformed, or outgrowing `max_header_bytes` while it arrives) is answered
+with a coded error and closed lingering: the gateway stops sending, reads and drops what the
+client still sends for up to `LINGER_S`, then closes. Closing at once, as uvicorn does, leaves the
+rest of the client's head unread, and the kernel answers unread bytes with a reset that can
+destroy the response before the client has read it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from enum import Enum
+from http import HTTPStatus
 from typing import Any
 
 import h11
@@ -26,22 +33,39 @@ from gateway.protocol.close_codes import CloseCode
 from gateway.protocol.error_codes import ERRORS, ErrorCode
 from gateway.server.connection_limits import ServerLimits
 
+
+def refusal_response(status: HTTPStatus, body: bytes, extra_headers: bytes = b"") -> bytes:
+    """A complete JSON response that closes the connection, for a request refused before any
+    route sees it."""
+    return (
+        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\nconnection: close\r\n%s\r\n%s"
+        % (status.value, status.phrase.encode(), len(body), extra_headers, body)
+    )
+
+
 TIMEOUT_RESPONSE = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-_BUSY_BODY = b'{"error":{"code":"unavailable","message":"too many open connections; retry later"}}'
-_BUSY_STATUS = ERRORS[ErrorCode.UNAVAILABLE].http_status
-BUSY_RESPONSE = (
-    b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
-    b"content-length: %d\r\nconnection: close\r\nretry-after: 1\r\n\r\n%s"
-    % (_BUSY_STATUS.value, _BUSY_STATUS.phrase.encode(), len(_BUSY_BODY), _BUSY_BODY)
+BUSY_RESPONSE = refusal_response(
+    ERRORS[ErrorCode.UNAVAILABLE].http_status,
+    b'{"error":{"code":"unavailable","message":"too many open connections; retry later"}}',
+    b"retry-after: 1\r\n",
 )
-
-
 # `bad_request` answered 431 rather than its status in gateway/protocol/error_codes.py ERRORS: the
-# head # itself is refused, before any route, and 431 is the status HTTP has for that.
+# head itself is refused, before any route, and 431 is the status HTTP has for that.
 _HEAD_TOO_LARGE = (
     b'{"error":{"code":"bad_request","message":"the request head has too many or too large '
     b'headers"}}'
 )
+HEAD_TOO_LARGE_RESPONSE = refusal_response(
+    HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, _HEAD_TOO_LARGE
+)
+MALFORMED_HEAD_RESPONSE = refusal_response(
+    ERRORS[ErrorCode.BAD_REQUEST].http_status,
+    b'{"error":{"code":"bad_request","message":"the request head is not valid HTTP/1.1"}}',
+)
+# Long enough for a client to finish sending a refused head (`max_header_bytes` is 1 MiB at most)
+# and read the answer; short enough that a lingering connection costs little.
+LINGER_S = 2.0
 
 
 class Phase(Enum):
@@ -61,6 +85,9 @@ class GuardedH11Protocol(H11Protocol):
         self._received = False
         # Once upgraded, the connection is the WebSocket protocol's: no HTTP phase applies.
         self._upgraded = False
+        # Refused and no longer sending: what arrives is dropped until the client or LINGER_S
+        # ends the connection.
+        self._lingering = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -82,8 +109,23 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return
         self._received = True
         super().data_received(data)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a head h11 cannot parse: a coded error, 431 when the head grew
+        past `max_header_bytes` before it was complete, and a lingering close."""
+        unparsed, _ = self.conn.trailing_data
+        too_large = len(unparsed) > self.limits.max_header_bytes
+        self.transport.write(HEAD_TOO_LARGE_RESPONSE if too_large else MALFORMED_HEAD_RESPONSE)
+        if not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        self.transport.write_eof()
+        self._lingering = True
+        self._set_deadline(LINGER_S)
 
     def handle_events(self) -> None:
         super().handle_events()
@@ -102,6 +144,8 @@ class GuardedH11Protocol(H11Protocol):
     def _follow_phase(self) -> None:
         """Arm the deadline of the phase h11 is in; a phase keeps its deadline however many
         bytes trickle in, and a new phase starts its own."""
+        if self._lingering:
+            return
         if self._upgraded or self.transport.is_closing():
             self._set_deadline(None)
             return
@@ -128,6 +172,9 @@ class GuardedH11Protocol(H11Protocol):
     def _expired(self) -> None:
         self._deadline = None
         if self.transport.is_closing():
+            return
+        if self._lingering:
+            self.transport.close()
             return
         if self._phase is Phase.HEAD and self._received and self.conn.our_state is h11.IDLE:
             # Part of a head and no answer yet: say why before closing.
@@ -158,7 +205,7 @@ class RequestHeadLimit:
             await send(
                 {
                     "type": "http.response.start",
-                    "status": 431,
+                    "status": HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
                     "headers": [
                         (b"content-type", b"application/json"),
                         (b"content-length", str(len(_HEAD_TOO_LARGE)).encode()),

@@ -11,10 +11,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import websockets
 
 from gateway.auth.access import TokenVerifier
+from gateway.server.http_guard import LINGER_S
 from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, GatewayProcess
 from tests.support.hostile import (
@@ -22,6 +24,7 @@ from tests.support.hostile import (
     closed_by_peer,
     eventually,
     open_descriptors,
+    parse_response,
     read_response,
     shared_gateway,
     silent_flood,
@@ -129,9 +132,51 @@ async def test_oversized_request_heads_are_refused(gateway: GatewayProcess) -> N
         huge = await http.get("/healthz", headers={"X-Big": "a" * 100_000})
         many = await http.get("/healthz", headers={f"X-H{i}": "v" for i in range(150)})
         normal = await http.get("/healthz", headers={f"X-H{i}": "v" for i in range(50)})
-    assert huge.status_code in (400, 431), huge.text
+    assert huge.status_code == 431, huge.text
+    assert huge.json()["error"]["code"] == "bad_request"
     assert many.status_code == 431, many.text
     assert normal.status_code == 200
+
+
+async def test_a_head_refused_while_it_arrives_is_answered_before_the_close(
+    gateway: GatewayProcess,
+) -> None:
+    """The rest of a refused head, arriving after the refusal, is read and dropped: it is not
+    answered with a reset, which would destroy the answer before the client reads it. The
+    connection is closed once the lingering time is over."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+    try:
+        # Far over max_header_bytes (16 KiB): refused after its first read, the rest unread.
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 400_000)
+        await writer.drain()
+        refused = time.monotonic()
+        # Everything up to the gateway's end of sending; a reset would raise here.
+        response = parse_response(await asyncio.wait_for(reader.read(), 10))
+        with contextlib.suppress(ConnectionError):
+            while time.monotonic() - refused < LINGER_S + MARGIN_S:
+                writer.write(b"a" * 1000)
+                await writer.drain()
+                await asyncio.sleep(0.1)
+        closed_after = time.monotonic() - refused
+    finally:
+        writer.close()
+    assert response.status == 431, response.head
+    assert orjson.loads(response.body)["error"]["code"] == "bad_request"
+    assert LINGER_S * 0.8 <= closed_after < LINGER_S + MARGIN_S
+
+
+async def test_a_malformed_head_gets_a_coded_error(gateway: GatewayProcess) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n")
+        await writer.drain()
+        response = parse_response(await asyncio.wait_for(reader.read(), 10))
+    finally:
+        writer.close()
+    assert response.status == 400, response.head
+    assert orjson.loads(response.body)["error"]["code"] == "bad_request"
+    # Refused alone: the next connection is served.
+    assert (await http_retrying(gateway, "GET", "/healthz")).status_code == 200
 
 
 async def connect_retrying(gateway: GatewayProcess, token: str, timeout: float) -> Client:
