@@ -226,15 +226,20 @@ def _run(conn: Connection, compiled: _Compiled, parameters: Any, *, many: bool) 
     """`parameters`: one tuple in the SQL's order, or (`many`) a sequence of them."""
     dbapi = conn.connection.driver_connection
     assert isinstance(dbapi, sqlite3.Connection)
+    # SQLAlchemy's own test for listeners on the connection or its engine: walking the (empty)
+    # listener lists costs more than the rest of the bookkeeping here.
+    observed = conn._has_events or conn.engine._has_events
     try:
-        for before in conn.dispatch.before_cursor_execute:
-            before(conn, None, compiled.sql, parameters, None, many)
+        if observed:
+            for before in conn.dispatch.before_cursor_execute:
+                before(conn, None, compiled.sql, parameters, None, many)
         if many:
             cursor = dbapi.executemany(compiled.sql, parameters)
         else:
             cursor = dbapi.execute(compiled.sql, parameters)
-        for after in conn.dispatch.after_cursor_execute:
-            after(conn, cursor, compiled.sql, parameters, None, many)
+        if observed:
+            for after in conn.dispatch.after_cursor_execute:
+                after(conn, cursor, compiled.sql, parameters, None, many)
     except sqlite3.Error as exc:
         raise DBAPIError.instance(compiled.sql, parameters, exc, sqlite3.Error) from exc
     return cursor
