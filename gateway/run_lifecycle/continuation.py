@@ -5,6 +5,9 @@ made for the pause's decisions, gateway/run_lifecycle/restored_checkpoints.py), 
 decisions and the staged input, and starts a new segment. Each run has at most one at a time: it is
 won by a compare-and-swap pinned to the checkpoint version (`waiting_for_review -> resuming`,
 `suspended -> resuming`, or the recovery's `recovering`), and it runs under the thread's lock.
+The decision that leaves nothing pending makes the first of these in its own transaction
+(`claim_if_decided_in`), so a continuation after decisions commits once, not twice, before
+`run.resumed`.
 """
 
 from __future__ import annotations
@@ -50,16 +53,20 @@ class Continuer:
     def __init__(self, ctx: RunContext) -> None:
         self._ctx = ctx
 
-    async def continue_when_decided(self, run: RunRecord, known: PauseInputs | None = None) -> None:
+    async def continue_when_decided(
+        self, run: RunRecord, known: PauseInputs | None = None, *, claimed: bool = False
+    ) -> None:
         """`known`: the pause's approvals and staged input as the decision's own transaction
         read them (after its write, so the last of concurrent deciders sees every decision);
-        a retry reads them again."""
+        `claimed`: that transaction also won the run's compare-and-swap to `resuming`. A retry
+        reads them again (a failed attempt put the run back to `waiting_for_review`)."""
 
         async def attempt() -> None:
-            nonlocal known
+            nonlocal known, claimed
             inputs, known = known, None
+            won, claimed = claimed, False
             async with self._ctx.lock(run.thread_id):
-                await self.maybe_continue(run, inputs)
+                await self.maybe_continue(run, inputs, claimed=won)
 
         # Let the decision's ack (queued by the caller right after this task was made) go out
         # first: otherwise the continuation's restore and decisions, which need not wait for
@@ -73,21 +80,20 @@ class Continuer:
             # (or the next decision) retries the continuation.
             log_failure(log, exc, "continuing run %s after its decisions failed", run.run_id)
 
-    async def maybe_continue(self, run: RunRecord, known: PauseInputs | None = None) -> None:
-        """Start the continuation once every approval of the pause is decided (exactly once)."""
+    async def maybe_continue(
+        self, run: RunRecord, known: PauseInputs | None = None, *, claimed: bool = False
+    ) -> None:
+        """Start the continuation once every approval of the pause is decided (exactly once).
+        `claimed`: the caller already won the compare-and-swap to `resuming` (with `known`)."""
         ctx = self._ctx
         if known is None:
             known = await ctx.store.read(partial(pause_inputs_in, run=run))
         approvals, staged = known
-        if any(a.status is ApprovalStatus.PENDING for a in approvals):
-            return
-        if not await ctx.runs.transition(
-            run.run_id,
-            RunStatus.RESUMING,
-            expected=RESUMABLE_FROM,
-            checkpoint_version=run.checkpoint_version,
-        ):
-            return  # someone else won the compare-and-swap
+        if not claimed:
+            if not all_decided(approvals):
+                return
+            if not await ctx.store.write(partial(claim_in, run=run)):
+                return  # someone else won the compare-and-swap
         try:
             await self.continue_run(run, approvals, EventType.RUN_RESUMED, staged=staged)
         except Exception:
@@ -247,6 +253,30 @@ def pause_inputs_in(conn: Connection, run: RunRecord) -> PauseInputs:
         conn, thread_id=run.thread_id, disposition=Disposition.STAGED, run_id=run.run_id
     )
     return approvals, staged
+
+
+def all_decided(approvals: list[ApprovalRecord]) -> bool:
+    return not any(a.status is ApprovalStatus.PENDING for a in approvals)
+
+
+def claim_in(conn: Connection, run: RunRecord) -> bool:
+    """The continuation's compare-and-swap, `waiting_for_review -> resuming` at the pause's
+    checkpoint: True for the one caller that wins it."""
+    return RunRepository.transition_in(
+        conn,
+        run.run_id,
+        RunStatus.RESUMING,
+        expected=RESUMABLE_FROM,
+        checkpoint_version=run.checkpoint_version,
+    )
+
+
+def claim_if_decided_in(conn: Connection, run: RunRecord) -> tuple[PauseInputs, bool]:
+    """After a decision's write, in its transaction: the pause's inputs, and whether this
+    transaction claimed the continuation (nothing is left pending and it won `claim_in`).
+    Of concurrent deciders only the last to commit sees nothing pending, and only once."""
+    inputs = pause_inputs_in(conn, run)
+    return inputs, all_decided(inputs[0]) and claim_in(conn, run)
 
 
 def _apply(

@@ -25,7 +25,7 @@ from gateway.protocol.error_codes import conflict, not_found
 from gateway.protocol.frames import EventType, utc_ts
 from gateway.run_lifecycle.approval_binding import binding_problem, by_call_id
 from gateway.run_lifecycle.context import RunContext, thread_ref
-from gateway.run_lifecycle.continuation import Continuer, PauseInputs, pause_inputs_in
+from gateway.run_lifecycle.continuation import Continuer, PauseInputs, claim_if_decided_in
 from gateway.run_lifecycle.review_rules import ReviewContext, check_four_eyes, check_reviewer_roles
 from gateway.storage.health import log_failure
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
@@ -132,8 +132,9 @@ class Decisions:
             version = run.checkpoint_version
 
             # Each also reads what a continuation needs, after its own write: of concurrent
-            # deciders, the last to commit sees every decision and continues the run.
-            def record(conn: Connection) -> PauseInputs:
+            # deciders, the last to commit sees every decision, claims the continuation and
+            # continues the run.
+            def record(conn: Connection) -> tuple[PauseInputs, bool]:
                 if not ApprovalRepository.decide_in(
                     conn,
                     approval_id,
@@ -146,7 +147,7 @@ class Decisions:
                     raise StaleWrite(approval_id)
                 # Same transaction: the trail holds exactly the decisions that took effect.
                 AuditRepository.insert_in(conn, entry)
-                return pause_inputs_in(conn, run)
+                return claim_if_decided_in(conn, run)
 
             event = ctx.log.new_event(
                 run.thread_id,
@@ -161,7 +162,7 @@ class Decisions:
                 },
             )
             try:
-                known, _ = await ctx.log.commit([event], record)
+                (known, claimed), _ = await ctx.log.commit([event], record)
             except StaleWrite:
                 raise conflict("approval was already decided") from None
             if ctx.metrics is not None:
@@ -173,7 +174,7 @@ class Decisions:
                 approval, status=status, reviewer=principal.user, reason=reason, decided_at=now
             )
         # The decision is durable; the reviewer's ack need not wait for the restore.
-        self._continue_soon(run, known)
+        self._continue_soon(run, known, claimed=claimed)
         return decided
 
     def _waited(self, approval: ApprovalRecord, outcome: str, decided_at: datetime) -> None:
@@ -191,9 +192,12 @@ class Decisions:
             },
         )
 
-    def _continue_soon(self, run: RunRecord, known: PauseInputs | None = None) -> None:
+    def _continue_soon(
+        self, run: RunRecord, known: PauseInputs | None = None, *, claimed: bool = False
+    ) -> None:
         self._ctx.spawn(
-            self._continuer.continue_when_decided(run, known), name=f"continue-{run.run_id}"
+            self._continuer.continue_when_decided(run, known, claimed=claimed),
+            name=f"continue-{run.run_id}",
         )
 
     def _check_review_rules(

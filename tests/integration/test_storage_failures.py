@@ -34,6 +34,7 @@ from tests.support.faults import (
     every_statement,
     faulty_gateway,
     from_first,
+    lease_takes,
     select_one,
     writes_containing,
     writes_to,
@@ -413,8 +414,15 @@ async def test_session_write_failure_mid_turn_does_not_fail_the_run(database_url
 # -- 2. the decision cannot be recorded ----------------------------------------------------
 
 
+# The decision's own writes, or the last write of its transaction: the run's claim to continue
+# (`resuming`), made there once nothing is left pending. Either way the whole decision is undone.
+@pytest.mark.parametrize(
+    "failing",
+    [writes_to("approvals", "events"), writes_to("runs")],
+    ids=["decision-writes", "continuation-claim"],
+)
 async def test_decision_during_storage_failure_is_unavailable_and_changes_nothing(
-    database_url: str,
+    database_url: str, failing: Predicate
 ) -> None:
     effects = EffectLog()
     async with (
@@ -433,7 +441,7 @@ async def test_decision_during_storage_failure_is_unavailable_and_changes_nothin
         await bob.wait_for(lambda f: approval_id in inbox_added(bob))
         head_before = await stored_events(database_url, thread_id)
 
-        faults.fail(writes_to("approvals", "events"))
+        faults.fail(failing)
         with pytest.raises(ProtocolFailure) as failure:
             await bob.request("approval.decide", approval_id=approval_id, decision="approve")
         assert failure.value.code == "unavailable"
@@ -487,7 +495,9 @@ async def test_decision_during_storage_failure_is_unavailable_and_changes_nothin
 async def test_continuation_after_recorded_decision_survives_storage_blip(
     database_url: str,
 ) -> None:
-    """The decision is stored, then the continuation's first write (run -> resuming) fails.
+    """The decision is stored (with the run's claim to continue, `resuming`), then the
+    continuation's own first write (taking the run's lease, in the transaction that logs
+    `run.resumed`) fails.
 
     The reviewer already has an `approved` ack and the pause has no pending approval left, so
     no further decision will come: once storage is back the gateway itself must continue the
@@ -508,7 +518,7 @@ async def test_continuation_after_recorded_decision_survives_storage_blip(
         approval_id = requested["data"]["approval_id"]
         await alice.wait_event("run.paused")
 
-        faults.fail(writes_to("runs"))  # approvals and events still take writes
+        faults.fail(lease_takes)  # the decision's own writes still go through
         decided = await bob.request("approval.decide", approval_id=approval_id, decision="approve")
         assert decided["approval"]["status"] == "approved"
         await faults.wait_hits(1)

@@ -71,6 +71,11 @@ def writes_containing(table: str, needle: str) -> Predicate:
     return match
 
 
+def lease_takes(statement: str, parameters: Any) -> bool:
+    """A run's lease being taken or renewed: an UPDATE of `runs` that sets its owner."""
+    return writes_to("runs")(statement, parameters) and "lease_owner=" in statement.replace(" ", "")
+
+
 def from_first(trigger: Predicate, then: Predicate) -> Predicate:
     """Nothing fails until a statement matches `trigger`; from it on, whatever `then` picks."""
     tripped = False
