@@ -42,6 +42,15 @@ PORT_PATTERN = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
 # When set, gateway subprocesses run under cProfile and dump their profile into this folder
 # on a clean stop (see docs/benchmarks.md, "Profiling").
 PROFILE_DIR_ENV = "BENCH_PROFILE_DIR"
+# When set, gateway subprocesses run with their event loop traced and write the trace into this
+# folder on a clean stop (bench/traced_gateway.py, read by `python -m bench.loop_trace_summary`).
+LOOP_TRACE_DIR_ENV = "BENCH_LOOP_TRACE_DIR"
+# Each folder variable, with the script that wraps the gateway for it and its files' suffix.
+# Both wrappers start recording on SIGUSR1, sent once the gateway listens.
+GATEWAY_WRAPPERS = {
+    PROFILE_DIR_ENV: ("profiled_gateway.py", "prof"),
+    LOOP_TRACE_DIR_ENV: ("traced_gateway.py", "pickle"),
+}
 # When set, gateway subprocesses import the gateway from this source tree instead of this
 # checkout: two versions can then be measured by the same benchmark code (before/after).
 GATEWAY_ROOT_ENV = "BENCH_GATEWAY_ROOT"
@@ -337,15 +346,17 @@ def server_process(
 
 
 def gateway_command(name: str) -> list[str]:
-    """`python -m gateway serve --port 0`, under cProfile when BENCH_PROFILE_DIR is set."""
-    folder = os.environ.get(PROFILE_DIR_ENV)
-    if not folder:
-        return [sys.executable, "-m", "gateway", "serve", "--port", "0"]
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%H%M%S")
-    target = Path(folder) / f"{name}-{stamp}-{os.getpid()}.prof"
-    wrapper = Path(__file__).with_name("profiled_gateway.py")
-    return [sys.executable, str(wrapper), str(target), "serve", "--port", "0"]
+    """`python -m gateway serve --port 0`, under cProfile when BENCH_PROFILE_DIR is set, its
+    loop traced when BENCH_LOOP_TRACE_DIR is (`GATEWAY_WRAPPERS`)."""
+    for variable, (script, suffix) in GATEWAY_WRAPPERS.items():
+        folder = os.environ.get(variable)
+        if folder:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            stamp = datetime.now(UTC).strftime("%H%M%S")
+            target = Path(folder) / f"{name}-{stamp}-{os.getpid()}.{suffix}"
+            wrapper = Path(__file__).with_name(script)
+            return [sys.executable, str(wrapper), str(target), "serve", "--port", "0"]
+    return [sys.executable, "-m", "gateway", "serve", "--port", "0"]
 
 
 # Measure the gateway, not its abuse limits: one user starts runs back to back, and the memory
@@ -380,8 +391,8 @@ def gateway_process(
     command = gateway_command(name)
     root = Path(os.environ.get(GATEWAY_ROOT_ENV) or ROOT)
     with server_process(command, workdir / f"{name}.log", settings, root=root) as server:
-        if os.environ.get(PROFILE_DIR_ENV):
-            server.process.send_signal(signal.SIGUSR1)  # start profiling: start-up is over
+        if any(os.environ.get(variable) for variable in GATEWAY_WRAPPERS):
+            server.process.send_signal(signal.SIGUSR1)  # start recording: start-up is over
         yield server
 
 
