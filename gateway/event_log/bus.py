@@ -19,7 +19,9 @@ from typing import Any
 from gateway.event_log.logged_event import LoggedEvent
 from gateway.event_log.relay import MemoryRelay, Relay
 
-EventListener = Callable[[Sequence[LoggedEvent]], None]
+# Told a thread's committed events and when they were committed (`time.perf_counter`; 0.0
+# for a bare wake-up, which carries none).
+EventListener = Callable[[Sequence[LoggedEvent], float], None]
 InboxListener = Callable[[list[dict[str, Any]], list[str]], None]
 # Told (thread_id, watchers) whenever the number of watchers of a thread changes.
 WatchListener = Callable[[str, int], None]
@@ -131,10 +133,12 @@ class EventBus:
             chunk = threads[start : start + WATCH_CHUNK]
             self._relay.publish({"kind": "watch", "threads": chunk, "gone": []})
 
-    def publish(self, thread_id: str, events: Sequence[LoggedEvent]) -> None:
-        """Hand committed events to the thread's listeners (and tell the other processes the
-        thread's new head); an empty batch is a bare wake-up ("the log may have grown":
-        listeners read it from the table)."""
+    def publish(
+        self, thread_id: str, events: Sequence[LoggedEvent], committed: float = 0.0
+    ) -> None:
+        """Hand events committed at `committed` to the thread's listeners (and tell the other
+        processes the thread's new head); an empty batch is a bare wake-up ("the log may have
+        grown": listeners read it from the table)."""
         if events and self._relay.shared:
             self._relay.publish({"kind": "wake", "threads": {thread_id: events[-1].seq}})
         listeners = self._threads.get(thread_id)
@@ -143,7 +147,7 @@ class EventBus:
         if events:
             self._published[thread_id] = max(self._published.get(thread_id, 0), events[-1].seq)
         for listener in list(listeners):
-            listener(events)
+            listener(events, committed)
 
     def wake(self, thread_id: str, head: int) -> None:
         """Another process stored events of `thread_id` up to `head`: wake its listeners unless
@@ -152,13 +156,13 @@ class EventBus:
             return
         self._published[thread_id] = head
         for listener in list(self._threads[thread_id]):
-            listener(())
+            listener((), 0.0)
 
     def wake_all(self) -> None:
         """A bare wake-up for every watched thread (after the relay missed messages)."""
         for thread_id in list(self._threads):
             for listener in list(self._threads.get(thread_id, ())):
-                listener(())
+                listener((), 0.0)
 
     def on_remote_inbox(self, listener: RemoteInboxListener) -> None:
         self._remote_inbox = listener

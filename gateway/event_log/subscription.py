@@ -43,9 +43,8 @@ class Subscription:
         metrics: GatewayMetrics | None = None,
     ) -> None:
         """`send_replay` may wait for queue space; `send_live` must not (False = no room).
-        `send_live` also gets the time (`time.perf_counter`) its event was committed, with
-        metrics on (else 0.0): the event log publishes each commit's events the moment it is
-        stored, so the time of that call is the commit's.
+        `send_live` also gets the time (`time.perf_counter`) its event was committed, as the
+        event log publishes it, with metrics on (else 0.0).
 
         `reveal` gives the frame to send for a stored event whose sensitive arguments are
         masked (the connection knows whether its caller may see them). It may read storage,
@@ -96,12 +95,12 @@ class Subscription:
     def task(self) -> asyncio.Task[None] | None:
         return self._task
 
-    def _on_events(self, events: Sequence[LoggedEvent]) -> None:
+    def _on_events(self, events: Sequence[LoggedEvent], committed: float) -> None:
         if not events or not self._live or events[0].seq > self.last_seq + 1:
             self._wakeup.set()
             return
-        # One stamp per published batch, and only when it is measured.
-        committed = time.perf_counter() if self._metrics is not None else 0.0
+        # Measured only with metrics on.
+        committed = (committed or time.perf_counter()) if self._metrics is not None else 0.0
         for event in events:
             if event.seq <= self.last_seq:
                 continue

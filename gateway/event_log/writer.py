@@ -315,10 +315,10 @@ class EventLog:
             if announce is not None and records:
                 self._announced()
             logged = [LoggedEvent.from_record(record) for record in records]
+            self._publish_soon(logged)
             for entry, event in zip(entries, logged, strict=True):
                 if not entry.future.done():
                     entry.future.set_result(event)
-            self._publish(logged)
             return
         error = StorageUnavailable("event log could not be stored")
         for entry in entries:
@@ -342,9 +342,9 @@ class EventLog:
         if announce is not None and records:
             self._announced()
         logged = [LoggedEvent.from_record(record) for record in records]
+        self._publish_soon(logged)
         if not entry.future.done():
             entry.future.set_result((result, logged))
-        self._publish(logged)
 
     def _committed(
         self, records: list[EventRecord], started: float, agent: str | None = None
@@ -374,13 +374,25 @@ class EventLog:
         if self._announcements is not None:
             self._announcements.announced()
 
-    def _publish(self, logged: list[LoggedEvent]) -> None:
+    def _publish_soon(self, logged: list[LoggedEvent]) -> None:
+        """Publish a commit's events on the loop's next turn, not in the writer's.
+
+        Subscribers write live frames to their sockets as they are told, and a commit holds
+        events of many threads: published inside the writer's turn, the frames of a batch were
+        all written before the loop ran anything else, and with 200 runs streaming (figure 7)
+        the model's timers and the next events waited behind them (delivery lag p50 2.6-2.8
+        against 2.1-2.2 ms; published on the next turn, 2.2 ms). Scheduled before the
+        committers' futures are resolved, so a batch is published before anything its
+        committers do next (the `ack` of the request that stored it follows its events)."""
+        asyncio.get_running_loop().call_soon(self._publish, logged, time.perf_counter())
+
+    def _publish(self, logged: list[LoggedEvent], committed: float) -> None:
         by_thread: dict[str, list[LoggedEvent]] = {}
         for event in logged:
             by_thread.setdefault(event.thread_id, []).append(event)
         for thread_id, events in by_thread.items():
             try:
-                self._bus.publish(thread_id, events)
+                self._bus.publish(thread_id, events, committed)
             except Exception:
                 log.error("subscriber callback failed", exc_info=True)
 

@@ -200,7 +200,7 @@ async def test_a_busy_writer_merges_queued_deltas_exactly(
 ) -> None:
     log, thread_id, bus = log_and_thread
     published: list[LoggedEvent] = []
-    bus.subscribe(thread_id, published.extend)
+    bus.subscribe(thread_id, lambda events, _committed: published.extend(events))
     words = [f"w{i} " for i in range(300)]
     futures = []
     # Nothing awaits between appends, so the writer finds them all queued at once.
