@@ -165,6 +165,8 @@ class EventLog:
         # thread id -> its newest queued entry while that is a text delta the writer has not
         # taken yet (`append` adds the thread's next deltas to it)
         self._open_deltas: dict[str, _Plain] = {}
+        # Commits whose events wait for the loop's next turn to be published (`_publish_soon`).
+        self._unpublished = 0
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._writer(), name="event-log-writer")
@@ -315,7 +317,7 @@ class EventLog:
             if announce is not None and records:
                 self._announced()
             logged = [LoggedEvent.from_record(record) for record in records]
-            self._publish_soon(logged)
+            self._publish_soon(logged, next_turn=True)
             for entry, event in zip(entries, logged, strict=True):
                 if not entry.future.done():
                     entry.future.set_result(event)
@@ -342,7 +344,7 @@ class EventLog:
         if announce is not None and records:
             self._announced()
         logged = [LoggedEvent.from_record(record) for record in records]
-        self._publish_soon(logged)
+        self._publish_soon(logged, next_turn=False)
         if not entry.future.done():
             entry.future.set_result((result, logged))
 
@@ -374,17 +376,29 @@ class EventLog:
         if self._announcements is not None:
             self._announcements.announced()
 
-    def _publish_soon(self, logged: list[LoggedEvent]) -> None:
-        """Publish a commit's events on the loop's next turn, not in the writer's.
+    def _publish_soon(self, logged: list[LoggedEvent], *, next_turn: bool) -> None:
+        """Publish a commit's events: streamed ones (`next_turn`) on the loop's next turn,
+        a lifecycle commit's at once unless earlier ones still wait (they keep their order).
 
-        Subscribers write live frames to their sockets as they are told, and a commit holds
-        events of many threads: published inside the writer's turn, the frames of a batch were
-        all written before the loop ran anything else, and with 200 runs streaming (figure 7)
-        the model's timers and the next events waited behind them (delivery lag p50 2.6-2.8
-        against 2.1-2.2 ms; published on the next turn, 2.2 ms). Scheduled before the
-        committers' futures are resolved, so a batch is published before anything its
-        committers do next (the `ack` of the request that stored it follows its events)."""
-        asyncio.get_running_loop().call_soon(self._publish, logged, time.perf_counter())
+        Subscribers write live frames to their sockets as they are told. A commit of streamed
+        events holds events of many threads: published inside the writer's turn, all of its
+        frames were written before the loop ran anything else, and with 200 runs streaming
+        (figure 7) the model's timers and the next events waited behind them (delivery lag p50
+        2.6-2.8 against 2.1-2.2 ms; on the next turn, 2.1-2.2 ms). A lifecycle commit (a
+        decision, a pause, a resume) is one request's, which waits for it: a turn more there
+        only delays that request. Either way the events are published before the committers'
+        futures resolve, so whatever a committer does next (the `ack` of the request that
+        stored them) follows them."""
+        committed = time.perf_counter()
+        if next_turn or self._unpublished:
+            self._unpublished += 1
+            asyncio.get_running_loop().call_soon(self._publish_waited, logged, committed)
+        else:
+            self._publish(logged, committed)
+
+    def _publish_waited(self, logged: list[LoggedEvent], committed: float) -> None:
+        self._unpublished -= 1
+        self._publish(logged, committed)
 
     def _publish(self, logged: list[LoggedEvent], committed: float) -> None:
         by_thread: dict[str, list[LoggedEvent]] = {}
