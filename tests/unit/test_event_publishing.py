@@ -39,15 +39,16 @@ async def test_every_commit_is_published_in_order_before_its_committer_goes_on(
         stamps.append(committed)
 
     bus.subscribe(thread_id, listener)
-    # Streamed events, then a lifecycle commit queued behind them before any is stored: the
-    # writer stores them in one turn, and the lifecycle commit's events must not overtake the
-    # streamed ones still waiting for their turn to be published.
-    streamed = [
-        await log.append(thread_id, "r_1", "tool.called", {"call_id": f"c{i}"}) for i in range(5)
-    ]
+    # Streamed events, then a lifecycle commit queued behind them before the writer runs (its
+    # task is made first, so it queues its commit before the writer's turn): the writer takes
+    # them in one turn, and the lifecycle commit's events must not overtake the streamed ones
+    # still waiting for their turn to be published.
     paused = asyncio.create_task(
         log.commit([log.new_event(thread_id, "r_1", "run.paused", {})], None)
     )
+    streamed = [
+        await log.append(thread_id, "r_1", "tool.called", {"call_id": f"c{i}"}) for i in range(5)
+    ]
     seen_by_committers: list[list[int]] = []
     for future in streamed:
         event: LoggedEvent = await future
