@@ -133,9 +133,7 @@ class EventBus:
             chunk = threads[start : start + WATCH_CHUNK]
             self._relay.publish({"kind": "watch", "threads": chunk, "gone": []})
 
-    def publish(
-        self, thread_id: str, events: Sequence[LoggedEvent], committed: float = 0.0
-    ) -> None:
+    def publish(self, thread_id: str, events: Sequence[LoggedEvent], committed: float) -> None:
         """Hand events committed at `committed` to the thread's listeners (and tell the other
         processes the thread's new head); an empty batch is a bare wake-up ("the log may have
         grown": listeners read it from the table)."""

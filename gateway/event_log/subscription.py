@@ -10,7 +10,6 @@ interleaving the writer and the replay have.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.event_log.bus import EventBus
@@ -100,7 +99,7 @@ class Subscription:
             self._wakeup.set()
             return
         # Measured only with metrics on.
-        committed = (committed or time.perf_counter()) if self._metrics is not None else 0.0
+        committed = committed if self._metrics is not None else 0.0
         for event in events:
             if event.seq <= self.last_seq:
                 continue
