@@ -173,15 +173,6 @@ async def test_no_delta_joins_one_queued_before_an_atomic_commit(
     assert (await first).seq == 1 and (await after).seq == 3
 
 
-@pytest.fixture
-async def log_and_thread(tmp_path: Path) -> AsyncIterator[tuple[EventLog, str, EventBus]]:
-    bus = EventBus()
-    async with migrated_store(f"sqlite:///{tmp_path / 'log.db'}") as store:
-        thread = await ThreadRepository(store).create(tenant="acme", owner="alice")
-        async with running_event_log(store, bus) as log:
-            yield log, thread.thread_id, bus
-
-
 async def test_an_idle_writer_stores_each_delta_at_once(
     log_and_thread: tuple[EventLog, str, EventBus],
 ) -> None:

@@ -5,25 +5,10 @@ committers' futures resolve (gateway/event_log/writer.py, `_publish_soon`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
 
 from gateway.event_log.bus import EventBus
 from gateway.event_log.logged_event import LoggedEvent
 from gateway.event_log.writer import EventLog
-from persistence.threads import ThreadRepository
-from tests.support.storage import migrated_store, running_event_log
-
-
-@pytest.fixture
-async def log_and_thread(tmp_path: Path) -> AsyncIterator[tuple[EventLog, str, EventBus]]:
-    bus = EventBus()
-    async with migrated_store(f"sqlite:///{tmp_path / 'log.db'}") as store:
-        thread = await ThreadRepository(store).create(tenant="acme", owner="alice")
-        async with running_event_log(store, bus) as log:
-            yield log, thread.thread_id, bus
 
 
 async def test_every_commit_is_published_in_order_before_its_committer_goes_on(
