@@ -16,6 +16,7 @@ from __future__ import annotations
 import cProfile
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
 
 
@@ -23,11 +24,12 @@ def _exit(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
-def main(argv: list[str]) -> int:
-    out, args = argv[0], argv[1:]
+def run_recorded(args: list[str], start: Callable[[], None], finish: Callable[[], None]) -> int:
+    """`python -m gateway *args`, with `start()` on SIGUSR1 and `finish()` however it ends
+    (a SIGTERM re-raised by uvicorn included); the gateway's exit status. Shared with
+    bench/traced_gateway.py."""
     signal.signal(signal.SIGTERM, _exit)
-    profile = cProfile.Profile()
-    signal.signal(signal.SIGUSR1, lambda _signum, _frame: profile.enable())
+    signal.signal(signal.SIGUSR1, lambda _signum, _frame: start())
     from gateway.__main__ import main as gateway_main
 
     try:
@@ -35,8 +37,18 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 0
     finally:
+        finish()
+
+
+def main(argv: list[str]) -> int:
+    out, args = argv[0], argv[1:]
+    profile = cProfile.Profile()
+
+    def finish() -> None:
         profile.disable()
         profile.dump_stats(out)
+
+    return run_recorded(args, profile.enable, finish)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import asyncio.selector_events
 import pickle
-import signal
 import sys
 import time
-from types import FrameType
 from typing import Any
+
+# A sibling module, not `bench.profiled_gateway`: this file runs as a script, so that the
+# gateway (and only it) comes from PYTHONPATH.
+from profiled_gateway import run_recorded
 
 # ("cb", start, end, name) | ("recv", at, text) | ("write", at, data)
 Record = tuple[Any, ...]
@@ -81,31 +83,21 @@ def callback_name(handle: asyncio.events.Handle) -> str:
     return getattr(callback, "__qualname__", type(callback).__name__)
 
 
-def _exit(signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str]) -> int:
     out, args = argv[0], argv[1:]
     sys.modules["uvloop"] = None  # type: ignore[assignment]  # uvicorn falls back to asyncio
-    signal.signal(signal.SIGTERM, _exit)
     trace = LoopTrace()
     trace.install()
 
-    def start(_signum: int, _frame: FrameType | None) -> None:
+    def start() -> None:
         trace.on = True
 
-    signal.signal(signal.SIGUSR1, start)
-    from gateway.__main__ import main as gateway_main
-
-    try:
-        return gateway_main(args)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 0
-    finally:
+    def finish() -> None:
         trace.on = False
         with open(out, "wb") as file:
             pickle.dump(trace.records, file)
+
+    return run_recorded(args, start, finish)
 
 
 if __name__ == "__main__":
