@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -49,6 +49,11 @@ from bench.common import (
     percentile,
 )
 from gateway.auth.access import TokenVerifier
+
+if TYPE_CHECKING:
+    from gateway.event_log.writer import EventLog
+    from persistence.sessions import GatewaySession
+    from persistence.store import Store
 
 __all__ = ["ROOT", "SECRET", "TENANT", "latency_summary", "machine_info", "percentile"]
 
@@ -118,43 +123,83 @@ def bare_sdk_agent() -> Any:
     return build_demo_agent()
 
 
-async def sdk_run(agent: Any, session: Any = None) -> tuple[int, float]:
-    """The same demo story consumed in-process by the SDK: no gateway, nothing sent. Bare
-    without `session`; with one, also what any gateway keeping this design's durability pays
-    before it stores or sends a single event: the thread's session (the gateway's own fast
-    one, history read and turn appended in the backend's database) and the completion checkpoint's
-    serialisation. Returns the stream events counted and the seconds taken."""
+@dataclass
+class DurableSdk:
+    """What the in-process rungs of figure 1 keep: the thread's SDK session (the gateway's own
+    `GatewaySession`, a copy of `sessions` per thread) and, for the event-log rung, the
+    gateway's `EventLog`, both on one migrated database of their own."""
+
+    sessions: GatewaySession
+    store: Store
+    log: EventLog
+
+
+async def sdk_run(
+    agent: Any, durable: DurableSdk | None = None, *, logged: bool = False
+) -> tuple[int, float]:
+    """The same demo story consumed in-process by the SDK: no gateway, nothing sent.
+
+    Bare without `durable`. With it, also what any gateway keeping this design's durability
+    pays before it stores or sends a single event: a thread of its own, its session (history
+    read and turn appended in the backend's database) and the completion checkpoint's
+    serialisation. `logged` adds what a gateway that stores every event before anyone sees
+    it pays on top: each stream event translated to protocol events
+    (`gateway/run_lifecycle/stream_translation.py`) and appended to the event log, the
+    streamed events in group commits and `run.completed` in one commit of its own, awaited.
+    Returns the stream events counted and the seconds taken."""
     from agents import RunConfig, Runner
 
     from gateway.agents.demo.assistant import OfflineModelProvider
+    from gateway.protocol.frames import EventType
+    from gateway.run_lifecycle.stream_translation import StreamTranslator, output_text
+    from persistence.threads import ThreadRepository
 
     begin = time.perf_counter()
+    session, thread_id = None, ""
+    if durable is not None:
+        thread = await ThreadRepository(durable.store).create(tenant=TENANT, owner="alice")
+        session, thread_id = durable.sessions.for_session(thread.thread_id), thread.thread_id
+    log = durable.log if durable is not None and logged else None
     result = Runner.run_streamed(
         agent,
         STORY_INPUT,
         session=session,
         run_config=RunConfig(model_provider=OfflineModelProvider(0), tracing_disabled=True),
     )
+    translator = StreamTranslator(agent=agent.name)
     count = 0
-    async for _ in result.stream_events():
+    async for event in result.stream_events():
         count += 1
-    if session is not None:
+        if log is not None:
+            for type_, data in translator.translate(event):
+                await log.append(thread_id, None, type_, data)
+    if durable is not None:
         orjson.dumps(result.to_state().to_json())
+    if log is not None:
+        final = output_text(result.final_output)
+        completed = {"final_output": final}
+        await log.commit([log.new_event(thread_id, None, EventType.RUN_COMPLETED, completed)])
     return count, time.perf_counter() - begin
 
 
 @contextlib.asynccontextmanager
-async def durable_sdk(database: str) -> AsyncIterator[Any]:
-    """A `GatewaySession` template on its own database (the SDK creates the two tables)."""
-    from agents.extensions.memory import SQLAlchemySession
-
+async def durable_sdk(database: str) -> AsyncIterator[DurableSdk]:
+    """A migrated database with a `GatewaySession` template and a running event log."""
+    from gateway.event_log.bus import EventBus
+    from gateway.event_log.writer import EventLog
+    from persistence.schema import migrate
     from persistence.sessions import GatewaySession
     from persistence.store import open_store
 
     store = open_store(database)
     try:
-        await SQLAlchemySession("set-up", engine=store.engine, create_tables=True).get_items()
-        yield GatewaySession("template", store=store)
+        await migrate(store)
+        log = EventLog(store, EventBus())
+        await log.start()
+        try:
+            yield DurableSdk(GatewaySession("template", store=store), store, log)
+        finally:
+            await log.close()
     finally:
         await store.close()
 
@@ -169,19 +214,21 @@ async def throughput(client: BenchClient, runs: int, backend: Backend) -> dict[s
     results: list[dict[str, Any]] = []
     bare: list[tuple[int, float]] = []
     floor: list[float] = []
+    logged: list[float] = []
     with tempfile.TemporaryDirectory(prefix="gateway-bench-floor-") as folder:
         async with (
             fresh_database(backend, Path(folder), "floor") as database,
-            durable_sdk(database) as sessions,
+            durable_sdk(database) as durable,
         ):
-            for index in range(WARMUP_RUNS):
+            for _ in range(WARMUP_RUNS):
                 await sdk_run(agent)
-                await sdk_run(agent, sessions.for_session(f"warm-up-{index}"))
-            for index in range(runs):
+                await sdk_run(agent, durable)
+                await sdk_run(agent, durable, logged=True)
+            for _ in range(runs):
                 results.append(await one_plain_run(client, STORY_INPUT))
                 bare.append(await sdk_run(agent))
-                _, seconds = await sdk_run(agent, sessions.for_session(f"t-{index}"))
-                floor.append(seconds)
+                floor.append((await sdk_run(agent, durable))[1])
+                logged.append((await sdk_run(agent, durable, logged=True))[1])
 
     rates = [r["events"] / (r["completed_at"] - r["started_at"]) for r in results]
     run_seconds = [r["completed_at"] - r["start_sent"] for r in results]
@@ -215,21 +262,32 @@ async def throughput(client: BenchClient, runs: int, backend: Backend) -> dict[s
     pair_runs_ratio = statistics.median(
         b / g for g, b in zip(run_seconds, bare_seconds, strict=True)
     )
-    durable = {
-        "runs": runs,
-        "run_ms_median": round(statistics.median(floor) * 1000, 3),
-        "runs_per_s_median": round(1 / statistics.median(floor), 2),
-    }
+
+    def rung(seconds: list[float]) -> dict[str, Any]:
+        return {
+            "runs": runs,
+            "run_ms_median": round(statistics.median(seconds) * 1000, 3),
+            "runs_per_s_median": round(1 / statistics.median(seconds), 2),
+        }
+
+    def paired(faster: list[float], slower: list[float]) -> float:
+        """Median of the per-pair ratios: how many of the slower runs' rate the faster's is."""
+        return round(statistics.median(f / s for f, s in zip(faster, slower, strict=True)), 4)
+
     return {
         "input": STORY_INPUT,
         "gateway": gateway,
         "bare_sdk": bare_sdk,
-        "sdk_with_session_and_checkpoint": durable,
+        "sdk_with_session_and_checkpoint": rung(floor),
+        "sdk_with_session_checkpoint_and_event_log": rung(logged),
         "note": (
             "gateway counts protocol events (run.started..run.completed); bare_sdk counts SDK "
             "stream events; only runs_per_s is like for like. sdk_with_session_and_checkpoint: "
-            "the bare SDK run plus the thread's session and the completion checkpoint's "
-            "serialisation, in-process, nothing else stored or sent. Runs are interleaved."
+            "the bare SDK run plus a thread, its session and the completion checkpoint's "
+            "serialisation, in-process, nothing else stored or sent; "
+            "sdk_with_session_checkpoint_and_event_log: that, plus every stream event "
+            "translated and stored in the event log (no run row, nothing published or sent). "
+            "Runs are interleaved."
         ),
         "ratio_gateway_over_bare": {
             "events_per_s": round(
@@ -239,12 +297,11 @@ async def throughput(client: BenchClient, runs: int, backend: Backend) -> dict[s
             "runs_per_s_paired_median": round(pair_runs_ratio, 4),
             # The best figure 1 a gateway with a session and a completion checkpoint could
             # reach: bare SDK over session + checkpoint, paired.
-            "ceiling_with_session_and_checkpoint": round(
-                statistics.median(b / f for b, f in zip(bare_seconds, floor, strict=True)), 4
-            ),
-            "gateway_over_session_and_checkpoint": round(
-                statistics.median(f / g for g, f in zip(run_seconds, floor, strict=True)), 4
-            ),
+            "ceiling_with_session_and_checkpoint": paired(bare_seconds, floor),
+            # ... and one that also stores every event before it is sent.
+            "ceiling_with_event_log": paired(bare_seconds, logged),
+            "gateway_over_session_and_checkpoint": paired(floor, run_seconds),
+            "gateway_over_event_log": paired(logged, run_seconds),
         },
     }
 
