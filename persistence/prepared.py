@@ -21,7 +21,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
-from weakref import WeakKeyDictionary
+from weakref import ReferenceType, WeakKeyDictionary, ref
 
 from sqlalchemy import ColumnElement, bindparam
 from sqlalchemy.dialects import sqlite
@@ -56,6 +56,10 @@ class Prepared:
         # One compilation per SQLite dialect (each engine has its own, with its own JSON
         # serializer); forgotten with the engine.
         self._compiled: WeakKeyDictionary[Dialect, _Compiled | None] = WeakKeyDictionary()
+        # The dialect of the last call and its compilation: a process has one SQLite engine
+        # whose statements run thousands of times a second, and a weak dictionary's lookup
+        # (a weak reference made per call) costs more than the rest of `_for`.
+        self._last: tuple[ReferenceType[Dialect], _Compiled | None] | None = None
 
     def rows(self, conn: Connection, params: Params) -> list[tuple[Any, ...]]:
         """The rows it returns (a SELECT, or a statement with RETURNING)."""
@@ -92,7 +96,7 @@ class Prepared:
         if compiled is None:
             conn.execute(self.statement, [dict(row) for row in rows])
             return
-        _run(conn, compiled, [_values(compiled, row) for row in rows], many=True)
+        _run(conn, compiled.sql, [_values(compiled, row) for row in rows], many=True)
 
     def many_rows(
         self, conn: Connection, names: tuple[str, ...], rows: Sequence[tuple[Any, ...]]
@@ -105,7 +109,7 @@ class Prepared:
             return
         compiled = self._for(conn)
         if compiled is not None and names == compiled.names and not compiled.binds:
-            _run(conn, compiled, rows, many=True)
+            _run(conn, compiled.sql, rows, many=True)
             return
         self.many(conn, [dict(zip(names, row, strict=True)) for row in rows])
 
@@ -116,13 +120,17 @@ class Prepared:
 
     def _for(self, conn: Connection) -> _Compiled | None:
         dialect = conn.dialect
-        if dialect.name != "sqlite":
-            return None
-        try:
-            return self._compiled[dialect]
-        except KeyError:
-            compiled = self._compiled[dialect] = _compile(self.statement, self._keys, dialect)
-            return compiled
+        last = self._last
+        if last is not None and last[0]() is dialect:
+            return last[1]
+        compiled: _Compiled | None = None
+        if dialect.name == "sqlite":
+            try:
+                compiled = self._compiled[dialect]
+            except KeyError:
+                compiled = self._compiled[dialect] = _compile(self.statement, self._keys, dialect)
+        self._last = (ref(dialect), compiled)
+        return compiled
 
 
 class OneOf:
@@ -172,7 +180,7 @@ class PreparedIn:
 def run_sql(conn: Connection, sql: str) -> None:
     """A statement without parameters (transaction control: BEGIN IMMEDIATE, COMMIT,
     ROLLBACK) on SQLite's own cursor, observers told as for every other."""
-    _run_one(conn, _Compiled(sql, (), {}, frozenset(), (), (), ()), {})
+    _run(conn, sql, (), many=False)
 
 
 def _compile(statement: Executable, keys: list[str] | None, dialect: Dialect) -> _Compiled | None:
@@ -219,12 +227,14 @@ def _compile(statement: Executable, keys: list[str] | None, dialect: Dialect) ->
 
 
 def _run_one(conn: Connection, compiled: _Compiled, params: Params) -> sqlite3.Cursor:
-    return _run(conn, compiled, _values(compiled, params), many=False)
+    return _run(conn, compiled.sql, _values(compiled, params), many=False)
 
 
-def _run(conn: Connection, compiled: _Compiled, parameters: Any, *, many: bool) -> sqlite3.Cursor:
+def _run(conn: Connection, sql: str, parameters: Any, *, many: bool) -> sqlite3.Cursor:
     """`parameters`: one tuple in the SQL's order, or (`many`) a sequence of them."""
-    dbapi = conn.connection.driver_connection
+    # pysqlite's driver connection is its DBAPI connection, an attribute here (the
+    # `driver_connection` property walks three more calls to the same object).
+    dbapi = conn.connection.dbapi_connection
     assert isinstance(dbapi, sqlite3.Connection)
     # SQLAlchemy's own test for listeners on the connection or its engine: walking the (empty)
     # listener lists costs more than the rest of the bookkeeping here.
@@ -232,22 +242,22 @@ def _run(conn: Connection, compiled: _Compiled, parameters: Any, *, many: bool) 
     try:
         if observed:
             for before in conn.dispatch.before_cursor_execute:
-                before(conn, None, compiled.sql, parameters, None, many)
+                before(conn, None, sql, parameters, None, many)
         if many:
-            cursor = dbapi.executemany(compiled.sql, parameters)
+            cursor = dbapi.executemany(sql, parameters)
         else:
-            cursor = dbapi.execute(compiled.sql, parameters)
+            cursor = dbapi.execute(sql, parameters)
         if observed:
             for after in conn.dispatch.after_cursor_execute:
-                after(conn, cursor, compiled.sql, parameters, None, many)
+                after(conn, cursor, sql, parameters, None, many)
     except sqlite3.Error as exc:
-        raise DBAPIError.instance(compiled.sql, parameters, exc, sqlite3.Error) from exc
+        raise DBAPIError.instance(sql, parameters, exc, sqlite3.Error) from exc
     return cursor
 
 
 def _values(compiled: _Compiled, row: Params) -> tuple[Any, ...]:
-    missing = compiled.required - row.keys()
-    if missing:
+    if not row.keys() >= compiled.required:  # compared in place: no set made per call
+        missing = compiled.required - row.keys()
         raise KeyError(f"no value for parameter(s) {', '.join(sorted(missing))}")
     defaults = compiled.defaults
     values = [row[name] if name in row else defaults[name] for name in compiled.names]

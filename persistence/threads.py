@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
 from persistence.ids import new_id
-from persistence.prepared import Prepared
+from persistence.prepared import Prepared, PreparedIn
 from persistence.tables import threads
 
 if TYPE_CHECKING:
@@ -103,9 +103,11 @@ class ThreadRepository:
     async def heads(self, thread_ids: Sequence[str]) -> dict[str, int]:
         """`head_seq` of each of `thread_ids` that exists (at most `HEADS_PER_READ` ids)."""
 
+        if not thread_ids:
+            return {}
+
         def read(conn: Connection) -> dict[str, int]:
-            rows = conn.execute(_HEADS, {"b_threads": list(thread_ids)})
-            return {thread_id: int(head) for thread_id, head in rows}
+            return {thread_id: int(head) for thread_id, head in _HEADS.rows(conn, thread_ids)}
 
         return await self._store.read(read)
 
@@ -124,6 +126,11 @@ class ThreadRepository:
 # A new thread's row: every field of the record (`ThreadRecord.values`).
 _INSERT = Prepared(threads.insert(), keys=[field.name for field in fields(ThreadRecord)])
 _BY_ID = Prepared(select(threads).where(threads.c.thread_id == bindparam("b_thread")))
-_HEADS = select(threads.c.thread_id, threads.c.head_seq).where(
-    threads.c.thread_id.in_(bindparam("b_threads", expanding=True))
+# Read every half second by the log watch for every watched thread: prepared, not an expanding
+# IN list SQLAlchemy renders anew (hundreds of parameters) at each execution.
+_HEADS = PreparedIn(
+    "b_thread",
+    lambda one_of: select(threads.c.thread_id, threads.c.head_seq).where(
+        one_of.of(threads.c.thread_id)
+    ),
 )
