@@ -130,6 +130,13 @@ class StorageHealth:
         """Why storage is unhealthy; None while it is healthy."""
         return self._reason
 
+    @property
+    def disk_full(self) -> bool:
+        """A write failed for want of disk space and too little has been freed since. Writes
+        are refused meanwhile: SQLite reuses the space of its write-ahead log, so a small write
+        may still fit, and a run accepted that way would stop at its first few events."""
+        return self._reason is not None and self._full
+
     def failed(self, error: BaseException) -> None:
         self._failed_since_probe = True
         self._full = self._full or is_full(error)
@@ -237,7 +244,8 @@ async def integrity_problems(store: Store) -> list[str]:
 
 
 class ReportingStore(Store):
-    """`inner`, with every `StorageUnavailable` reported to `health` on its way out."""
+    """`inner`, with every `StorageUnavailable` reported to `health` on its way out, and no
+    write attempted while the disk is full."""
 
     def __init__(self, inner: Store, health: StorageHealth) -> None:
         super().__init__(inner.url)
@@ -252,6 +260,9 @@ class ReportingStore(Store):
         return self.inner.statement_engines()
 
     async def write(self, work: Work[T], *, slow: bool = False) -> T:
+        if self._health.disk_full:
+            # Not reported: only the probe's writes (on `inner`) decide when storage is back.
+            raise StorageUnavailable(self._health.reason)
         try:
             return await self.inner.write(work, slow=slow)
         except StorageUnavailable as exc:

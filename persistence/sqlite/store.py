@@ -82,6 +82,9 @@ class SqliteStore(Store):
         # checkpointer).
         self._checkpoint_due = 0.0
         self._checkpointing = False
+        # Whether the last checkpoint failed: a failure is logged when a streak starts, not
+        # every second while the disk stays full.
+        self._checkpoint_failing = False
 
     @property
     def engine(self) -> AsyncEngine:
@@ -148,10 +151,17 @@ class SqliteStore(Store):
                 self._checkpoint_conn = open_connection(self._path)
             # PASSIVE: copies what it can without waiting for (or blocking) readers and writers.
             self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except sqlite3.Error:
+        except sqlite3.Error as exc:
             # Best effort: the next one tries again, and the writer's own limit still holds.
-            log.warning("WAL checkpoint failed", exc_info=True)
+            # SQLite's message names the cause (a full disk, say), never a statement or row.
+            if not self._checkpoint_failing:
+                log.warning("WAL checkpoints fail (%s: %s); retrying", type(exc).__name__, exc)
+            self._checkpoint_failing = True
             self._close_checkpointer()
+        else:
+            if self._checkpoint_failing:
+                log.info("WAL checkpoints go through again")
+            self._checkpoint_failing = False
         finally:
             self._checkpointing = False
 

@@ -7,6 +7,7 @@ traceback in between."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sqlite3
 from collections.abc import Callable
@@ -15,8 +16,13 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.engine import Connection
 
 from gateway.auth.access import TokenVerifier
+from gateway.storage.health import ReportingStore, StorageHealth, probe_in
+from persistence.errors import StorageUnavailable
+from persistence.sqlite import store as sqlite_store
+from persistence.store import Work
 from tests.support.client import Client, ProtocolFailure
 from tests.support.disks import fill, immutable, small_tmpfs, writable_again
 from tests.support.gateway import (
@@ -116,23 +122,121 @@ async def test_a_read_only_database_file(
     assert_quiet(gateway.log())
 
 
-async def test_a_full_disk(spawn: Callable[..., GatewayProcess], tmp_path: Path) -> None:
+async def refused_once_full(gateway: GatewayProcess, attempts: int = 20) -> list[str | None]:
+    """Run starts until one is refused. SQLite reuses the space its write-ahead log already
+    holds, so the first few may fit on a full disk; each one accepted streams its run in the
+    background, which soon needs space that is not there."""
+    outcomes = [await refused_run(gateway)]
+    while outcomes[-1] is None and len(outcomes) < attempts:
+        await asyncio.sleep(0.3)
+        outcomes.append(await refused_run(gateway))
+    return outcomes
+
+
+# The disk fills up right after a run, or once its write-ahead log has been checkpointed (the
+# store does so in the background at most every second): then the next writes reuse the log's
+# space and fit for a while.
+@pytest.mark.parametrize("settle_s", [0.0, 2.5], ids=["at-once", "after-a-checkpoint"])
+async def test_a_full_disk(
+    spawn: Callable[..., GatewayProcess], tmp_path: Path, settle_s: float
+) -> None:
     with small_tmpfs(tmp_path / "disk", "6m") as disk:
         gateway = spawn(env=env_for(disk / "gateway.db"))
         assert (await run_once(gateway))["event"] == "run.completed"
+        await asyncio.sleep(settle_s)
         filler = fill(disk)
         try:
-            outcomes = [await refused_run(gateway) for _ in range(5)]
-            assert "unavailable" in outcomes, outcomes
+            outcomes = await refused_once_full(gateway)
+            assert outcomes[-1] == "unavailable", outcomes
             status, body = await readiness(gateway)
             assert status == 503, (outcomes, body)
             assert "full" in body["reason"], body
+            # While the disk stays full, no start gets through, however small its write.
+            assert [await refused_run(gateway) for _ in range(3)] == ["unavailable"] * 3
         finally:
             filler.unlink()
         assert await ready_again(gateway), gateway.log()[-3000:]
         assert (await run_once(gateway))["event"] == "run.completed"
         gateway.terminate()
         assert_quiet(gateway.log())
+
+
+def blob_of(size: int) -> Work[None]:
+    """A write that needs `size` bytes of new pages."""
+
+    def write(conn: Connection) -> None:
+        conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS ballast (b BLOB)")
+        conn.exec_driver_sql(f"INSERT INTO ballast VALUES (zeroblob({size}))")
+
+    return write
+
+
+async def healthy_again(health: StorageHealth) -> bool:
+    deadline = asyncio.get_running_loop().time() + BACK_WITHIN_S
+    while asyncio.get_running_loop().time() < deadline:
+        if health.reason is None:
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+async def test_no_write_is_tried_while_the_disk_is_full(tmp_path: Path) -> None:
+    with small_tmpfs(tmp_path / "disk", "4m") as disk:
+        async with migrated_store(database_url(disk / "gateway.db")) as store:
+            health = StorageHealth(store, probe_every_s=PROBE_S)
+            reporting = ReportingStore(store, health)
+            filler = fill(disk)
+            try:
+                with pytest.raises(StorageUnavailable):
+                    await reporting.write(blob_of(1024 * 1024))
+                assert health.disk_full and "full" in (health.reason or ""), health.reason
+                tried: list[Connection] = []
+                with pytest.raises(StorageUnavailable, match="full"):
+                    await reporting.write(tried.append)
+                assert tried == []
+            finally:
+                filler.unlink()
+            assert await healthy_again(health)
+            assert not health.disk_full
+            await reporting.write(tried.append)
+            assert len(tried) == 1
+            await health.close()
+
+
+async def test_failing_checkpoints_are_one_line_each_way(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A WAL checkpoint that cannot grow the database file: one WARNING with the cause when
+    they start failing (no traceback, not one a second), one INFO when they go through."""
+    caplog.set_level(logging.INFO, logger=sqlite_store.__name__)
+    with small_tmpfs(tmp_path / "disk", "6m") as disk:
+        async with migrated_store(database_url(disk / "gateway.db")) as store:
+
+            def records() -> list[logging.LogRecord]:
+                return [r for r in caplog.records if "WAL checkpoint" in r.getMessage()]
+
+            async def write_and_settle() -> None:
+                # A checkpoint is due at most every CHECKPOINT_EVERY_S, after a commit.
+                await asyncio.sleep(sqlite_store.CHECKPOINT_EVERY_S + 0.1)
+                await store.write(probe_in)
+                await asyncio.sleep(0.5)
+
+            # Pages in the WAL that the database file must grow to take.
+            await store.write(blob_of(2 * 1024 * 1024))
+            filler = fill(disk)
+            try:
+                for _ in range(3):
+                    # Room for a commit's few WAL pages, not for the checkpoint, which takes
+                    # what it finds before it fails.
+                    os.truncate(filler, filler.stat().st_size - 256 * 1024)
+                    await write_and_settle()
+            finally:
+                filler.unlink()
+            await write_and_settle()
+    failed, back = records()
+    assert failed.levelno == logging.WARNING and failed.exc_info is None, failed
+    assert "database or disk is full" in failed.getMessage(), failed.getMessage()
+    assert back.levelno == logging.INFO, back
 
 
 def damage_a_page(db: Path) -> None:
