@@ -262,7 +262,9 @@ class ReportingStore(Store):
     async def write(self, work: Work[T], *, slow: bool = False) -> T:
         if self._health.disk_full:
             # Not reported: only the probe's writes (on `inner`) decide when storage is back.
-            raise StorageUnavailable(self._health.reason)
+            raise StorageUnavailable(
+                f"storage unavailable: the disk is full ({self._health.reason})"
+            )
         try:
             return await self.inner.write(work, slow=slow)
         except StorageUnavailable as exc:
