@@ -26,8 +26,8 @@ VENV = Path(os.environ.get("GATEWAY_VENV", ROOT / ".venv"))
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 STAMP = VENV / ".installed"
-JS_PACKAGE = ROOT / "client_demo" / "js"
-JS_STAMP = JS_PACKAGE / "node_modules" / ".gateway-installed"
+# The JavaScript client package, and the frontend libraries the adapters are tested with.
+JS_PACKAGES = (ROOT / "client_demo" / "js", ROOT / "tests" / "frontends" / "node")
 
 
 def fingerprint() -> str:
@@ -50,23 +50,25 @@ def ensure_venv() -> None:
 
 
 def ensure_js_packages() -> None:
-    """`npm ci` in client_demo/js when its lockfile changed. Without npm, or when it fails
-    (offline), the JavaScript client's tests skip and say why; CI makes that a failure."""
+    """`npm ci` in each JavaScript package whose lockfile changed. Without npm, or when it
+    fails (offline), the tests that need it skip and say why; CI makes that a failure."""
     npm = shutil.which("npm")
-    lock = JS_PACKAGE / "package-lock.json"
-    if npm is None or not lock.exists():
-        return
-    digest = hashlib.sha256(lock.read_bytes()).hexdigest()
-    if JS_STAMP.exists() and JS_STAMP.read_text() == digest:
-        return
-    print("installing the JavaScript client's dev dependencies (npm ci)", flush=True)
-    done = subprocess.run(
-        [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=JS_PACKAGE, check=False
-    )
-    if done.returncode == 0:
-        JS_STAMP.write_text(digest)
-    else:
-        print("npm ci failed: the JavaScript client's tests will be skipped", flush=True)
+    for package in JS_PACKAGES:
+        lock = package / "package-lock.json"
+        if npm is None or not lock.exists():
+            continue
+        stamp = package / "node_modules" / ".gateway-installed"
+        digest = hashlib.sha256(lock.read_bytes()).hexdigest()
+        if stamp.exists() and stamp.read_text() == digest:
+            continue
+        print(f"installing {package.relative_to(ROOT)}'s npm packages (npm ci)", flush=True)
+        done = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=package, check=False
+        )
+        if done.returncode == 0:
+            stamp.write_text(digest)
+        else:
+            print(f"npm ci failed in {package.relative_to(ROOT)}: its tests will skip", flush=True)
 
 
 def run(*args: str) -> int:

@@ -351,6 +351,17 @@ class Settings(BaseSettings):
             "with `after_seq`."
         ),
     )
+    frontend_body_bytes: int = Field(
+        1024 * 1024,
+        ge=65536,
+        le=16 * 1024 * 1024,
+        description=(
+            "Largest request body, or WebSocket frame, of the frontend adapters (the Vercel AI "
+            "SDK's and AG-UI's; 64 KiB to 16 MiB). Their clients send the whole conversation with "
+            "every request, of which only the newest message is used; a larger one gets "
+            "`too_large`."
+        ),
+    )
     max_input_chars: int = Field(
         32_000,
         ge=1,

@@ -81,6 +81,7 @@ SECTIONS: tuple[Section, ...] = (
             "send_timeout_s",
             "send_queue_bytes",
             "max_input_chars",
+            "frontend_body_bytes",
         ),
     ),
     Section(

@@ -151,6 +151,16 @@ class RunRepository:
             lambda conn: [LeasedRun.from_row(row) for row in conn.execute(query).mappings()]
         )
 
+    async def of_thread(self, thread_id: str, limit: int = 1000) -> list[RunRecord]:
+        """The thread's runs in the order they were started (the newest `limit` of them)."""
+        query = (
+            select(runs)
+            .where(runs.c.thread_id == thread_id)
+            .order_by(runs.c.created_at.desc(), runs.c.run_id.desc())
+            .limit(limit)
+        )
+        return list(reversed(await self._store.read(partial(_records, query))))
+
     async def active_for_thread(self, thread_id: str) -> RunRecord | None:
         return await self._store.read(partial(self.active_for_thread_in, thread_id=thread_id))
 

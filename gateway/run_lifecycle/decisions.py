@@ -19,9 +19,9 @@ from datetime import datetime
 from sqlalchemy.engine import Connection
 
 from gateway.agents.registry import AgentGraph
-from gateway.auth.access import Principal, check_can_decide
+from gateway.auth.access import AccessDenied, Principal, check_can_decide
 from gateway.auth.audit_trail import AuditAction, decision_entry, system_entry
-from gateway.protocol.error_codes import conflict, not_found
+from gateway.protocol.error_codes import GatewayError, conflict, not_found
 from gateway.protocol.frames import EventType, utc_ts
 from gateway.run_lifecycle.approval_binding import binding_problem, by_call_id
 from gateway.run_lifecycle.context import RunContext, thread_ref
@@ -34,6 +34,7 @@ from persistence.checkpoints import CheckpointRecord
 from persistence.clock import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.runs import RunRecord, RunRepository, RunStatus
+from persistence.threads import ThreadRecord
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,37 @@ class Decisions:
         self._four_eyes = four_eyes
         self._approval_ttl_s = approval_ttl_s
         self._approval_sweep_s = approval_sweep_s
+
+    def may_approve(
+        self, principal: Principal, thread: ThreadRecord, run: RunRecord, tool_name: str
+    ) -> bool:
+        """Whether `principal` may approve `run`'s calls of `tool_name` (and so decide them
+        either way): the access table, the tool's reviewer roles and four-eyes together. The
+        frontend adapters ask it to know whether a pause is their caller's to decide."""
+        try:
+            check_can_decide(principal, thread_ref(thread), self_approval=self._self_approval)
+            graph = self._ctx.graph(run.agent)
+            review = review_context(run, tool_name, graph)
+            check_reviewer_roles(principal, tool_name, review.reviewer_roles)
+            check_four_eyes(principal, review.requested_by, "approve", enabled=self._four_eyes)
+        except (AccessDenied, GatewayError):
+            return False
+        return True
+
+    async def vet(self, principal: Principal, approval_id: str, decision: str) -> ApprovalRecord:
+        """Refuse, changing nothing, a decision `decide` would refuse for who is asking or
+        for the approval's state: several decisions sent together are all vetted before the
+        first is recorded. (`decide` checks everything again under the thread's lock.)"""
+        approval, run, thread = await self._ctx.approval_for(principal, approval_id)
+        check_can_decide(principal, thread_ref(thread), self_approval=self._self_approval)
+        self._check_review_rules(principal, run, approval, decision)
+        if approval.status is not ApprovalStatus.PENDING:
+            raise conflict(settled_message(approval))
+        if run.checkpoint_version != approval.checkpoint_version or run.status.terminal:
+            raise conflict("approval was superseded: the run has moved on")
+        if approval.expires_at is not None and utcnow() >= approval.expires_at:
+            raise conflict(f"approval {expiry_phrase(approval)}")
+        return approval
 
     async def decide(
         self,

@@ -54,6 +54,7 @@ from persistence.audit import AuditEntry, AuditRepository
 from persistence.checkpoints import CheckpointRecord
 from persistence.clock import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
+from persistence.events import EventRepository
 from persistence.ids import new_id
 from persistence.inputs import Disposition, InputRepository
 from persistence.leases import Lease, LeaseRepository
@@ -166,6 +167,20 @@ class RunManager:
         check_can_subscribe(principal, thread_ref(thread))
         return thread
 
+    async def active_run(self, thread_id: str) -> RunRecord | None:
+        return await self._ctx.runs.active_for_thread(thread_id)
+
+    async def runs_of_thread(self, thread_id: str) -> list[RunRecord]:
+        """The thread's runs, oldest first."""
+        return await self._ctx.runs.of_thread(thread_id)
+
+    async def first_seq(self, thread_id: str, run_id: str) -> int | None:
+        """The seq of the run's `run.started`: where everything the run logged begins."""
+        started = await EventRepository(self._ctx.store).for_run(
+            thread_id, run_id, [EventType.RUN_STARTED]
+        )
+        return started[0].seq if started else None
+
     # -- start ---------------------------------------------------------------------------
 
     async def start_run(
@@ -177,21 +192,31 @@ class RunManager:
         agent: str | None,
         on_disconnect: str,
         admit: Callable[[], None] | None = None,
+        create_missing: bool = False,
     ) -> Started:
         """Create a run (and its thread when `thread_id` is None) and start streaming it.
 
         `admit` is called once the request is known to be valid, right before the run is
-        created; it raises (e.g. `rate_limited`) to refuse it.
+        created; it raises (e.g. `rate_limited`) to refuse it. `create_missing`: a
+        `thread_id` unknown in the caller's tenant names a new thread the caller owns (the
+        frontend adapters, whose clients choose a conversation's id before it exists).
         """
         if self._ctx.closing:
             raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down")
         graph = self._ctx.graph(agent)
-        if thread_id is None:
+        thread: ThreadRecord | None = None
+        new_thread_id: str | None = None
+        if thread_id is not None:
+            thread = await self._ctx.threads.get(thread_id)
+            if thread is not None and thread.tenant != principal.tenant:
+                raise not_found("thread not found")
+            if thread is None and not create_missing:
+                raise not_found("thread not found")
+        if thread is None:
             check_can_create(principal)
-            thread: ThreadRecord | None = None
-            key = new_id("t")  # a lock key nobody else can hold
+            new_thread_id = thread_id
+            key = thread_id or new_id("t")  # a lock key nobody else can hold
         else:
-            thread = await self._ctx.thread_for(principal, thread_id)
             check_can_act_on_thread(principal, thread_ref(thread))
             key = thread.thread_id
         async with self._ctx.lock(key):
@@ -205,6 +230,7 @@ class RunManager:
                 admit=admit,
                 requested_by=principal.user,
                 caller=stored_caller(principal, graph.context_claims),
+                new_thread_id=new_thread_id,
             )
 
     async def _start_locked(
@@ -219,6 +245,7 @@ class RunManager:
         admit: Callable[[], None] | None = None,
         requested_by: str | None = None,
         caller: dict[str, Any] | None = None,
+        new_thread_id: str | None = None,
     ) -> Started:
         if thread is not None and await self._ctx.runs.active_for_thread(thread.thread_id):
             raise conflict("the thread already has an active run; send run.input instead")
@@ -227,7 +254,7 @@ class RunManager:
         run_id = new_id("r")
         # A new thread is made here and inserted by the run's transaction.
         created = (
-            ThreadRecord.new(tenant=tenant, owner=owner, metadata=None, thread_id=None)
+            ThreadRecord.new(tenant=tenant, owner=owner, metadata=None, thread_id=new_thread_id)
             if thread is None
             else None
         )
@@ -274,6 +301,10 @@ class RunManager:
         try:
             (lease, mark), logged = await self._ctx.log.commit([started], insert, agent=graph.name)
         except IntegrityError:
+            if created is not None and new_thread_id is not None:
+                # A thread of that id appeared meanwhile: a concurrent first request, or
+                # another tenant's thread (ids are unique across tenants).
+                raise conflict("a thread of that id was created meanwhile; try again") from None
             # The partial unique index on active runs: another process won the race.
             raise conflict("the thread already has an active run; send run.input instead") from None
         record = replace(record, session_mark=mark)
