@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from agents import set_tracing_disabled
 from agents.models import get_default_model
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route, WebSocketRoute
 
 from gateway.abuse.limits import Limits
@@ -163,6 +165,25 @@ def build_webhooks(
         poll_s=settings.webhook_poll_s,
     )
     return WebhookDispatcher(store, config, instance_id=instance_id, metrics=metrics)
+
+
+def cors(settings: Settings) -> list[Middleware]:
+    """CORS for the allowed origins, so an app served elsewhere (a dev server, its own domain)
+    can call the HTTP API and read the SSE feeds too, not only open the WebSocket. Tokens go in
+    the `Authorization` header, never in cookies: credentials stay off."""
+    origins = settings.browser_origins()
+    if not origins:
+        return []
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type", "last-event-id"],
+            expose_headers=["retry-after"],
+            max_age=600,
+        )
+    ]
 
 
 def create_app(
@@ -356,7 +377,7 @@ def create_app(
     ]
     if settings.metrics and settings.metrics_port is None:
         app_routes.append(metrics_route())
-    app = Starlette(routes=app_routes, lifespan=lifespan)
+    app = Starlette(routes=app_routes, lifespan=lifespan, middleware=cors(settings))
     if settings.demo_ui and STATIC_DIR.is_dir():
         # The demo gets only requests no route claims. Mounted at "/", it also took API paths
         # called with a method they lack, answering with its own 404 or a 405 with the wrong

@@ -28,6 +28,14 @@ MIN_WEBHOOK_SECRET_CHARS = 16
 
 ENV_PREFIX = "GATEWAY_"
 
+# Where the usual frontend dev servers serve an app on this machine (Vite's dev server and its
+# preview, Create React App and Next.js, webpack and Vue CLI, Angular): allowed in development
+# mode, which only listens on loopback, so a new app talks to the gateway without a setting.
+DEV_SERVER_PORTS = (5173, 4173, 3000, 8080, 4200)
+DEV_SERVER_ORIGINS = tuple(
+    f"http://{host}:{port}" for port in DEV_SERVER_PORTS for host in ("localhost", "127.0.0.1")
+)
+
 
 class SettingsError(ValueError):
     """Invalid configuration; the message names the offending variable(s)."""
@@ -218,9 +226,13 @@ class Settings(BaseSettings):
     allowed_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description=(
-            "Comma-separated browser origins allowed to open the WebSocket besides the gateway's "
-            "own, for example `https://chat.example.com,https://admin.example.com`. Case and a "
-            "trailing `/` are ignored."
+            "Comma-separated browser origins allowed besides the gateway's own, for example "
+            "`https://chat.example.com,https://admin.example.com`: pages there may open the "
+            "WebSocket and call the HTTP API (CORS). Case and a trailing `/` are ignored. In "
+            "development mode the usual local dev servers' origins are allowed too: "
+            "`http://localhost:P` and `http://127.0.0.1:P` for the ports "
+            + ", ".join(str(port) for port in DEV_SERVER_PORTS)
+            + "."
         ),
     )
     self_approval: bool = Field(
@@ -988,6 +1000,13 @@ class Settings(BaseSettings):
         # With only a JWKS, tokens come from the identity provider: no made-up secret and no
         # development tokens, which would let anyone mint identities next to the real ones.
         return self.secret is None and not self.jwks_configured
+
+    def browser_origins(self) -> list[str]:
+        """The origins besides the gateway's own whose pages may use it, in lower case."""
+        origins = [origin.rstrip("/").lower() for origin in self.allowed_origins]
+        if self.dev_mode:
+            origins += [origin for origin in DEV_SERVER_ORIGINS if origin not in origins]
+        return origins
 
     def resolved_instance_id(self) -> str:
         if self.instance_id:
