@@ -35,6 +35,29 @@ test("npm pack builds a package that installs offline and imports in Node", () =
       { cwd: app, encoding: "utf8" },
     );
     for (const name of ["GatewayClient", "applyEvent", "memoryStore", "webStorageStore"]) assert.ok(out.trim().split(",").includes(name), out);
+
+    // TypeScript as a new project has it: no module settings, so TypeScript 5's default
+    // resolution (node10), which reads no `exports`; and as a bundler app (Vite) has it.
+    writeFileSync(
+      join(app, "main.ts"),
+      `import { GatewayClient } from "agents-ws-gateway-client";
+import type { UseThread } from "agents-ws-gateway-client/react";
+import type { WelcomeFrame } from "agents-ws-gateway-client/protocol";
+export const client: GatewayClient = new GatewayClient({ url: "ws://127.0.0.1:8000/v1/ws", token: "jwt" });
+export type Connection = UseThread["connection"];
+export type Roles = WelcomeFrame["roles"];
+`,
+    );
+    const tsc = join(PACKAGE, "node_modules", "typescript", "bin", "tsc");
+    for (const options of [{}, { module: "esnext", moduleResolution: "bundler" }]) {
+      const compilerOptions = { strict: true, noEmit: true, lib: ["ES2022", "DOM"], types: [], ...options };
+      writeFileSync(join(app, "tsconfig.json"), JSON.stringify({ compilerOptions, files: ["main.ts"] }));
+      try {
+        execFileSync(process.execPath, [tsc, "-p", app], { cwd: app, encoding: "utf8" });
+      } catch (error) {
+        assert.fail(`tsc with ${JSON.stringify(options)} failed:\n${error.stdout}${error.stderr}`);
+      }
+    }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
