@@ -37,6 +37,7 @@ from gateway.event_log.log_watch import LogWatch
 from gateway.event_log.relay import open_relay
 from gateway.event_log.webhook_dispatch import WebhookConfig, WebhookDispatcher
 from gateway.event_log.writer import EventLog
+from gateway.frontends.ag_ui.http import routes as ag_ui_routes
 from gateway.observability.metrics import MULTIPROC_ENV, GatewayMetrics
 from gateway.observability.metrics_endpoint import metrics_route
 from gateway.observability.tracing import Telemetry
@@ -372,6 +373,7 @@ def create_app(
         Route("/v1/approvals/stream", inbox_stream, methods=["GET"]),
         Route("/v1/runs", start_run, methods=["POST"]),
         Route("/v1/threads/{thread_id}/input", send_input, methods=["POST"]),
+        *ag_ui_routes(),
         *spec_routes(),
         WebSocketRoute("/v1/ws", GatewaySocket(), name="websocket"),
     ]

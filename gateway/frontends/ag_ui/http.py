@@ -1,0 +1,299 @@
+"""AG-UI over HTTP (docs/protocol.md "AG-UI"): run, connect and stop, and the same three under
+CopilotKit's runtime paths.
+
+- `POST /v1/ag-ui/{graph}` takes a `RunAgentInput`: the newest user message starts a run on the
+  conversation `threadId` names, or `resume` decides the approvals of its interrupts; the answer
+  streams that AG-UI run. Everything that can be refused is refused before the stream starts.
+- `POST /v1/ag-ui/{graph}/connect` streams the conversation from a cursor (`Last-Event-ID`, or
+  `forwardedProps.lastEventId`): the log's tail from a run boundary, or, from the middle of a
+  run, a prelude that re-opens it as it stood; then live, until the thread is quiet. With
+  nothing to send, 200 and an empty body.
+- `POST /v1/ag-ui/{graph}/stop/{thread_id}` cancels the conversation's run.
+
+Each stored event gives zero or more AG-UI events (`events.ThreadProjection`), written as
+LF-framed SSE messages whose `id:` is the stored event's seq, so a client's last id is its
+cursor. The stream is a view: a client that leaves stops nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.auth.access import Principal
+from gateway.frontends import conversation
+from gateway.frontends.ag_ui.events import TERMINAL, Event, ThreadProjection
+from gateway.frontends.ag_ui.run_input import RunRequest, cursor_of, parse_run_input
+from gateway.frontends.thread_log import LogEntry, follow, read_span
+from gateway.protocol.error_codes import GatewayError, conflict, not_found
+from gateway.protocol.frames import ErrorCode
+from gateway.resources import Services
+from gateway.storage.health import StorageUnavailable
+from gateway.transport.http_api import JSONBody, authenticate, endpoint, path_id
+from gateway.transport.json_body import read_json_body
+from gateway.transport.sse import HEARTBEAT, MEDIA_TYPE, FeedResponse
+
+# A run that waits for decisions, or for a watcher, streams nothing until someone acts.
+WAITING = frozenset({"waiting_for_review", "suspended"})
+
+Quiet = Callable[[int], Awaitable[bool]]
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/v1/ag-ui/{graph}", run_agent, methods=["POST"]),
+        Route("/v1/ag-ui/{graph}/connect", connect_agent, methods=["POST"]),
+        Route("/v1/ag-ui/{graph}/stop/{thread_id}", stop_run, methods=["POST"]),
+    ]
+
+
+# -- the endpoints ----------------------------------------------------------------------------
+
+
+@endpoint
+async def run_agent(request: Request, services: Services) -> Response:
+    principal, graph, run = await _run_request(request, services)
+    thread = await conversation.existing_thread(services, principal, run.thread_id)
+    head = 0 if thread is None else thread.head_seq
+    projection = await _projection(services, principal, run, upto=head)
+    if run.resume is not None:
+        cursor, projection = await _resume(services, principal, run, projection)
+    else:
+        cursor = await _start(services, principal, run, projection, graph)
+        await _catch_up(services, principal, projection, upto=cursor)
+    projection.name_next_run(run.run_id)
+    slot = services.limits.open_connection(principal.tenant, principal.user)
+
+    async def one_run(_seq: int) -> bool:
+        return True
+
+    return FeedResponse(_stream(services, principal, projection, [], one_run), slot)
+
+
+@endpoint
+async def connect_agent(request: Request, services: Services) -> Response:
+    principal, _graph, run = await _run_request(request, services)
+    cursor = cursor_of(request.headers.get("last-event-id"), run.forwarded_props)
+    thread = await conversation.existing_thread(services, principal, run.thread_id)
+    if thread is None:
+        if cursor:
+            raise not_found("thread not found")
+        return _nothing()
+    if cursor > thread.head_seq:
+        raise GatewayError(
+            ErrorCode.BAD_REQUEST,
+            f"Last-Event-ID {cursor} is past the thread's newest event ({thread.head_seq})",
+        )
+    projection = await _projection(services, principal, run, upto=cursor)
+
+    async def quiet(seq: int) -> bool:
+        """Nothing more to stream for now: the log ends here and no run is streaming."""
+        _, active = await conversation.watched_thread(services, principal, run.thread_id)
+        if active is not None and active.status not in WAITING:
+            return False
+        fresh = await conversation.existing_thread(services, principal, run.thread_id)
+        return fresh is None or seq >= fresh.head_seq
+
+    if projection.run is None and await quiet(cursor):
+        return _nothing()
+    slot = services.limits.open_connection(principal.tenant, principal.user)
+    prelude = projection.prelude()
+    return FeedResponse(_stream(services, principal, projection, prelude, quiet), slot)
+
+
+@endpoint
+async def stop_run(request: Request, services: Services) -> Response:
+    """Cancels the conversation's active run, wherever it streams; `runId` in the body is
+    accepted (CopilotKit sends it) but a conversation has one active run at most."""
+    principal = await authenticate(request, services)
+    _graph_of(request, services)
+    thread_id = conversation.conversation_id(path_id(request, "thread_id"), "threadId")
+    await read_json_body(request, max_bytes=services.settings.frontend_body_bytes)
+    stopped = await conversation.stop(services, principal, thread_id)
+    return JSONBody({"stopped": stopped is not None})
+
+
+# -- what a request asks for ----------------------------------------------------------------
+
+
+async def _run_request(request: Request, services: Services) -> tuple[Principal, str, RunRequest]:
+    principal = await authenticate(request, services)
+    graph = _graph_of(request, services)
+    body = await read_json_body(request, max_bytes=services.settings.frontend_body_bytes)
+    return principal, graph, parse_run_input(body)
+
+
+def _graph_of(request: Request, services: Services) -> str:
+    graph = str(request.path_params["graph"])
+    if graph not in services.registry.names():
+        raise not_found(f"no agent named {graph!r}")
+    return graph
+
+
+async def _projection(
+    services: Services, principal: Principal, run: RunRequest, *, upto: int
+) -> ThreadProjection:
+    projection = ThreadProjection(run.thread_id, run.dialect)
+    await _catch_up(services, principal, projection, upto=upto)
+    return projection
+
+
+async def _catch_up(
+    services: Services, principal: Principal, projection: ThreadProjection, *, upto: int
+) -> None:
+    """Feed the projection the stored events up to `upto` (their output is not sent)."""
+    if projection.seq >= upto:
+        return
+    for entry in await read_span(services, principal, projection.thread_id, projection.seq, upto):
+        projection.apply(entry)
+
+
+async def _start(
+    services: Services,
+    principal: Principal,
+    run: RunRequest,
+    projection: ThreadProjection,
+    graph: str,
+) -> int:
+    """Start a run with the newest user message; the seq the stream follows from."""
+    pause = projection.pause
+    if pause is not None and pause.open_ids:
+        raise conflict(
+            f"the conversation waits for {len(pause.open_ids)} decision(s): answer its "
+            "interrupts with `resume`"
+        )
+    new = run.newest_user
+    if new is None:
+        raise GatewayError(ErrorCode.BAD_REQUEST, "messages has no user message to answer")
+    if new.message_id in projection.user_message_ids:
+        raise GatewayError(
+            ErrorCode.BAD_REQUEST,
+            "the newest user message is already in the conversation: send a new one",
+        )
+    started = await conversation.start_turn(
+        services, principal, run.thread_id, new.text, agent=graph
+    )
+    return started.first_seq - 1
+
+
+async def _resume(
+    services: Services, principal: Principal, run: RunRequest, projection: ThreadProjection
+) -> tuple[int, ThreadProjection]:
+    """Decide the newest pause's approvals as `resume` answers them. An answer that repeats
+    a decision already stored is harmless: with nothing left to decide, the continuation is
+    streamed again from the pause."""
+    assert run.resume is not None
+    pause = projection.pause
+    if pause is None:
+        raise conflict("the conversation has no open interrupt to resume")
+    answered = {d.approval_id for d in run.resume}
+    for decision in run.resume:
+        if decision.approval_id not in pause.interrupts:
+            raise not_found(f"interrupt {decision.approval_id} is not open on this conversation")
+        stored = pause.decisions.get(decision.approval_id)
+        if stored is not None and stored != _verb(decision):
+            raise conflict(f"interrupt {decision.approval_id} was already decided ({stored})")
+    missing = [i for i in pause.open_ids if i not in answered]
+    if missing:
+        raise GatewayError(
+            ErrorCode.BAD_REQUEST,
+            f"resume must answer every open interrupt; missing: {', '.join(missing)}",
+        )
+    fresh = [d for d in run.resume if d.approval_id not in pause.decisions]
+    if fresh:
+        await conversation.decide_all(services, principal, fresh)
+        return projection.seq, projection
+    return pause.seq, await _projection(services, principal, run, upto=pause.seq)
+
+
+def _verb(decision: conversation.Decision) -> str:
+    return "approve" if decision.approve else "reject"
+
+
+# -- the stream -------------------------------------------------------------------------------
+
+
+def _nothing() -> Response:
+    # 200 with an empty body: `@ag-ui/client` takes a 204 (no body) for a broken stream.
+    return Response(b"", media_type=MEDIA_TYPE, headers={"cache-control": "no-store"})
+
+
+def _frame(seq: int, event: Event) -> bytes:
+    # LF framing only: `@ag-ui/client` splits messages on a blank line of "\n\n".
+    return b"id: %d\ndata: %s\n\n" % (seq, orjson.dumps(event))
+
+
+async def _stream(
+    services: Services,
+    principal: Principal,
+    projection: ThreadProjection,
+    prelude: list[Event],
+    done: Quiet,
+) -> AsyncIterator[bytes]:
+    """The prelude, then each stored event's AG-UI events as one write (so a cut falls
+    between stored events), until `done` says so after an AG-UI run ends."""
+    cursor = projection.seq
+    if prelude:
+        yield b"".join(_frame(cursor, event) for event in prelude)
+    entries = follow(services, principal, projection.thread_id, cursor)
+    try:
+        async for entry in _paced(services, principal, entries):
+            if entry is None:
+                yield HEARTBEAT
+                continue
+            events = projection.apply(entry)
+            if not events:
+                continue
+            yield b"".join(_frame(entry.seq, event) for event in events)
+            if any(event["type"] in TERMINAL for event in events) and await done(entry.seq):
+                return
+    except StorageUnavailable:
+        # Ended without a terminal event: the client sees a cut run, and connects again
+        # from its last id.
+        return
+    finally:
+        await entries.aclose()  # type: ignore[attr-defined]
+
+
+async def _paced(
+    services: Services, principal: Principal, entries: AsyncIterator[LogEntry]
+) -> AsyncIterator[LogEntry | None]:
+    """The entries, with None whenever a heartbeat is due; ends at the token's `exp` (plus
+    the verifier's leeway), as every feed does: the client connects again with a fresh token."""
+    heartbeat_s = services.settings.heartbeat_s
+    deadline = None
+    if principal.expires_at is not None:
+        deadline = principal.expires_at + services.verifier.leeway_s
+    upcoming: asyncio.Future[LogEntry] | None = None
+    try:
+        while True:
+            left = heartbeat_s if deadline is None else min(heartbeat_s, deadline - time.time())
+            if left <= 0:
+                return
+            if upcoming is None:
+                upcoming = asyncio.ensure_future(anext(entries))
+            # Waited on without cancelling it: cancelling would close the log's iterator.
+            finished, _ = await asyncio.wait({upcoming}, timeout=left)
+            if not finished:
+                if deadline is not None and time.time() >= deadline:
+                    return
+                yield None
+                continue
+            try:
+                entry = upcoming.result()
+            except StopAsyncIteration:
+                return
+            upcoming = None
+            yield entry
+    finally:
+        if upcoming is not None:
+            upcoming.cancel()
+            with contextlib.suppress(BaseException):
+                await upcoming
