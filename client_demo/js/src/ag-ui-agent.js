@@ -1,0 +1,115 @@
+// An AG-UI `HttpAgent` with what AG-UI lacks: resume from a cursor (docs/protocol.md "AG-UI").
+//
+// The gateway frames every AG-UI event with the seq of the stored event it comes from (the SSE
+// `id:` line, which `@ag-ui/client`'s parser drops). This agent reads those ids below the
+// parser and keeps, as `lastEventId`, the id of the last event it has applied, so
+// `connectAgent()` picks the conversation up exactly there: after a dropped connection, a
+// reload (persist `lastEventId` with the messages), or from another device (no cursor: the
+// whole conversation). Works with `@ag-ui/client` 1.0 and 0.0.x (CopilotKit's) alike: pass the
+// module in, or import `GatewayAgent` from `agents-ws-gateway-client/ag-ui`.
+
+/**
+ * @param {{HttpAgent: any, runHttpRequest: Function, transformHttpEventStream: Function}} agui
+ *   the `@ag-ui/client` module
+ */
+export function makeGatewayAgent(agui) {
+  const { HttpAgent, runHttpRequest, transformHttpEventStream } = agui;
+
+  return class GatewayAgent extends HttpAgent {
+    /** @param {object} config HttpAgent's config, plus `lastEventId` to resume from */
+    constructor(config) {
+      super(config);
+      /** The seq of the last event applied (a string, as SSE ids are), or null. */
+      this.lastEventId = config.lastEventId == null ? null : String(config.lastEventId);
+      // Ids of the frames received and not yet applied, in order: one per event.
+      this._unapplied = [];
+      this._appliedSinceConnect = 0;
+      const send = this.fetch;
+      this.fetch = async (url, init) => this._tracked(await send(url, init));
+      this.subscribe({
+        onEvent: () => {
+          const id = this._unapplied.shift();
+          if (id !== undefined && id !== null) this.lastEventId = id;
+          this._appliedSinceConnect += 1;
+        },
+      });
+    }
+
+    /** `<url>/connect`: the conversation from `lastEventId`, then live. */
+    get connectUrl() {
+      return `${this.url.replace(/\/+$/, "")}/connect`;
+    }
+
+    connect(input) {
+      const init = this.requestInit(input);
+      if (this.lastEventId !== null) {
+        init.headers = { ...init.headers, "Last-Event-ID": this.lastEventId };
+      }
+      return transformHttpEventStream(
+        runHttpRequest(() => this.fetch(this.connectUrl, init)),
+        this.debugLogger,
+      );
+    }
+
+    /**
+     * Follow the conversation from `lastEventId`. Interrupts this agent holds but a reviewer
+     * may have decided elsewhere (the inbox, the HTTP API) do not block it: they are kept
+     * only when the gateway sends nothing newer.
+     */
+    async connectAgent(parameters, subscriber) {
+      // A previous abortRun() left the controller aborted; the connect needs its own.
+      this.abortController = new AbortController();
+      const held = this.pendingInterrupts;
+      this.pendingInterrupts = [];
+      this._appliedSinceConnect = 0;
+      try {
+        return await super.connectAgent(parameters, subscriber);
+      } finally {
+        if (this._appliedSinceConnect === 0 && this.pendingInterrupts.length === 0) {
+          this.pendingInterrupts = held;
+        }
+      }
+    }
+
+    /** Cancel the conversation's run on the gateway (not only this client's request). */
+    async stopRun() {
+      const url = `${this.url.replace(/\/+$/, "")}/stop/${encodeURIComponent(this.threadId)}`;
+      const response = await this.fetch(url, {
+        method: "POST",
+        headers: { ...this.headers, "Content-Type": "application/json" },
+        body: JSON.stringify({}),
+      });
+      if (!response.ok) throw new Error(`HTTP ${response.status}: ${await response.text()}`);
+      return (await response.json()).stopped;
+    }
+
+    _tracked(response) {
+      this._unapplied = [];
+      const type = response.headers.get("content-type") || "";
+      if (!response.ok || !response.body || !type.startsWith("text/event-stream")) return response;
+      const unapplied = this._unapplied;
+      const decoder = new TextDecoder();
+      let pending = "";
+      const scan = new TransformStream({
+        transform(chunk, controller) {
+          pending += decoder.decode(chunk, { stream: true });
+          let end;
+          while ((end = pending.indexOf("\n\n")) >= 0) {
+            const lines = pending.slice(0, end).split("\n");
+            pending = pending.slice(end + 2);
+            // A message with data is one event; comments (heartbeats) are none.
+            if (!lines.some((line) => line.startsWith("data:"))) continue;
+            const idLine = lines.find((line) => line.startsWith("id:"));
+            unapplied.push(idLine === undefined ? null : idLine.slice(3).trim());
+          }
+          controller.enqueue(chunk);
+        },
+      });
+      return new Response(response.body.pipeThrough(scan), {
+        status: response.status,
+        statusText: response.statusText,
+        headers: response.headers,
+      });
+    }
+  };
+}
