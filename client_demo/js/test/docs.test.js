@@ -4,7 +4,7 @@
 // rendered in React's test renderer.
 
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { after, before, test } from "node:test";
@@ -41,11 +41,15 @@ globalThis.fetch = async (url, init) => {
   });
   return new Response((await response.json()).token);
 };
-const entries = new Map();
+// A tab's sessionStorage; with STORAGE_FILE it outlives the process, as a tab's outlives a reload.
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+const file = process.env.STORAGE_FILE;
+const entries = new Map(file && existsSync(file) ? JSON.parse(readFileSync(file, "utf8")) : []);
+const save = () => file && writeFileSync(file, JSON.stringify([...entries]));
 globalThis.sessionStorage = {
   getItem: (key) => entries.get(key) ?? null,
-  setItem: (key, value) => void entries.set(key, String(value)),
-  removeItem: (key) => void entries.delete(key),
+  setItem: (key, value) => void (entries.set(key, String(value)), save()),
+  removeItem: (key) => void (entries.delete(key), save()),
 };
 `,
   );
@@ -66,10 +70,10 @@ function codeBlocks(language) {
 }
 
 /** Run a module of WORK in its own Node process; `lines` collects its output. */
-function run(file, user, roles) {
+function run(file, user, roles, env = {}) {
   const child = spawn(process.execPath, [join(WORK, file)], {
     cwd: PACKAGE,
-    env: { ...process.env, GATEWAY_HTTP: gateway.http, TOKEN_USER: user, TOKEN_ROLES: roles },
+    env: { ...process.env, GATEWAY_HTTP: gateway.http, TOKEN_USER: user, TOKEN_ROLES: roles, ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
   children.push(child);
@@ -116,15 +120,37 @@ test("the plain JavaScript example streams, waits for a reviewer, and completes"
   assert.ok(example.lines.some((line) => line.startsWith("assistant: I will refund 30.00 USD for order 42")));
 });
 
-test("the React example renders a streamed answer and an approval decided through its buttons", async () => {
-  const compiled = ts.transpileModule(codeBlocks("jsx"), {
+/** The React example as the page shows it, compiled from TSX (after a strict type-check). */
+function reactExample() {
+  const source = codeBlocks("tsx");
+  writeFileSync(join(WORK, "react-example.tsx"), source);
+  const compilerOptions = {
+    strict: true,
+    noEmit: true,
+    jsx: "react-jsx",
+    module: "esnext",
+    moduleResolution: "bundler",
+    target: "ES2022",
+    lib: ["ES2022", "DOM"],
+    types: [],
+    skipLibCheck: true,
+  };
+  writeFileSync(join(WORK, "tsconfig.json"), JSON.stringify({ compilerOptions, files: ["react-example.tsx"] }));
+  const tsc = join(PACKAGE, "node_modules", "typescript", "bin", "tsc");
+  try {
+    execFileSync(process.execPath, [tsc, "-p", WORK], { encoding: "utf8" });
+  } catch (error) {
+    assert.fail(`the React example does not type-check:\n${error.stdout}${error.stderr}`);
+  }
+  return ts.transpileModule(source, {
     compilerOptions: { jsx: ts.JsxEmit.ReactJSX, module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
+    fileName: "react-example.tsx",
   }).outputText;
-  writeFileSync(join(WORK, "react-example.mjs"), compiled);
-  // Drives <Chat /> as a person would: type, submit, press Approve; prints what it rendered.
-  writeFileSync(
-    join(WORK, "react-harness.mjs"),
-    `import "./preamble.mjs";
+}
+
+// Renders <Chat /> in React's test renderer and drives it as a person would: type and submit,
+// press buttons, read what is on screen. An unhandled rejection ends the process with an error.
+const REACT_HARNESS = `import "./preamble.mjs";
 import { createElement as h } from "react";
 import TestRenderer, { act } from "react-test-renderer";
 import { Chat } from "./react-example.mjs";
@@ -132,41 +158,91 @@ import { Chat } from "./react-example.mjs";
 let renderer;
 act(() => { renderer = TestRenderer.create(h(Chat, {})); });
 const root = () => renderer.root;
-const until = async (check) => { while (!check()) await new Promise((r) => setTimeout(r, 20)); };
-const status = () => root().findByType("main").props["data-status"];
-const texts = (kind) => root().findAll((n) => n.type === "div" && n.props.className === kind)
-  .map((n) => n.children.filter((c) => typeof c === "string").join(""));
-const button = (label) => root().findAll((n) => n.type === "button" && n.children.includes(label))[0];
-const send = (value) => act(() => root().findByType("form").props.onSubmit({ preventDefault() {}, target: { text: { value }, reset() {} } }));
+const textOf = (node) => node.children.filter((c) => typeof c === "string").join("");
+export const until = async (check, what) => {
+  const end = Date.now() + 30_000;
+  while (!check()) {
+    if (Date.now() > end) throw new Error("timed out waiting for " + what);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+};
+export const status = () => root().findByType("main").props["data-status"];
+export const texts = (kind) => root().findAll((n) => n.type === "div" && n.props.className === kind).map(textOf);
+export const button = (label) => root().findAll((n) => n.type === "button" && n.children.includes(label))[0];
+export const alert = () => root().findAll((n) => n.type === "p" && n.props.role === "alert").map(textOf)[0] ?? null;
+export const send = (value) => act(() => root().findByType("form").props.onSubmit({
+  preventDefault() {},
+  currentTarget: { elements: { namedItem: () => ({ value }) }, reset() {} },
+}));
+export const click = (label) => act(() => button(label).props.onClick());
+export const report = (result) => { console.log(JSON.stringify(result)); process.exit(0); };
+`;
 
-await send("tell me a story");
+const OWNER = `import { button, report, send, status, texts, until } from "./react-harness.mjs";
 const seen = new Set();
-await until(() => { seen.add(texts("message")[0] ?? ""); return status() === "completed"; });
+await send("tell me a story");
+await until(() => { seen.add(texts("message")[0] ?? ""); return status() === "completed"; }, "the story");
 await send("refund order 42 for 30 dollars");
-await until(() => button("Approve"));
-const pendingTool = texts("approval")[0];
-const stopShown = Boolean(button("Stop"));
-await act(() => button("Approve").props.onClick());
-await until(() => status() === "completed" && !button("Approve"));
-console.log(JSON.stringify({ messages: texts("message"), inputs: texts("input"), pendingTool, stopShown, streamed: seen.size }));
-process.exit(0);
-`,
-  );
-  const user = "rita";
-  const harness = run("react-harness.mjs", user, "user,reviewer");
-  const { code, stderr } = await harness.exited;
-  assert.equal(code, 0, stderr);
-  const result = JSON.parse(harness.lines.at(-1));
-  assert.deepEqual(result.inputs, ["tell me a story", "refund order 42 for 30 dollars"]);
-  assert.equal(result.pendingTool, "issue_refund");
-  assert.equal(result.stopShown, true, "a run waiting for review can be stopped");
-  assert.ok(result.streamed > 2, "the story was rendered while it streamed");
+await until(() => status() === "waiting_for_review" && texts("approval").length, "the approval");
+report({ streamed: seen.size, approvals: texts("approval"), approveShown: Boolean(button("Approve")), stopShown: Boolean(button("Stop")) });
+`;
 
-  const token = await gateway.token(user);
-  const threads = await (await fetch(`${gateway.http}/v1/threads`, { headers: { authorization: `Bearer ${token}` } })).json();
-  assert.equal(threads.threads.length, 1);
-  const { events } = await gateway.events(threads.threads[0].thread_id, token);
-  const completed = events.filter((e) => e.event === "message.completed").map((e) => e.data.text);
-  assert.deepEqual(result.messages, completed);
-  assert.ok(events.some((e) => e.event === "approval.decided" && e.data.reviewer === user && e.data.decision === "approve"));
+const REVIEWER = `import { alert, button, click, report, send, status, texts, until } from "./react-harness.mjs";
+await until(() => button("Approve"), "the approval's buttons");
+await click("Approve");
+await until(() => status() === "completed", "the refund");
+await send("thanks"); // a reviewer may decide here, not add to another user's conversation
+await until(() => alert(), "an error on screen");
+report({ alert: alert(), approvals: texts("approval"), messages: texts("message") });
+`;
+
+const RELOADED = `import { button, click, report, send, status, texts, until } from "./react-harness.mjs";
+await until(() => status() === "completed" && texts("input").length === 2, "the conversation, again");
+const restored = { inputs: texts("input"), approvals: texts("approval") };
+await send("tell me another story");
+await until(() => button("Stop") && (texts("message").at(-1) ?? "").includes(" "), "the story streaming");
+await click("Stop");
+await until(() => status() === "cancelled", "the run stopped");
+report({ ...restored, notices: texts("notice") });
+`;
+
+test("the React example: the owner waits, a reviewer approves, errors show, a reload keeps the thread", async () => {
+  writeFileSync(join(WORK, "react-example.mjs"), reactExample());
+  writeFileSync(join(WORK, "react-harness.mjs"), REACT_HARNESS);
+  const scenario = async (name, source, user, roles, storage) => {
+    writeFileSync(join(WORK, `${name}.mjs`), source);
+    const child = run(`${name}.mjs`, user, roles, { STORAGE_FILE: join(WORK, storage) });
+    const { code, stderr } = await child.exited;
+    assert.equal(code, 0, `${name}: ${stderr}\n${child.lines.join("\n")}`);
+    return JSON.parse(child.lines.at(-1));
+  };
+
+  // The thread's owner (role user) sees the approval wait, with no buttons that would fail.
+  const owner = await scenario("owner", OWNER, "uma", "user", "uma.json");
+  assert.ok(owner.streamed > 2, "the story was rendered while it streamed");
+  assert.deepEqual(owner.approvals, ['issue_refund {"order_id":42,"amount":30}: pending']);
+  assert.equal(owner.approveShown, false, "the owner may not approve");
+  assert.equal(owner.stopShown, true, "a run waiting for review can be stopped");
+  const [threadId] = JSON.parse(readFileSync(join(WORK, "uma.json"), "utf8"))
+    .filter(([key]) => key === "chat:thread")
+    .map(([, value]) => value);
+  assert.match(threadId, /^t_/);
+
+  // A reviewer's tab on the same conversation approves; what fails is on screen, not lost.
+  writeFileSync(join(WORK, "rene.json"), JSON.stringify([["chat:thread", threadId]]));
+  const reviewer = await scenario("reviewer", REVIEWER, "rene", "reviewer", "rene.json");
+  assert.deepEqual(reviewer.approvals, ['issue_refund {"order_id":42,"amount":30}: approved']);
+  assert.match(reviewer.messages.at(-1), /Refund of 30\.00 USD issued for order 42/);
+  assert.match(reviewer.alert, /\S/, "the refused input's error is shown");
+
+  // The owner reloads: the same conversation comes back; a stopped run says so.
+  const reloaded = await scenario("reloaded", RELOADED, "uma", "user", "uma.json");
+  assert.deepEqual(reloaded.inputs, ["tell me a story", "refund order 42 for 30 dollars"]);
+  assert.deepEqual(reloaded.approvals, reviewer.approvals);
+  assert.deepEqual(reloaded.notices, ["Stopped."]);
+
+  const token = await gateway.token("uma");
+  const { events } = await gateway.events(threadId, token);
+  assert.ok(events.some((e) => e.event === "approval.decided" && e.data.reviewer === "rene" && e.data.decision === "approve"));
+  assert.equal(events.filter((e) => e.event === "run.cancelled").length, 1);
 });
