@@ -6,6 +6,7 @@ and the sidebar scroll. Nothing the page shows may make the document itself scro
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -112,3 +113,42 @@ async def test_opening_an_approval_from_the_inbox_never_scrolls_the_document(
     if viewport is TALL_PHONE:
         await expect(page.get_by_test_id("menu")).to_be_in_viewport(ratio=1)
     await shot(page, f"inbox-approval-{viewport['width']}")
+
+
+async def test_a_reviewer_on_a_phone_is_told_approvals_wait(
+    browser: Any, quick_gateway: GatewayProcess, page_errors: PageErrors
+) -> None:
+    from playwright.async_api import expect
+
+    page = await reviewer_page(browser, quick_gateway, page_errors, TALL_PHONE)
+    menu, badge = page.get_by_test_id("menu"), page.get_by_test_id("menu-count")
+    await expect(page.get_by_test_id("inbox")).not_to_be_in_viewport()  # in the closed drawer
+    await expect(badge).to_be_hidden()
+    carol = await Client.connect(quick_gateway.ws_url, token("carol"))
+    try:
+        for order in (5, 6):
+            await carol.request("run.start", input=f"refund order {order} for 12 dollars")
+        await expect(badge).to_have_text("2")
+        await expect(badge).to_be_in_viewport(ratio=1)
+        await expect(menu).to_have_attribute(
+            "aria-label", "Show conversations (2 approvals waiting)"
+        )
+        await expect(page).to_have_title(re.compile(r"^\(2\) "))
+        await shot(page, "phone-approvals-waiting")
+
+        await menu.click()
+        await page.get_by_test_id("inbox-item").first.click()
+        await page.get_by_test_id("approve-button").click()
+        await expect(badge).to_have_text("1")
+        await expect(page).to_have_title(re.compile(r"^\(1\) "))
+        await expect(menu).to_have_attribute(
+            "aria-label", "Show conversations (1 approval waiting)"
+        )
+        await menu.click()
+        await page.get_by_test_id("inbox-item").first.click()
+        await page.get_by_test_id("approve-button").click()
+        await expect(badge).to_be_hidden()
+        await expect(page).not_to_have_title(re.compile(r"^\("))
+        await expect(menu).to_have_attribute("aria-label", "Show conversations")
+    finally:
+        await carol.close()

@@ -44,6 +44,7 @@ const el = {
   sidebar: $("#sidebar"),
   scrim: $("#scrim"),
   menu: $("#menu"),
+  menuCount: $("#menu-count"),
   newChat: $("#new-chat"),
   threadList: $("#thread-list"),
   threadsEmpty: $("#threads-empty"),
@@ -741,7 +742,14 @@ el.log.addEventListener("scroll", () => {
 function render({ full = false } = {}) {
   if (!app.token) return;
   const state = app.current ? getState(app.current) : null;
-  document.title = `${app.current ? titleOf(app.current) : "New chat"} · Agents Gateway`;
+  // A reviewer learns that approvals wait wherever the inbox is out of sight: in the tab's
+  // title, and on the phone's menu button, behind which the inbox sits.
+  const waiting = hasRole("reviewer", "admin") ? app.inbox.approvals.size : 0;
+  const waitingNote = waiting === 1 ? "1 approval waiting" : `${waiting} approvals waiting`;
+  document.title = `${waiting ? `(${waiting}) ` : ""}${app.current ? titleOf(app.current) : "New chat"} · Agents Gateway`;
+  setText(el.menuCount, String(waiting));
+  el.menuCount.hidden = waiting === 0;
+  el.menu.setAttribute("aria-label", waiting ? `Show conversations (${waitingNote})` : "Show conversations");
   el.app.dataset.thread = app.current || "";
 
   // Header
