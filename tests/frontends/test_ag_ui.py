@@ -1,0 +1,552 @@
+"""AG-UI on the gateway (docs/protocol.md "AG-UI"): the real @ag-ui/client HttpAgent, 1.0.0 and
+0.0.59 (CopilotKit's), through the JavaScript client package's GatewayAgent, against a real
+gateway; and the refusals, with plain HTTP, that must change nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.test_cross_process import TOKEN, bus_env, pair
+from tests.support.gateway import Gateway, GatewayProcess
+from tests.support.node_scripts import node_script
+
+VERSIONS = ["1.0", "0.0.59"]
+REFUND = "refund order 42 for 30 dollars"
+STORY = "tell me a story about a lighthouse"
+PATH = "/v1/ag-ui/assistant"
+
+
+def auth(
+    gateway: Gateway, user: str = "alice", *roles: str, tenant: str = "acme"
+) -> dict[str, str]:
+    return {"Authorization": f"Bearer {gateway.token(user, *(roles or ('user',)), tenant=tenant)}"}
+
+
+async def drive(url: str, token: str, scenario: str, thread_id: str, **extra: Any) -> Any:
+    config = {
+        "scenario": scenario,
+        "url": url,
+        "token": token,
+        "threadId": thread_id,
+        "version": "1.0",
+        **extra,
+    }
+    async with node_script("ag_ui.mjs", config, package="@ag-ui/client") as script:
+        return await script.until("done", timeout_s=60)
+
+
+def run_input(thread_id: str, run_id: str, text: str | None = None, **extra: Any) -> dict[str, Any]:
+    messages = [] if text is None else [{"id": f"u-{run_id}", "role": "user", "content": text}]
+    return {
+        "threadId": thread_id,
+        "runId": run_id,
+        "protocolVersion": "1.0",
+        "state": {},
+        "messages": messages,
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+        **extra,
+    }
+
+
+def frames(body: str) -> list[tuple[int, dict[str, Any]]]:
+    """The SSE messages of an AG-UI stream: (id, event)."""
+    assert "\r" not in body, "AG-UI streams are LF-framed"
+    out = []
+    for block in body.split("\n\n"):
+        if not block.strip() or block.startswith(":"):
+            continue
+        lines = block.split("\n")
+        assert lines[0].startswith("id: ") and lines[1].startswith("data: "), block
+        out.append((int(lines[0][4:]), json.loads(lines[1][6:])))
+    return out
+
+
+async def post_run(
+    http: httpx.AsyncClient, headers: dict[str, str], body: dict[str, Any]
+) -> list[tuple[int, dict[str, Any]]]:
+    response = await http.post(PATH, json=body, headers=headers)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/event-stream")
+    return frames(response.text)
+
+
+async def pause(http: httpx.AsyncClient, headers: dict[str, str], thread_id: str) -> dict[str, Any]:
+    """A refund run on a new conversation, paused: its interrupt outcome."""
+    received = await post_run(http, headers, run_input(thread_id, "run-1", REFUND))
+    finished = received[-1][1]
+    assert finished["type"] == "RUN_FINISHED" and finished["outcome"]["type"] == "interrupt"
+    return finished
+
+
+async def thread_state(gateway: Gateway, thread_id: str) -> tuple[int, list[str]]:
+    """The thread's newest seq and its runs' statuses, to show a refusal changed nothing."""
+    async with gateway.http() as http:
+        headers = auth(gateway)
+        events = (await http.get(f"/v1/threads/{thread_id}/events", headers=headers)).json()
+        run_ids = sorted({e["run_id"] for e in events["events"] if e["run_id"]})
+        statuses = [
+            (await http.get(f"/v1/runs/{r}", headers=headers)).json()["run"]["status"]
+            for r in run_ids
+        ]
+    return events["head_seq"], statuses
+
+
+# -- the real clients ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_a_run_streams_its_text_to_http_agent(gateway: Gateway, version: str) -> None:
+    done = await drive(
+        f"{gateway.http_url}{PATH}",
+        gateway.token("alice", "user"),
+        "text",
+        f"text-{version}",
+        version=version,
+        input="hello there",
+        runId="client-run-1",
+    )
+    assert done.get("error") is None, done
+    assert [(m["role"], m["content"]) for m in done["messages"]] == [
+        ("user", "hello there"),
+        ("assistant", 'You said: "hello there"'),
+    ]
+    assert done["types"][:3] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "STEP_STARTED"]
+    assert done["types"][-2:] == ["STEP_FINISHED", "RUN_FINISHED"]
+    # The run the client asked for, under the runId it chose.
+    assert done["finished"] == [
+        {
+            "type": "RUN_FINISHED",
+            "timestamp": done["finished"][0]["timestamp"],
+            "threadId": f"text-{version}",
+            "runId": "client-run-1",
+        }
+    ]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_an_interrupt_is_answered_with_build_resume_array(
+    gateway_factory: Callable[..., Any], version: str
+) -> None:
+    async with gateway_factory(self_approval=True) as gateway:
+        done = await drive(
+            f"{gateway.http_url}{PATH}",
+            gateway.token("alice", "user"),
+            "interrupt",
+            f"approve-{version}",
+            version=version,
+            input=REFUND,
+            resumeRunId="client-run-2",
+        )
+        async with gateway.http() as http:
+            approvals = (
+                await http.get("/v1/approvals", headers=auth(gateway, "bob", "reviewer"))
+            ).json()
+    assert done.get("error") is None, done
+    [entry] = done["resume"]
+    assert entry["status"] == "resolved" and entry["payload"] == {"approved": True}
+    assert approvals["approvals"] == []  # decided
+    assert done["pendingInterrupts"] == []
+    messages = done["messages"]
+    call = messages[1]["toolCalls"][0]
+    assert call["function"]["name"] == "issue_refund"
+    assert messages[2] == {
+        "id": f"{call['id']}.output",
+        "toolCallId": call["id"],
+        "role": "tool",
+        "content": messages[2]["content"],
+    }
+    assert messages[2]["content"].startswith("Refund of 30.00 USD issued for order 42")
+    assert messages[3]["content"].startswith("Here is what happened:")
+    continuation = done["types"][done["types"].index("RUN_STARTED", 1) :]
+    assert "TOOL_CALL_RESULT" in continuation and "TOOL_CALL_START" not in continuation
+    assert done["finished"][-1]["runId"] == "client-run-2"
+
+
+async def test_the_interrupt_carries_the_approval(gateway_factory: Callable[..., Any]) -> None:
+    async with gateway_factory(approval_ttl_s=600) as gateway, gateway.http() as http:
+        finished = await pause(http, auth(gateway), "interrupt-shape")
+        [interrupt] = finished["outcome"]["interrupts"]
+        events = (
+            await http.get("/v1/threads/interrupt-shape/events", headers=auth(gateway))
+        ).json()
+        run_id = events["events"][0]["run_id"]
+        run = (await http.get(f"/v1/runs/{run_id}", headers=auth(gateway))).json()["run"]
+    [approval] = run["pending_approvals"]
+    assert interrupt["id"] == approval["approval_id"]
+    assert interrupt["reason"] == "tool_call"
+    assert interrupt["toolCallId"] == approval["call_id"]
+    assert interrupt["expiresAt"] == approval["expires_at"]
+    assert "issue_refund" in interrupt["message"]
+    schema = interrupt["responseSchema"]
+    assert set(schema["properties"]) == {"approved", "reason"}  # no editing: no editedArgs
+    assert schema["required"] == ["approved"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_a_dropped_stream_resumes_with_the_messages_of_an_undisturbed_client(
+    gateway_factory: Callable[..., Any], version: str
+) -> None:
+    async with gateway_factory(demo_delay_ms=4) as gateway:
+        done = await drive(
+            f"{gateway.http_url}{PATH}",
+            gateway.token("alice", "user"),
+            "drop",
+            f"drop-{version}",
+            version=version,
+            input=STORY,
+            dropAfter=20,
+        )
+    resumed, watcher, latecomer = done["resumed"], done["watcher"], done["latecomer"]
+    for client in (resumed, watcher, latecomer):
+        assert client.get("error") is None, client
+    story = watcher["messages"][-1]["content"]
+    assert len(story.split()) > 200
+    # Byte for byte, as each client holds them.
+    assert json.dumps(resumed["messages"]) == json.dumps(watcher["messages"])
+    assert json.dumps(latecomer["messages"]) == json.dumps(watcher["messages"])
+    assert resumed["lastEventId"] == watcher["lastEventId"] == latecomer["lastEventId"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_stop_cancels_the_run_and_each_client_gets_an_ending_it_accepts(
+    gateway_factory: Callable[..., Any], version: str
+) -> None:
+    async with gateway_factory(demo_delay_ms=5) as gateway:
+        done = await drive(
+            f"{gateway.http_url}{PATH}",
+            gateway.token("alice", "user"),
+            "stop",
+            f"stop-{version}",
+            version=version,
+            input=STORY,
+        )
+        _, statuses = await thread_state(gateway, f"stop-{version}")
+    assert done.get("error") is None, done
+    assert done["stopped"] is True
+    assert statuses == ["cancelled"]
+    [ending] = done["finished"]
+    if version == "1.0":
+        assert ending["type"] == "RUN_FINISHED" and ending["outcome"] == {"type": "cancelled"}
+    else:
+        # 0.0.59 fails on a cancelled outcome.
+        assert ending["type"] == "RUN_ERROR" and ending["code"] == "cancelled"
+    # The partial message is closed and then dropped, as the native protocol's clients do.
+    assert [m["role"] for m in done["messages"]] == ["user"]
+
+
+async def test_a_reviewer_deciding_elsewhere_shows_on_the_next_connect(gateway: Gateway) -> None:
+    config = {
+        "scenario": "decidedElsewhere",
+        "url": f"{gateway.http_url}{PATH}",
+        "token": gateway.token("alice", "user"),
+        "threadId": "elsewhere",
+        "version": "1.0",
+        "input": REFUND,
+    }
+    async with node_script("ag_ui.mjs", config, package="@ag-ui/client") as script:
+        interrupted = await script.until("interrupted", timeout_s=60)
+        [interrupt] = interrupted["pendingInterrupts"]
+        async with gateway.http() as http:
+            decided = await http.post(
+                f"/v1/approvals/{interrupt['id']}/decision",
+                json={"decision": "reject", "reason": "not this one"},
+                headers=auth(gateway, "bob", "reviewer"),
+            )
+        assert decided.status_code == 200, decided.text
+        script.tell({"decided": True})
+        done = await script.until("done", timeout_s=60)
+    assert done.get("error") is None, done
+    assert done["pendingInterrupts"] == []
+    assert [m["role"] for m in done["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert done["messages"][2]["content"] == "not this one"
+
+
+async def test_connect_with_nothing_to_send_is_an_empty_200(gateway: Gateway) -> None:
+    async with gateway.http() as http:
+        headers = auth(gateway)
+        await post_run(http, headers, run_input("quiet", "run-1", "hello"))
+        head, _ = await thread_state(gateway, "quiet")
+        at_head = await http.post(
+            f"{PATH}/connect",
+            json=run_input("quiet", "c-1"),
+            headers={**headers, "Last-Event-ID": str(head)},
+        )
+        unknown = await http.post(
+            f"{PATH}/connect", json=run_input("never-ran", "c-2"), headers=headers
+        )
+        past = await http.post(
+            f"{PATH}/connect",
+            json=run_input("quiet", "c-3", forwardedProps={"lastEventId": head + 5}),
+            headers=headers,
+        )
+    assert (at_head.status_code, at_head.text) == (200, "")
+    assert (unknown.status_code, unknown.text) == (200, "")
+    assert past.status_code == 400 and "past the thread's newest event" in past.text
+    done = await drive(
+        f"{gateway.http_url}{PATH}",
+        gateway.token("alice", "user"),
+        "connect",
+        "quiet",
+        lastEventId=head,
+    )
+    assert done.get("error") is None and done["types"] == [], done
+
+
+# -- interrupts over plain HTTP -------------------------------------------------------------------
+
+
+async def test_an_uncovered_or_forged_resume_is_refused_and_changes_nothing(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(self_approval=True) as gateway, gateway.http() as http:
+        headers = auth(gateway)
+        finished = await pause(http, headers, "refusals")
+        [interrupt] = finished["outcome"]["interrupts"]
+        before = await thread_state(gateway, "refusals")
+        approve = {"status": "resolved", "payload": {"approved": True}}
+        attempts = {
+            "uncovered": (run_input("refusals", "run-2", resume=[]), 400),
+            "forged": (
+                run_input("refusals", "run-2", resume=[{"interruptId": "ap_forged", **approve}]),
+                404,
+            ),
+            "forged beside a real one": (
+                run_input(
+                    "refusals",
+                    "run-2",
+                    resume=[
+                        {"interruptId": interrupt["id"], **approve},
+                        {"interruptId": "ap_0123456789abcdef01234567", **approve},
+                    ],
+                ),
+                404,
+            ),
+            "edited arguments": (
+                run_input(
+                    "refusals",
+                    "run-2",
+                    resume=[
+                        {
+                            "interruptId": interrupt["id"],
+                            "status": "resolved",
+                            "payload": {"approved": True, "editedArgs": {"amount": 3000}},
+                        }
+                    ],
+                ),
+                400,
+            ),
+            "no approved": (
+                run_input(
+                    "refusals",
+                    "run-2",
+                    resume=[{"interruptId": interrupt["id"], "status": "resolved", "payload": {}}],
+                ),
+                400,
+            ),
+            "a new message instead": (run_input("refusals", "run-2", "and another thing"), 409),
+        }
+        for name, (body, status) in attempts.items():
+            response = await http.post(PATH, json=body, headers=headers)
+            assert response.status_code == status, (name, response.text)
+            assert response.json()["error"]["message"], name
+        assert await thread_state(gateway, "refusals") == before
+        # Someone else's decision, even with the same id, is not the caller's to make.
+        other = await http.post(
+            PATH,
+            json=run_input(
+                "refusals", "run-2", resume=[{"interruptId": interrupt["id"], **approve}]
+            ),
+            headers=auth(gateway, "mallory"),
+        )
+        assert other.status_code == 403, other.text
+        assert await thread_state(gateway, "refusals") == before
+
+
+async def test_a_replayed_resume_streams_the_continuation_again(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(self_approval=True) as gateway, gateway.http() as http:
+        headers = auth(gateway)
+        finished = await pause(http, headers, "replayed")
+        [interrupt] = finished["outcome"]["interrupts"]
+        resume = [
+            {"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}
+        ]
+        first = await post_run(http, headers, run_input("replayed", "run-2", resume=resume))
+        again = await post_run(http, headers, run_input("replayed", "run-2", resume=resume))
+        after = await thread_state(gateway, "replayed")
+        otherwise = await http.post(
+            PATH,
+            json=run_input(
+                "replayed",
+                "run-3",
+                resume=[{**resume[0], "payload": {"approved": False}}],
+            ),
+            headers=headers,
+        )
+    assert [e for _, e in first] == [e for _, e in again]
+    assert [s for s, _ in first] == [s for s, _ in again]
+    assert after[1] == ["completed"]
+    assert sum(e["type"] == "TOOL_CALL_RESULT" for _, e in first) == 1
+    assert otherwise.status_code == 409, otherwise.text
+
+
+async def test_copilotkit_habits_a_reused_run_id_and_a_synthetic_tool_message(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(self_approval=True) as gateway, gateway.http() as http:
+        headers = auth(gateway)
+        finished = await pause(http, headers, "copilotkit")
+        [interrupt] = finished["outcome"]["interrupts"]
+        payload = {"approved": True}
+        body = run_input(
+            "copilotkit",
+            "run-1",  # the interrupted run's own runId, as CopilotKit sends it
+            resume=[{"interruptId": interrupt["id"], "status": "resolved", "payload": payload}],
+        )
+        body["messages"] = [
+            {"id": "u-run-1", "role": "user", "content": REFUND},
+            {
+                "id": "synthetic-1",
+                "role": "tool",
+                "toolCallId": interrupt["toolCallId"],
+                "content": json.dumps(payload),
+            },
+        ]
+        body.pop("protocolVersion")  # CopilotKit's 0.0.59 sends none
+        received = await post_run(http, headers, body)
+    events = [e for _, e in received]
+    assert events[0] == {**events[0], "type": "RUN_STARTED", "runId": "run-1"}
+    snapshot = events[1]["messages"]
+    assert all(m["id"] != "synthetic-1" for m in snapshot)
+    assert [e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == [
+        interrupt["toolCallId"]
+    ]
+    assert events[-1]["type"] == "RUN_FINISHED" and "outcome" not in events[-1]
+
+
+async def test_every_event_carries_the_seq_it_comes_from(gateway: Gateway) -> None:
+    async with gateway.http() as http:
+        headers = auth(gateway)
+        received = await post_run(http, headers, run_input("seqs", "run-1", "hello"))
+        log = (await http.get("/v1/threads/seqs/events", headers=headers)).json()["events"]
+    ids = [seq for seq, _ in received]
+    assert ids == sorted(ids) and ids[0] == 1 and ids[-1] == log[-1]["seq"]
+    by_seq = {e["seq"]: e["event"] for e in log}
+    for seq, event in received:
+        if event["type"] == "TEXT_MESSAGE_CONTENT":
+            assert by_seq[seq] == "message.delta"
+
+
+# -- hostile input --------------------------------------------------------------------------------
+
+
+async def test_hostile_input_gets_a_clear_error_and_changes_nothing(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(frontend_body_bytes=65536, max_input_chars=1000) as gateway:
+        async with gateway.http() as http:
+            headers = auth(gateway)
+            await post_run(http, headers, run_input("mine", "run-1", "hello"))
+            before = await thread_state(gateway, "mine")
+            huge = run_input("new-1", "run-1", "x")
+            huge["messages"] = [
+                {"id": f"m{i}", "role": "assistant", "content": "y" * 1000} for i in range(80)
+            ] + huge["messages"]
+            cases: list[tuple[str, dict[str, Any], Any, int]] = [
+                ("not JSON", {"content-type": "application/json"}, b"{nope", 400),
+                ("not an object", {}, [1, 2], 400),
+                ("no threadId", {}, {"runId": "r", "messages": []}, 400),
+                ("messages not a list", {}, {**run_input("new-1", "r"), "messages": "hi"}, 400),
+                (
+                    "a bad role",
+                    {},
+                    {
+                        **run_input("new-1", "r"),
+                        "messages": [{"id": "1", "role": "boss", "content": "x"}],
+                    },
+                    400,
+                ),
+                ("a bad threadId", {}, run_input("../etc/passwd", "r", "hi"), 400),
+                ("a too long threadId", {}, run_input("t" * 65, "r", "hi"), 400),
+                ("no user message", {}, run_input("new-1", "r"), 400),
+                ("an empty message", {}, run_input("new-1", "r", "   "), 400),
+                ("a too long message", {}, run_input("new-1", "r", "z" * 1001), 413),
+                ("a huge body", {}, huge, 413),
+                ("a resume on a new thread", {}, run_input("new-1", "r", resume=[]), 409),
+                ("no bearer token", {"Authorization": ""}, run_input("new-1", "r", "hi"), 401),
+            ]
+            for name, extra_headers, body, status in cases:
+                if isinstance(body, bytes):
+                    response = await http.post(
+                        PATH, content=body, headers={**headers, **extra_headers}
+                    )
+                else:
+                    response = await http.post(
+                        PATH, json=body, headers={**headers, **extra_headers}
+                    )
+                assert response.status_code == status, (name, response.text)
+                assert response.json()["error"]["message"], name
+            wrong_type = await http.post(
+                PATH, content=b"{}", headers={**headers, "content-type": "text/plain"}
+            )
+            assert wrong_type.status_code == 415
+            unknown_agent = await http.post(
+                "/v1/ag-ui/nobody", json=run_input("new-1", "r", "hi"), headers=headers
+            )
+            assert unknown_agent.status_code == 404
+            # Another tenant's conversation does not exist for the caller; another user's is
+            # refused; neither is touched.
+            elsewhere = await http.post(
+                PATH,
+                json=run_input("mine", "run-2", "hi"),
+                headers=auth(gateway, "eve", tenant="evil"),
+            )
+            assert elsewhere.status_code == 404, elsewhere.text
+            neighbour = await http.post(
+                PATH, json=run_input("mine", "run-2", "hi"), headers=auth(gateway, "mallory")
+            )
+            assert neighbour.status_code == 403, neighbour.text
+            for path in (f"{PATH}/connect", f"{PATH}/stop/mine"):
+                response = await http.post(
+                    path, json=run_input("mine", "c"), headers=auth(gateway, "eve", tenant="evil")
+                )
+                assert response.status_code == 404, (path, response.text)
+            threads = (await http.get("/v1/threads", headers=headers)).json()["threads"]
+        assert [t["thread_id"] for t in threads] == ["mine"]
+        assert await thread_state(gateway, "mine") == before
+
+
+# -- several processes ----------------------------------------------------------------------------
+
+
+@pytest.mark.both_backends
+@pytest.mark.needs_service("redis")
+async def test_a_drop_on_one_process_resumes_on_another(
+    tmp_path: Path, database_url: str, processes: list[GatewayProcess]
+) -> None:
+    a, b = pair(tmp_path, database_url, processes, **bus_env("redis"))
+    done = await drive(
+        f"http://127.0.0.1:{a.port}{PATH}",
+        TOKEN.issue("alice", "acme", ["user"]),
+        "drop",
+        "across",
+        input=STORY,
+        dropAfter=20,
+        watchUrl=f"http://127.0.0.1:{b.port}{PATH}",
+        resumeUrl=f"http://127.0.0.1:{b.port}{PATH}",
+    )
+    resumed, watcher, latecomer = done["resumed"], done["watcher"], done["latecomer"]
+    for client in (resumed, watcher, latecomer):
+        assert client.get("error") is None, client
+    assert len(watcher["messages"][-1]["content"].split()) > 200
+    assert json.dumps(resumed["messages"]) == json.dumps(watcher["messages"])
+    assert json.dumps(latecomer["messages"]) == json.dumps(watcher["messages"])
