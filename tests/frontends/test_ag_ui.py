@@ -550,3 +550,45 @@ async def test_a_drop_on_one_process_resumes_on_another(
     assert len(watcher["messages"][-1]["content"].split()) > 200
     assert json.dumps(resumed["messages"]) == json.dumps(watcher["messages"])
     assert json.dumps(latecomer["messages"]) == json.dumps(watcher["messages"])
+
+
+# -- CopilotKit -----------------------------------------------------------------------------------
+
+
+async def test_copilotkit_runs_on_the_gateway_as_its_runtime(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    config = {
+        "runtimeUrl": "",
+        "token": "",
+        "threadId": "ck-refund",
+        "storyThreadId": "ck-story",
+        "input": REFUND,
+        "story": STORY,
+    }
+    async with gateway_factory(self_approval=True, demo_delay_ms=5) as gateway:
+        config |= {
+            "runtimeUrl": f"{gateway.http_url}/v1/copilotkit",
+            "token": gateway.token("alice"),
+        }
+        async with node_script("copilotkit.mjs", config, package="@copilotkit/core") as script:
+            info = await script.until("info", timeout_s=60)
+            interrupted = await script.until("interrupted", timeout_s=60)
+            resumed = await script.until("resumed", timeout_s=60)
+            connected = await script.until("connected", timeout_s=60)
+            done = await script.until("done", timeout_s=60)
+        _, statuses = await thread_state(gateway, "ck-story")
+    assert info["info"]["mode"] == "sse" and set(info["info"]["agents"]) == {"assistant"}
+    [interrupt] = interrupted["pendingInterrupts"]
+    assert interrupt["reason"] == "tool_call"
+    # The resume went out under the interrupted run's runId, with a synthetic tool message;
+    # the gateway's snapshot replaced that message with the call's real output.
+    assert resumed["finished"][-1]["runId"] == resumed["runId"]
+    assert [m["role"] for m in resumed["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert resumed["messages"][2]["id"] == f"{interrupt['toolCallId']}.output"
+    assert resumed["pendingInterrupts"] == []
+    # After a thread switch, a connect restores the same conversation.
+    assert json.dumps(connected["messages"]) == json.dumps(resumed["messages"])
+    # abortRun() stops the run on the gateway; 0.0.59 gets an ending it accepts.
+    assert statuses == ["cancelled"]
+    assert done["story"]["finished"][-1]["code"] == "cancelled"

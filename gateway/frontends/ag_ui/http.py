@@ -29,6 +29,7 @@ from starlette.routing import Route
 
 from gateway.auth.access import Principal
 from gateway.frontends import conversation
+from gateway.frontends.ag_ui import copilotkit
 from gateway.frontends.ag_ui.events import TERMINAL, Event, ThreadProjection
 from gateway.frontends.ag_ui.run_input import RunRequest, cursor_of, parse_run_input
 from gateway.frontends.thread_log import LogEntry, follow, read_span
@@ -47,10 +48,16 @@ Quiet = Callable[[int], Awaitable[bool]]
 
 
 def routes() -> list[Route]:
+    """AG-UI's endpoints, and the same under CopilotKit's runtime paths (`copilotkit.py`)."""
+    ck = copilotkit.PREFIX
     return [
         Route("/v1/ag-ui/{graph}", run_agent, methods=["POST"]),
         Route("/v1/ag-ui/{graph}/connect", connect_agent, methods=["POST"]),
         Route("/v1/ag-ui/{graph}/stop/{thread_id}", stop_run, methods=["POST"]),
+        Route(f"{ck}/info", copilotkit.runtime_info, methods=["GET"]),
+        Route(f"{ck}/agent/{{graph}}/run", run_agent, methods=["POST"]),
+        Route(f"{ck}/agent/{{graph}}/connect", connect_agent, methods=["POST"]),
+        Route(f"{ck}/agent/{{graph}}/stop/{{thread_id}}", stop_run, methods=["POST"]),
     ]
 
 
