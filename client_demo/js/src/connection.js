@@ -42,7 +42,9 @@ export class GatewayError extends Error {
  * @property {import("./backoff.js").BackoffOptions} [backoff]
  * @property {number} [requestTimeoutMs]      how long a request waits for its answer (default 30 s)
  * @property {number} [silenceFactor]         reconnect after this many heartbeat periods without a
- *   frame (default 2.5)
+ *   frame, whatever the probes say (default 2.5)
+ * @property {number} [probeTimeoutMs]        how long a ping of the client's may go unanswered before
+ *   the socket counts as dead (default: half a heartbeat, at most 5 s)
  * @property {number} [connectTimeoutMs]      give up on a socket not welcomed by then (default 15 s)
  */
 
@@ -58,6 +60,9 @@ export class Connection extends Emitter {
     this.backoff = options.backoff ?? {};
     this.requestTimeoutMs = options.requestTimeoutMs ?? 30_000;
     this.silenceFactor = options.silenceFactor ?? 2.5;
+    this.probeTimeoutMs = options.probeTimeoutMs ?? null;
+    // When the client's own ping went out, while no frame has come since: one at a time.
+    this.probeSentAt = 0;
     this.connectTimeoutMs = options.connectTimeoutMs ?? 15_000;
     /** @type {string | null} */
     this.token = typeof options.token === "string" ? options.token : null;
@@ -259,6 +264,7 @@ export class Connection extends Emitter {
   _onMessage(ws, message) {
     if (ws !== this.ws) return;
     this.lastFrameAt = Date.now();
+    this.probeSentAt = 0;
     let frame;
     try {
       frame = JSON.parse(typeof message.data === "string" ? message.data : String(message.data));
@@ -357,24 +363,37 @@ export class Connection extends Emitter {
   }
 
   /**
-   * The server pings every `heartbeat_s`; so does this client when it has heard nothing for
-   * one period. Silence for `silenceFactor` periods means the socket is dead (a half-open
-   * TCP connection can stay "open" for minutes): drop it and reconnect.
+   * The server pings every `heartbeat_s`. Once a period passes without a frame, this client
+   * sends one ping of its own (a probe); when no frame answers it within `probeTimeoutMs`, or
+   * after `silenceFactor` silent periods in any case, the socket is dead (a half-open TCP
+   * connection can stay "open" for minutes): drop it and reconnect. One probe at a time, so
+   * a slow server gets a ping per silent period, not one per tick.
    */
   _startWatch(heartbeatMs) {
     clearInterval(this.timers.watch);
-    const tick = Math.max(100, Math.min(1_000, heartbeatMs / 4));
+    this.probeSentAt = 0;
+    const probeMs = this.probeTimeoutMs ?? Math.min(5_000, heartbeatMs / 2);
+    const tick = Math.max(50, Math.min(1_000, heartbeatMs / 8, probeMs / 4));
     this.timers.watch = setInterval(() => {
       if (!this.online) return;
-      const silence = Date.now() - this.lastFrameAt;
-      if (silence > heartbeatMs * this.silenceFactor) {
+      const now = Date.now();
+      const silence = now - this.lastFrameAt;
+      const unanswered = this.probeSentAt ? now - this.probeSentAt : 0;
+      if (silence > heartbeatMs * this.silenceFactor || unanswered > probeMs) {
         this.stats.silences += 1;
         this.emit("silence", silence);
         this.reconnect();
       } else if (silence > heartbeatMs) {
-        this.send({ type: "ping" });
+        this._probe();
       }
     }, tick);
+  }
+
+  /** Ask the server for a frame (a `pong`), unless a probe is already waiting for one. */
+  _probe() {
+    if (!this.online || this.probeSentAt) return;
+    this.probeSentAt = Date.now();
+    this.send({ type: "ping" });
   }
 
   _scheduleRenewal() {
@@ -390,19 +409,30 @@ export class Connection extends Emitter {
   }
 
   /**
-   * In a browser, retry at once when the network comes back or a hidden tab is shown again,
-   * instead of waiting out the back-off.
+   * In a browser: when the network goes (`offline`), the socket cannot work even if it still
+   * looks open, so it is given up at once rather than after the missed heartbeats. When the
+   * network comes back or a hidden tab is shown again, retry at once instead of waiting out
+   * the back-off, and check that a socket that looks open still answers (a laptop's lid was
+   * shut, the Wi-Fi changed).
    */
   _watchBrowser(on) {
     const win = globalThis.window;
     const doc = globalThis.document;
     if (!win?.addEventListener || !doc?.addEventListener) return;
-    this._onBrowserEvent ??= () => {
-      if (doc.visibilityState !== "hidden") this.reconnectNow();
+    this._onBrowserBack ??= () => {
+      if (doc.visibilityState === "hidden") return;
+      if (this.status === "offline") this._connect();
+      else this._probe();
+    };
+    this._onBrowserOffline ??= () => {
+      if (this.status !== "online" && this.status !== "connecting") return;
+      this._detach(4000, "the network went away");
+      this._scheduleReconnect();
     };
     const method = on ? "addEventListener" : "removeEventListener";
-    win[method]("online", this._onBrowserEvent);
-    doc[method]("visibilitychange", this._onBrowserEvent);
+    win[method]("online", this._onBrowserBack);
+    win[method]("offline", this._onBrowserOffline);
+    doc[method]("visibilitychange", this._onBrowserBack);
   }
 
   async _renewLoop() {

@@ -165,8 +165,10 @@ export interface ConnectionOptions {
   WebSocket?: unknown;
   backoff?: BackoffOptions;
   requestTimeoutMs?: number;
-  /** reconnect after this many heartbeat periods without a frame (default 2.5) */
+  /** reconnect after this many heartbeat periods without a frame, whatever the probes say (default 2.5) */
   silenceFactor?: number;
+  /** a heartbeat period without a frame sends one ping; unanswered this long, the socket is dead (default: half a heartbeat, at most 5 s) */
+  probeTimeoutMs?: number;
   connectTimeoutMs?: number;
 }
 
