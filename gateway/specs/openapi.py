@@ -94,6 +94,10 @@ def openapi_document() -> dict[str, Any]:
             {"name": "audit", "description": "The tenant's audit trail (admins)"},
             {"name": "specs", "description": "These API documents"},
             {
+                "name": "ag-ui",
+                "description": 'AG-UI and CopilotKit\'s runtime routes (docs/protocol.md "AG-UI")',
+            },
+            {
                 "name": "webhooks",
                 "description": "What the gateway POSTs to GATEWAY_WEBHOOK_URL (docs/protocol.md "
                 "§10)",
@@ -386,6 +390,7 @@ def _paths() -> dict[str, dict[str, Any]]:
                 notes={403: "the caller is not an admin"},
             )
         },
+        **_ag_ui_paths(),
         OPENAPI_PATH: {
             "get": _operation(
                 "getOpenApiDocument",
@@ -406,6 +411,155 @@ def _paths() -> dict[str, dict[str, Any]]:
                 errors=(),
             )
         },
+    }
+
+
+def _ag_ui_paths() -> dict[str, dict[str, Any]]:
+    """AG-UI's run, connect and stop (gateway/frontends/ag_ui/http.py), and the same under
+    CopilotKit's runtime paths with its `/info`."""
+    graph = {
+        "name": "graph",
+        "in": "path",
+        "required": True,
+        "description": "the agent graph's name (unknown: 404)",
+        "schema": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS},
+    }
+    client_id = {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS}
+    run_input = {
+        "type": "object",
+        "description": "AG-UI's RunAgentInput (protocol 1.0; unknown members are ignored). Of "
+        "`messages` only the newest user message is used; `resume` answers the interrupts of "
+        "the conversation's newest pause instead.",
+        "required": ["threadId", "runId", "messages"],
+        "properties": {
+            "threadId": client_id,
+            "runId": client_id,
+            "protocolVersion": {"type": "string"},
+            "messages": {"type": "array", "items": {"type": "object"}},
+            "resume": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["interruptId", "status"],
+                    "properties": {
+                        "interruptId": {"type": "string"},
+                        "status": {"enum": ["resolved", "cancelled"]},
+                        "payload": {},
+                    },
+                },
+            },
+            "tools": {"type": "array"},
+            "context": {"type": "array"},
+            "state": {},
+            "forwardedProps": {},
+        },
+    }
+    stream = {
+        "description": "AG-UI events as LF-framed Server-Sent Events, each with `id:` the seq "
+        "of the stored event it comes from",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+    errors = (400, 401, 403, 404, 409, 413, 415, 429, 500, 503)
+
+    def post(operation_id: str, summary: str, description: str, **kwargs: Any) -> dict[str, Any]:
+        operation = _operation(
+            operation_id,
+            summary,
+            description=description,
+            tag="ag-ui",
+            ok=("", "ErrorBody"),
+            errors=errors,
+            notes={429: "over the run-start limit or GATEWAY_MAX_CONNECTIONS_PER_USER"},
+            **kwargs,
+        )
+        operation["requestBody"] = {"required": True, "content": {JSON: {"schema": run_input}}}
+        operation["responses"]["200"] = stream
+        return operation
+
+    def run(operation_id: str) -> dict[str, Any]:
+        return post(
+            operation_id,
+            "Run an AG-UI agent: a new message, or the answers to its interrupts",
+            "Streams the AG-UI run asked for; a pause ends it with an `interrupt` outcome, "
+            "one interrupt per pending approval.",
+            parameters=[graph],
+        )
+
+    def connect(operation_id: str) -> dict[str, Any]:
+        cursor = {
+            "name": "Last-Event-ID",
+            "in": "header",
+            "required": False,
+            "description": "the seq of the last event applied (or `forwardedProps.lastEventId`)",
+            "schema": {"type": "integer", "minimum": 0, "maximum": MAX_AFTER},
+        }
+        return post(
+            operation_id,
+            "Follow an AG-UI conversation from a cursor",
+            "From a run boundary, the log's tail; from inside a run, a prelude re-opening it; "
+            "then live until the thread is quiet. Nothing to send: 200 with an empty body.",
+            parameters=[graph, cursor],
+        )
+
+    def stop(operation_id: str) -> dict[str, Any]:
+        operation = _operation(
+            operation_id,
+            "Cancel the conversation's active run",
+            tag="ag-ui",
+            parameters=[graph, {**_path_id("thread_id"), "description": "the threadId"}],
+            ok=("", "ErrorBody"),
+            errors=(400, 401, 403, 404, 409, 413, 415, 500, 503),
+        )
+        operation["requestBody"] = {
+            "required": False,
+            "content": {JSON: {"schema": {"type": "object", "properties": {"runId": {}}}}},
+        }
+        operation["responses"]["200"] = {
+            "description": "whether a run was active (and is now cancelled)",
+            "content": {
+                JSON: {
+                    "schema": {
+                        "type": "object",
+                        "required": ["stopped"],
+                        "properties": {"stopped": {"type": "boolean"}},
+                    }
+                }
+            },
+        }
+        return operation
+
+    info = _operation(
+        "copilotKitRuntimeInfo",
+        "CopilotKit's runtime description of the gateway's agents",
+        tag="ag-ui",
+        ok=("", "ErrorBody"),
+        errors=(401, 500, 503),
+    )
+    info["responses"]["200"] = {
+        "description": "CopilotKit's RuntimeInfo (SSE mode)",
+        "content": {
+            JSON: {
+                "schema": {
+                    "type": "object",
+                    "required": ["version", "agents", "audioFileTranscriptionEnabled", "mode"],
+                    "properties": {
+                        "version": {"type": "string"},
+                        "agents": {"type": "object"},
+                        "audioFileTranscriptionEnabled": {"type": "boolean"},
+                        "mode": {"const": "sse"},
+                    },
+                }
+            }
+        },
+    }
+    return {
+        "/v1/ag-ui/{graph}": {"post": run("agUiRun")},
+        "/v1/ag-ui/{graph}/connect": {"post": connect("agUiConnect")},
+        "/v1/ag-ui/{graph}/stop/{thread_id}": {"post": stop("agUiStop")},
+        "/v1/copilotkit/info": {"get": info},
+        "/v1/copilotkit/agent/{graph}/run": {"post": run("copilotKitRun")},
+        "/v1/copilotkit/agent/{graph}/connect": {"post": connect("copilotKitConnect")},
+        "/v1/copilotkit/agent/{graph}/stop/{thread_id}": {"post": stop("copilotKitStop")},
     }
 
 
