@@ -95,7 +95,7 @@ def openapi_document() -> dict[str, Any]:
             {"name": "specs", "description": "These API documents"},
             {
                 "name": "ag-ui",
-                "description": 'AG-UI and CopilotKit\'s runtime routes (docs/protocol.md "AG-UI")',
+                "description": 'AG-UI and CopilotKit\'s runtime routes (docs/protocol.md §12)',
             },
             {
                 "name": "webhooks",

@@ -1,4 +1,4 @@
-"""AG-UI on the gateway (docs/protocol.md "AG-UI"): the real @ag-ui/client HttpAgent, 1.0.0 and
+"""AG-UI on the gateway (docs/protocol.md §12): the real @ag-ui/client HttpAgent, 1.0.0 and
 0.0.59 (CopilotKit's), through the JavaScript client package's GatewayAgent, against a real
 gateway; and the refusals, with plain HTTP, that must change nothing."""
 

@@ -1,4 +1,4 @@
-// An AG-UI `HttpAgent` with what AG-UI lacks: resume from a cursor (docs/protocol.md "AG-UI").
+// An AG-UI `HttpAgent` with what AG-UI lacks: resume from a cursor (docs/protocol.md §12).
 //
 // The gateway frames every AG-UI event with the seq of the stored event it comes from (the SSE
 // `id:` line, which `@ag-ui/client`'s parser drops). This agent reads those ids below the

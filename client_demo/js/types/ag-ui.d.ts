@@ -1,5 +1,5 @@
 // Declarations of src/ag-ui.js and src/ag-ui-agent.js: an `@ag-ui/client` HttpAgent that
-// resumes from the gateway's cursor (docs/protocol.md "AG-UI").
+// resumes from the gateway's cursor (docs/protocol.md §12).
 import type { HttpAgent, HttpAgentConfig, RunAgentParameters, AgentSubscriber, RunAgentResult } from "@ag-ui/client";
 
 export interface GatewayAgentConfig extends HttpAgentConfig {

@@ -1,4 +1,4 @@
-"""The thread log as AG-UI events (docs/protocol.md "AG-UI"): one pure, stateful projection.
+"""The thread log as AG-UI events (docs/protocol.md §12): one pure, stateful projection.
 
 A `ThreadProjection` reads a thread's stored events from its first seq, in order, and gives for
 each the AG-UI events it stands for. It holds no clock and no randomness: the same log gives the

@@ -1,4 +1,4 @@
-"""AG-UI over HTTP (docs/protocol.md "AG-UI"): run, connect and stop, and the same three under
+"""AG-UI over HTTP (docs/protocol.md §12): run, connect and stop, and the same three under
 CopilotKit's runtime paths.
 
 - `POST /v1/ag-ui/{graph}` takes a `RunAgentInput`: the newest user message starts a run on the

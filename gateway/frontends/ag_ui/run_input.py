@@ -1,4 +1,4 @@
-"""AG-UI's `RunAgentInput` as the gateway takes it (docs/protocol.md "AG-UI").
+"""AG-UI's `RunAgentInput` as the gateway takes it (docs/protocol.md §12).
 
 The body is validated with the `ag-ui-protocol` models (unknown members are ignored); of the
 messages only the newest user message is used, since the conversation's history is the
