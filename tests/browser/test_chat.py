@@ -416,7 +416,12 @@ async def test_input_while_waiting_for_review_is_staged(
     await send(alice, "thanks, no rush")
     staged = alice.locator("[data-role=user][data-state=staged]")
     await expect(staged).to_have_count(1)
-    await expect(staged.get_by_test_id("input-state")).to_contain_text("Staged")
+    await expect(staged.get_by_test_id("input-state")).to_contain_text(
+        "read once the approval is decided"
+    )
+    await expect(alice.get_by_test_id("composer-input")).to_have_attribute(
+        "placeholder", "Add a message while the approval waits…"
+    )
     await expect(alice.get_by_test_id("pending-message")).to_have_count(0)
 
     await alice.get_by_test_id("cancel-run").click()

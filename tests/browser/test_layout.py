@@ -152,3 +152,30 @@ async def test_a_reviewer_on_a_phone_is_told_approvals_wait(
         await expect(menu).to_have_attribute("aria-label", "Show conversations")
     finally:
         await carol.close()
+
+
+async def test_a_reviewer_is_offered_nothing_they_cannot_do(
+    browser: Any, quick_gateway: GatewayProcess, page_errors: PageErrors
+) -> None:
+    from playwright.async_api import expect
+
+    page = await reviewer_page(browser, quick_gateway, page_errors, DESKTOP)
+    # A reviewer cannot start runs: no suggestions to click, no "New chat" that does nothing.
+    await expect(page.get_by_test_id("empty-follow")).to_be_visible()
+    await expect(page.get_by_test_id("suggestions")).to_be_hidden()
+    await expect(page.get_by_test_id("new-chat")).to_be_hidden()
+    await expect(page.get_by_test_id("composer-note")).to_be_visible()
+    await shot(page, "reviewer-empty")
+    await page.set_viewport_size(TALL_PHONE)
+    await expect(page.get_by_test_id("empty-follow")).to_be_in_viewport()
+    await page.wait_for_timeout(400)  # the drawer slides out of view as the width shrinks
+    await shot(page, "reviewer-empty-phone")
+
+    # A user who can start runs still gets both.
+    context = await browser.new_context(viewport=DESKTOP)
+    alice = await context.new_page()
+    page_errors.attach(alice, "alice")
+    await alice.goto(f"http://127.0.0.1:{quick_gateway.port}/#token={token('alice')}")
+    await expect(alice.get_by_test_id("suggestions").locator("button")).to_have_count(4)
+    await expect(alice.get_by_test_id("new-chat")).to_be_visible()
+    await expect(alice.get_by_test_id("empty-follow")).to_be_hidden()

@@ -62,6 +62,8 @@ const el = {
   log: $("#log"),
   empty: $("#empty-chat"),
   suggestions: $("#suggestions"),
+  emptyStart: $("#empty-start"),
+  emptyFollow: $("#empty-follow"),
   items: $("#items"),
   outbox: $("#outbox"),
   composer: $("#composer"),
@@ -778,6 +780,12 @@ function render({ full = false } = {}) {
   const pendingHere = app.outbox.some((item) => item.threadId === app.current);
   el.empty.hidden = Boolean(state && (state.items.length || state.seq > 0)) || pendingHere;
   renderSuggestions();
+  // Roles that cannot start runs (a reviewer, a viewer) get no ways to start one that would
+  // only fail: no suggestions, no "New chat".
+  const mayStart = hasRole("user", "admin");
+  el.emptyStart.hidden = !mayStart;
+  el.emptyFollow.hidden = mayStart;
+  el.newChat.hidden = !mayStart;
 
   // Composer
   const allowed = canCompose(app.current);
@@ -793,11 +801,11 @@ function render({ full = false } = {}) {
   let hint = "Enter to send · Shift+Enter for a new line";
   let placeholder = "Message the assistant…";
   if (status === "waiting_for_review") {
-    placeholder = "Add a message to the paused run…";
-    hint = "Staged input joins the paused run before its next step.";
+    placeholder = "Add a message while the approval waits…";
+    hint = "The assistant reads it as soon as the approval is decided.";
   } else if (activeRun) {
-    placeholder = "Queue a follow-up message…";
-    hint = "Queued input starts when the current run ends.";
+    placeholder = "Write a follow-up message…";
+    hint = "It is answered once the current answer is finished.";
   }
   el.input.placeholder = placeholder;
   setText(el.composerHint, hint);

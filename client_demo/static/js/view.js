@@ -18,7 +18,7 @@ export const STATUS_LABELS = {
 };
 
 const USER_STATE_LABELS = {
-  staged: "Staged — added to the paused run before its next step",
+  staged: "Waiting — read once the approval is decided",
   delivered: "Added to the run",
   queued: "Queued — starts when the current run ends",
 };
