@@ -61,10 +61,13 @@ after(async () => {
   await gateway?.stop();
 });
 
-function codeBlocks(language) {
+/** The one example of docs/frontend.md in `language` that uses `marker` (the page has others). */
+function codeBlocks(language, marker) {
   const page = readFileSync(join(ROOT, "docs", "frontend.md"), "utf8");
-  const blocks = [...page.matchAll(/```(\w+)\n([\s\S]*?)```/g)].filter((m) => m[1] === language).map((m) => m[2]);
-  assert.equal(blocks.length, 1, `one ${language} example in docs/frontend.md`);
+  const blocks = [...page.matchAll(/```(\w+)\n([\s\S]*?)```/g)]
+    .filter((m) => m[1] === language && m[2].includes(marker))
+    .map((m) => m[2]);
+  assert.equal(blocks.length, 1, `one ${language} example using ${marker} in docs/frontend.md`);
   assert.ok(blocks[0].includes(PLACEHOLDER_URL));
   return blocks[0].replace(PLACEHOLDER_URL, gateway.ws);
 }
@@ -94,7 +97,7 @@ function run(file, user, roles, env = {}) {
 }
 
 test("the plain JavaScript example streams, waits for a reviewer, and completes", async () => {
-  writeFileSync(join(WORK, "plain.mjs"), `import "./preamble.mjs";\n${codeBlocks("js")}`);
+  writeFileSync(join(WORK, "plain.mjs"), `import "./preamble.mjs";\n${codeBlocks("js", "new GatewayClient(")}`);
   const example = run("plain.mjs", "paula", "user");
   const waiting = await waitFor(example.output, "line", () =>
     example.lines.find((line) => line.startsWith("waiting for a reviewer:")),
@@ -122,7 +125,7 @@ test("the plain JavaScript example streams, waits for a reviewer, and completes"
 
 /** The React example as the page shows it, compiled from TSX (after a strict type-check). */
 function reactExample() {
-  const source = codeBlocks("tsx");
+  const source = codeBlocks("tsx", "useThread(");
   writeFileSync(join(WORK, "react-example.tsx"), source);
   const compilerOptions = {
     strict: true,
