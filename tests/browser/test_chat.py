@@ -420,7 +420,7 @@ async def test_input_while_waiting_for_review_is_staged(
         "read once the approval is decided"
     )
     await expect(alice.get_by_test_id("composer-input")).to_have_attribute(
-        "placeholder", "Add a message while the approval waits…"
+        "placeholder", "Add a message…"
     )
     await expect(alice.get_by_test_id("pending-message")).to_have_count(0)
 

@@ -801,7 +801,7 @@ function render({ full = false } = {}) {
   let hint = "Enter to send · Shift+Enter for a new line";
   let placeholder = "Message the assistant…";
   if (status === "waiting_for_review") {
-    placeholder = "Add a message while the approval waits…";
+    placeholder = "Add a message…";
     hint = "The assistant reads it as soon as the approval is decided.";
   } else if (activeRun) {
     placeholder = "Write a follow-up message…";
