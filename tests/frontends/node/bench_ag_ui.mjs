@@ -1,0 +1,87 @@
+// Timings for bench/ag_ui.py, taken where a frontend sees events: when @ag-ui/client's
+// HttpAgent (through GatewayAgent) applies them, and when a plain `ws` client parses the native
+// protocol's frames. Config (argv[2], JSON): {scenario: "latency" | "connect", ...}; prints one
+// JSON line.
+
+import { randomUUID } from "node:crypto";
+import { performance } from "node:perf_hooks";
+
+import * as agui from "@ag-ui/client";
+import WebSocket from "ws";
+
+import { makeGatewayAgent } from "../../../client_demo/js/src/ag-ui-agent.js";
+
+const config = JSON.parse(process.argv[2]);
+const GatewayAgent = makeGatewayAgent(agui);
+const now = () => performance.timeOrigin + performance.now();
+
+function agent(threadId, lastEventId = null) {
+  return new GatewayAgent({
+    url: config.url,
+    threadId,
+    headers: { Authorization: `Bearer ${config.token}` },
+    lastEventId,
+  });
+}
+
+// Each delta's seq and the wall-clock time (ms) it was applied.
+async function aguiDeltas(threadId) {
+  const runner = agent(threadId);
+  const seen = [];
+  runner.subscribe({ onTextMessageContentEvent: () => seen.push([Number(runner.lastEventId), now()]) });
+  runner.messages = [{ id: randomUUID(), role: "user", content: config.input }];
+  await runner.runAgent();
+  return seen;
+}
+
+async function nativeDeltas() {
+  const ws = new WebSocket(config.wsUrl);
+  const seen = [];
+  let threadId;
+  await new Promise((resolve, reject) => {
+    ws.on("error", reject);
+    ws.on("open", () => ws.send(JSON.stringify({ type: "hello", protocol: 1, token: config.token })));
+    ws.on("message", (raw) => {
+      const frame = JSON.parse(raw.toString());
+      if (frame.type === "welcome") ws.send(JSON.stringify({ type: "run.start", id: "s", input: config.input }));
+      if (frame.type !== "event") return;
+      threadId = frame.thread_id;
+      if (frame.event === "message.delta") seen.push([frame.seq, now()]);
+      if (frame.event === "run.completed") resolve();
+    });
+  });
+  ws.close();
+  return { threadId, seen };
+}
+
+const scenarios = {
+  async latency() {
+    const out = { agui: [], native: [] };
+    for (let i = 0; i < config.rounds; i += 1) {
+      const threadId = `bench-${randomUUID()}`;
+      out.agui.push({ threadId, seen: await aguiDeltas(threadId) });
+      out.native.push(await nativeDeltas());
+    }
+    return out;
+  },
+
+  async connect() {
+    // A client that held the run up to `cursor` connects again: time to its last event
+    // applied, and the same from the start of the thread.
+    const times = { middle: [], start: [] };
+    let messages;
+    for (let i = 0; i < config.rounds; i += 1) {
+      for (const [name, cursor] of [["middle", config.cursor], ["start", null]]) {
+        const reader = agent(config.threadId, cursor);
+        const begin = now();
+        await reader.connectAgent();
+        times[name].push(now() - begin);
+        messages = reader.messages;
+      }
+    }
+    return { times, chars: messages.at(-1)?.content?.length ?? 0 };
+  },
+};
+
+process.stdout.write(JSON.stringify(await scenarios[config.scenario]()) + "\n");
+process.exit(0);
