@@ -38,6 +38,7 @@ from gateway.event_log.relay import open_relay
 from gateway.event_log.webhook_dispatch import WebhookConfig, WebhookDispatcher
 from gateway.event_log.writer import EventLog
 from gateway.frontends.ag_ui.http import routes as ag_ui_routes
+from gateway.frontends.ai_sdk import routes as ai_sdk_routes
 from gateway.observability.metrics import MULTIPROC_ENV, GatewayMetrics
 from gateway.observability.metrics_endpoint import metrics_route
 from gateway.observability.tracing import Telemetry
@@ -376,6 +377,7 @@ def create_app(
         *ag_ui_routes(),
         *spec_routes(),
         WebSocketRoute("/v1/ws", GatewaySocket(), name="websocket"),
+        *ai_sdk_routes(),
     ]
     if settings.metrics and settings.metrics_port is None:
         app_routes.append(metrics_route())

@@ -374,6 +374,18 @@ class Settings(BaseSettings):
             "`too_large`."
         ),
     )
+    ai_sdk_replay_window_s: float = Field(
+        60.0,
+        ge=0,
+        le=86400,
+        description=(
+            "How long after a chat's response ends (the run finished, or paused on calls its "
+            "reader decides) a resume of the Vercel AI SDK's transports still replays it, so a "
+            "client that dropped just before the end gets the end (0 to 86400 s). Replaying a "
+            "message the client already has whole gives the same message. `0`: only a running "
+            "response is resumed, as the AI SDK's own servers do."
+        ),
+    )
     max_input_chars: int = Field(
         32_000,
         ge=1,

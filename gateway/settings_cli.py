@@ -82,6 +82,7 @@ SECTIONS: tuple[Section, ...] = (
             "send_queue_bytes",
             "max_input_chars",
             "frontend_body_bytes",
+            "ai_sdk_replay_window_s",
         ),
     ),
     Section(

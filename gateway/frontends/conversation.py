@@ -96,10 +96,17 @@ async def start_turn(
     )
 
 
-async def decide_all(services: Services, principal: Principal, decisions: list[Decision]) -> None:
+async def decide_all(
+    services: Services,
+    principal: Principal,
+    decisions: list[Decision],
+    *,
+    thread_id: str | None = None,
+) -> None:
     """Record every decision, or none when any would be refused: each is vetted against the
     server's own pending approvals (unknown, decided, superseded, expired or forged ids,
-    reviewer roles, four-eyes) before the first is recorded."""
+    reviewer roles, four-eyes) before the first is recorded. `thread_id`: the conversation the
+    decisions were sent to, which every approval must belong to."""
     if not decisions:
         raise GatewayError(ErrorCode.BAD_REQUEST, "no approval is answered")
     seen: set[str] = set()
@@ -115,7 +122,11 @@ async def decide_all(services: Services, principal: Principal, decisions: list[D
             raise GatewayError(
                 ErrorCode.BAD_REQUEST, f"reason is longer than {MAX_REASON_CHARS} characters"
             )
-        await services.runs.decisions.vet(principal, decision.approval_id, _verb(decision))
+        approval = await services.runs.decisions.vet(
+            principal, decision.approval_id, _verb(decision)
+        )
+        if thread_id is not None and approval.thread_id != thread_id:
+            raise not_found("approval not found in this conversation")
     for decision in decisions:
         await services.runs.decisions.decide(
             principal, decision.approval_id, _verb(decision), decision.reason

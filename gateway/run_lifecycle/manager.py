@@ -170,9 +170,9 @@ class RunManager:
     async def active_run(self, thread_id: str) -> RunRecord | None:
         return await self._ctx.runs.active_for_thread(thread_id)
 
-    async def runs_of_thread(self, thread_id: str) -> list[RunRecord]:
-        """The thread's runs, oldest first."""
-        return await self._ctx.runs.of_thread(thread_id)
+    async def runs_of_thread(self, thread_id: str, limit: int = 1000) -> list[RunRecord]:
+        """The thread's newest `limit` runs, oldest first."""
+        return await self._ctx.runs.of_thread(thread_id, limit)
 
     async def first_seq(self, thread_id: str, run_id: str) -> int | None:
         """The seq of the run's `run.started`: where everything the run logged begins."""

@@ -78,7 +78,9 @@ def gateway_config(app: ASGIApp, settings: Settings, **overrides: Any) -> Gatewa
         "port": settings.port,
         "http": GuardedH11Protocol,
         "ws": GuardedWebSocketProtocol,
-        "ws_max_size": settings.max_frame_bytes,
+        # The frontend adapters' frames carry a whole conversation; the native endpoint checks
+        # its own, smaller limit itself (gateway/transport/ws_connection.py).
+        "ws_max_size": max(settings.max_frame_bytes, settings.frontend_body_bytes),
         "h11_max_incomplete_event_size": settings.max_header_bytes,
         "backlog": settings.backlog,
         "lifespan": "on",

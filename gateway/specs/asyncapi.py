@@ -18,6 +18,7 @@ from gateway.protocol import frames as protocol
 from gateway.protocol.close_codes import CloseCode
 from gateway.protocol.frames import (
     DEFAULT_MAX_INPUT_CHARS,
+    MAX_ID_CHARS,
     MAX_METADATA_BYTES,
     PROTOCOL_VERSION,
 )
@@ -153,7 +154,8 @@ def asyncapi_document() -> dict[str, Any]:
                     {"code": int(code), "name": code.name.lower(), "description": code.meaning}
                     for code in CloseCode
                 ],
-            }
+            },
+            AI_SDK_CHANNEL: _ai_sdk_channel(),
         },
         "operations": operations,
         "components": {
@@ -171,6 +173,77 @@ def asyncapi_document() -> dict[str, Any]:
             "messages": messages,
             "schemas": schemas,
         },
+    }
+
+
+AI_SDK_CHANNEL = "aiSdkChat"
+
+
+def _ai_sdk_channel() -> dict[str, Any]:
+    """The Vercel AI SDK's `WebSocketChatTransport` protocol (docs/protocol.md §11): its frames
+    are the SDK's, described here as they go over the wire."""
+    request_id = {"type": "string", "minLength": 1, "maxLength": 128}
+    headers = {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "description": "the transport's headers; `authorization: Bearer <JWT>` is the token",
+    }
+
+    def frame(name: str, summary: str, required: list[str], **properties: Any) -> dict[str, Any]:
+        return {
+            "name": name,
+            "summary": summary,
+            "payload": {
+                "type": "object",
+                "required": ["type", "requestId", *required],
+                "properties": {"type": {"const": name}, "requestId": request_id, **properties},
+            },
+        }
+
+    chat_id = {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS}
+    messages = {
+        "client.send": frame(
+            "send",
+            "A useChat request: a new user message, or answers to approvals",
+            ["id", "trigger", "messages", "headers", "body"],
+            id=chat_id,
+            trigger={"enum": ["submit-message", "regenerate-message"]},
+            messageId={"type": "string"},
+            messages={"type": "array", "items": {"type": "object"}, "minItems": 1},
+            headers=headers,
+            body={"type": "object"},
+        ),
+        "client.resume": frame(
+            "resume",
+            "Replay the chat's active response from its start, then follow it",
+            ["id", "headers", "body"],
+            id=chat_id,
+            lastSequence={"type": "integer", "minimum": 0},
+            headers=headers,
+            body={"type": "object"},
+        ),
+        "client.abort": frame("abort", "Stop: cancels the request's run", []),
+        "server.start": frame("start", "A resume was accepted", []),
+        "server.chunk": frame(
+            "chunk",
+            "One UI message chunk; `sequence` counts from 0 per response, with no gap",
+            ["sequence", "chunk"],
+            sequence={"type": "integer", "minimum": 0},
+            chunk={"type": "object", "required": ["type"]},
+        ),
+        "server.end": frame("end", "The response is complete", []),
+        "server.error": frame("error", "The request failed", [], errorText={"type": "string"}),
+        "server.no-active": frame("no-active", "Nothing is active to resume", []),
+    }
+    return {
+        "address": "/v1/ai-sdk/ws",
+        "title": "The Vercel AI SDK's WebSocketChatTransport",
+        "description": (
+            "Requests multiplexed by `requestId`; the token travels in each frame's headers. "
+            "Frames up to GATEWAY_FRONTEND_BODY_BYTES (default 1 MiB). See docs/protocol.md §11."
+        ),
+        "messages": messages,
+        "bindings": {"ws": {"method": "GET", "bindingVersion": "0.1.0"}},
     }
 
 

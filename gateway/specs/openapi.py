@@ -94,8 +94,12 @@ def openapi_document() -> dict[str, Any]:
             {"name": "audit", "description": "The tenant's audit trail (admins)"},
             {"name": "specs", "description": "These API documents"},
             {
+                "name": "ai-sdk",
+                "description": "The Vercel AI SDK's chat transport, useChat (docs/protocol.md §11)",
+            },
+            {
                 "name": "ag-ui",
-                "description": 'AG-UI and CopilotKit\'s runtime routes (docs/protocol.md §12)',
+                "description": "AG-UI and CopilotKit's runtime routes (docs/protocol.md §12)",
             },
             {
                 "name": "webhooks",
@@ -390,6 +394,7 @@ def _paths() -> dict[str, dict[str, Any]]:
                 notes={403: "the caller is not an admin"},
             )
         },
+        **_ai_sdk_paths(),
         **_ag_ui_paths(),
         OPENAPI_PATH: {
             "get": _operation(
@@ -411,6 +416,99 @@ def _paths() -> dict[str, dict[str, Any]]:
                 errors=(),
             )
         },
+    }
+
+
+def _ai_sdk_paths() -> dict[str, dict[str, Any]]:
+    """useChat's HTTP transport (gateway/frontends/ai_sdk/http.py)."""
+    chat_id = {**_path_id("chat_id"), "description": "useChat's chat id, the thread's id"}
+    stream = {
+        "description": "the UI message stream: one chunk per `data:` line, ending with "
+        "`data: [DONE]` (header `x-vercel-ai-ui-message-stream: v1`)",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+    request = {
+        "type": "object",
+        "description": "useChat's request body; only the newest message is used: a user "
+        "message's text, or an assistant message's `approval-responded` tool parts",
+        "required": ["id", "messages"],
+        "properties": {
+            "id": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS},
+            "messages": {"type": "array", "items": {"type": "object"}, "minItems": 1},
+            "trigger": {"enum": ["submit-message", "regenerate-message"]},
+            "messageId": {"type": "string"},
+        },
+    }
+    send = _operation(
+        "aiSdkChat",
+        "A useChat request: a new message, or answers to its approvals",
+        description="Streams the chat's assistant message; a pause on calls the caller decides "
+        "ends it with `finish` (`tool-calls`), one a reviewer decides keeps it open.",
+        tag="ai-sdk",
+        ok=("", "ErrorBody"),
+        errors=(400, 401, 403, 404, 409, 413, 415, 429, 500, 503),
+        notes={429: "over the run-start limit or GATEWAY_MAX_CONNECTIONS_PER_USER"},
+    )
+    send["requestBody"] = {"required": True, "content": {JSON: {"schema": request}}}
+    send["responses"]["200"] = stream
+    resume = _operation(
+        "aiSdkResumeStream",
+        "resumeStream(): the active response from its start, then live",
+        tag="ai-sdk",
+        parameters=[chat_id],
+        ok=("", "ErrorBody"),
+        errors=(400, 401, 403, 404, 429, 500, 503),
+    )
+    resume["responses"]["200"] = stream
+    resume["responses"]["204"] = {"description": "nothing is active"}
+    stop = _operation(
+        "aiSdkStop",
+        "Cancel the chat's active run",
+        tag="ai-sdk",
+        parameters=[chat_id],
+        ok=("", "ErrorBody"),
+        errors=(400, 401, 403, 404, 409, 500, 503),
+    )
+    stop["responses"]["200"] = {
+        "description": "whether a run was active (and is now cancelled), and which",
+        "content": {
+            JSON: {
+                "schema": {
+                    "type": "object",
+                    "required": ["stopped", "run_id"],
+                    "properties": {
+                        "stopped": {"type": "boolean"},
+                        "run_id": {"type": ["string", "null"]},
+                    },
+                }
+            }
+        },
+    }
+    messages = _operation(
+        "aiSdkMessages",
+        "The chat's past as UIMessages",
+        tag="ai-sdk",
+        parameters=[chat_id],
+        ok=("", "ErrorBody"),
+        errors=(401, 403, 404, 500, 503),
+    )
+    messages["responses"]["200"] = {
+        "description": "per run, the user's input and the assistant message",
+        "content": {
+            JSON: {
+                "schema": {
+                    "type": "object",
+                    "required": ["messages"],
+                    "properties": {"messages": {"type": "array", "items": {"type": "object"}}},
+                }
+            }
+        },
+    }
+    return {
+        "/v1/ai-sdk/chat": {"post": send},
+        "/v1/ai-sdk/chat/{chat_id}/stream": {"get": resume},
+        "/v1/ai-sdk/chat/{chat_id}/stop": {"post": stop},
+        "/v1/ai-sdk/chat/{chat_id}/messages": {"get": messages},
     }
 
 

@@ -51,12 +51,17 @@ class FeedResponse(StreamingResponse):
     counts WebSockets and feeds alike) until it ends, however it ends: the body may never be
     started when the client leaves at once, so the slot is not the generator's to release."""
 
-    def __init__(self, body: AsyncIterator[bytes], slot: ConnectionSlot) -> None:
+    def __init__(
+        self,
+        body: AsyncIterator[bytes],
+        slot: ConnectionSlot,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         # No caching or buffering proxy may hold back a live feed.
         super().__init__(
             body,
             media_type=MEDIA_TYPE,
-            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+            headers={"cache-control": "no-store", "x-accel-buffering": "no", **(headers or {})},
         )
         self._slot = slot
 

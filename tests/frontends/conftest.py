@@ -1,6 +1,6 @@
 """The frontend adapters' tests run real gateways as the integration tests do, with the same
 fixtures."""
 
-from tests.integration.conftest import connect, db_path, gateway, gateway_factory
+from tests.integration.conftest import connect, db_path, gateway, gateway_factory, processes
 
-__all__ = ["connect", "db_path", "gateway", "gateway_factory"]
+__all__ = ["connect", "db_path", "gateway", "gateway_factory", "processes"]

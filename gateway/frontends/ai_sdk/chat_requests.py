@@ -1,0 +1,83 @@
+"""What a useChat request asks for, read from its body (HTTP) or `send` frame (WebSocket).
+
+useChat sends the whole conversation with every request. The gateway keeps the history itself,
+so only the newest message counts: a user message is the next input; an assistant message with
+`approval-responded` tool parts answers the approvals it shows. Client-side state is never
+trusted: an answer names an approval id, which the run lifecycle checks against the server's
+own pending approvals before anything is recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.frontends.conversation import Decision, conversation_id
+from gateway.protocol.error_codes import GatewayError
+from gateway.protocol.frames import ErrorCode
+
+TRIGGERS = ("submit-message", "regenerate-message")
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    chat_id: str
+    # The newest user message's text, or None when the request answers approvals.
+    text: str | None
+    decisions: list[Decision] = field(default_factory=list)
+    # The assistant message continued (useChat's `messageId` on a follow-up).
+    message_id: str | None = None
+
+
+def bad_request(message: str) -> GatewayError:
+    return GatewayError(ErrorCode.BAD_REQUEST, message)
+
+
+def chat_request(body: dict[str, Any]) -> ChatRequest:
+    """The request in a useChat body (`{id, messages, trigger, messageId?, …}`)."""
+    chat_id = conversation_id(body.get("id"), "id")
+    trigger = body.get("trigger", "submit-message")
+    if trigger not in TRIGGERS:
+        raise bad_request(f"trigger must be one of {', '.join(TRIGGERS)}")
+    if trigger == "regenerate-message":
+        raise bad_request("regenerating an answer is not supported: send a new message")
+    message_id = body.get("messageId")
+    if message_id is not None and not isinstance(message_id, str):
+        raise bad_request("messageId must be a string")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("messages must be a non-empty list")
+    newest = messages[-1]
+    if not isinstance(newest, dict) or not isinstance(newest.get("parts"), list):
+        raise bad_request("the newest message must be an object with a list of parts")
+    role = newest.get("role")
+    parts = [part for part in newest["parts"] if isinstance(part, dict)]
+    if role == "user":
+        texts = [part.get("text") for part in parts if part.get("type") == "text"]
+        if not all(isinstance(text, str) for text in texts):
+            raise bad_request("a text part's text must be a string")
+        text = "".join(str(t) for t in texts)
+        if not text.strip():
+            raise bad_request("the newest message has no text")
+        return ChatRequest(chat_id, text)
+    if role == "assistant":
+        decisions = [_decision(part) for part in parts if part.get("state") == "approval-responded"]
+        if not decisions:
+            raise bad_request("the newest message is the assistant's and answers no approval")
+        return ChatRequest(chat_id, None, decisions, message_id)
+    raise bad_request("the newest message must be the user's, or the assistant's with answers")
+
+
+def _decision(part: dict[str, Any]) -> Decision:
+    approval = part.get("approval")
+    if not isinstance(approval, dict):
+        raise bad_request("an approval-responded part must carry its approval")
+    approval_id, approved = approval.get("id"), approval.get("approved")
+    if not isinstance(approval_id, str) or not approval_id:
+        raise bad_request("an answered approval needs its id")
+    if not isinstance(approved, bool):
+        raise bad_request("an answered approval's `approved` must be true or false")
+    reason = approval.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise bad_request("an answered approval's reason must be a string")
+    return Decision(approval_id, approved, reason or None)

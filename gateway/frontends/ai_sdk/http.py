@@ -1,0 +1,124 @@
+"""The AI SDK's HTTP chat transport (`DefaultChatTransport`) on the gateway (docs/protocol.md §11).
+
+- `POST /v1/ai-sdk/chat`: a useChat request; answered with the UI message stream (SSE `data:`
+  chunks, `x-vercel-ai-ui-message-stream: v1`, closing `data: [DONE]`);
+- `GET /v1/ai-sdk/chat/{chat_id}/stream`: `resumeStream()`; 200 with the active response
+  replayed from its start, then live; 204 when nothing is active;
+- `POST /v1/ai-sdk/chat/{chat_id}/stop`: `stop()`'s server half, which cancels the run (aborting
+  the fetch alone never does);
+- `GET /v1/ai-sdk/chat/{chat_id}/messages`: the chat's past as `UIMessage`s.
+
+Refusals are the gateway's coded JSON errors, answered before anything streams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.abuse.limits import ConnectionSlot
+from gateway.auth.access import Principal
+from gateway.frontends import conversation
+from gateway.frontends.ai_sdk import responses
+from gateway.frontends.ai_sdk.chat_requests import chat_request
+from gateway.frontends.ai_sdk.ui_chunks import RunChunks
+from gateway.frontends.ai_sdk.ui_messages import run_messages
+from gateway.frontends.thread_log import read_span
+from gateway.resources import Services
+from gateway.transport.http_api import JSONBody, authenticate, endpoint, path_id
+from gateway.transport.json_body import read_json_body
+from gateway.transport.sse import FeedResponse
+
+STREAM_HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
+KEEP_ALIVE = b": keep-alive\n\n"
+DONE = b"data: [DONE]\n\n"
+
+
+async def _sse(
+    services: Services, principal: Principal, response: responses.ChatResponse
+) -> AsyncIterator[bytes]:
+    async for chunk in responses.paced(services, principal, response.chunks):
+        yield KEEP_ALIVE if chunk is None else b"data: " + orjson.dumps(chunk) + b"\n\n"
+    yield DONE
+
+
+def _streamed(
+    services: Services, principal: Principal, response: responses.ChatResponse, slot: ConnectionSlot
+) -> Response:
+    return FeedResponse(_sse(services, principal, response), slot, STREAM_HEADERS)
+
+
+def _slot(services: Services, principal: Principal) -> ConnectionSlot:
+    """A stream holds one of its user's open-connection slots, as an SSE feed does."""
+    return services.limits.open_connection(principal.tenant, principal.user)
+
+
+@endpoint
+async def chat(request: Request, services: Services) -> Response:
+    principal = await authenticate(request, services)
+    body = await read_json_body(request, max_bytes=services.settings.frontend_body_bytes)
+    wanted = chat_request(body)
+    slot = _slot(services, principal)
+    try:
+        response = await responses.respond(services, principal, wanted)
+    except BaseException:
+        slot.release()
+        raise
+    return _streamed(services, principal, response, slot)
+
+
+@endpoint
+async def resume_stream(request: Request, services: Services) -> Response:
+    principal = await authenticate(request, services)
+    chat_id = conversation.conversation_id(request.path_params["chat_id"], "chat id")
+    response = await responses.resume(services, principal, chat_id)
+    if response is None:
+        return Response(status_code=204)
+    return _streamed(services, principal, response, _slot(services, principal))
+
+
+@endpoint
+async def stop(request: Request, services: Services) -> Response:
+    principal = await authenticate(request, services)
+    chat_id = conversation.conversation_id(request.path_params["chat_id"], "chat id")
+    stopped = None
+    if await conversation.existing_thread(services, principal, chat_id) is not None:
+        stopped = await conversation.stop(services, principal, chat_id)
+    return JSONBody({"stopped": stopped is not None, "run_id": stopped})
+
+
+@endpoint
+async def messages(request: Request, services: Services) -> Response:
+    principal = await authenticate(request, services)
+    chat_id = path_id(request, "chat_id")
+    thread = await conversation.existing_thread(services, principal, chat_id)
+    if thread is None:
+        return JSONBody({"messages": []})
+    fresh = await services.runs.threads.get(thread.thread_id) or thread
+    entries = await read_span(services, principal, thread.thread_id, 0, fresh.head_seq)
+    by_run: dict[str, list] = {}
+    for entry in entries:
+        if entry.run_id is not None:
+            by_run.setdefault(entry.run_id, []).append(entry)
+    out: list[dict] = []
+    for run in await services.runs.runs_of_thread(thread.thread_id):
+        projection = RunChunks(
+            thread.thread_id,
+            run.run_id,
+            lambda tool, run=run: services.runs.decisions.may_approve(principal, thread, run, tool),
+        )
+        out.extend(run_messages(projection, by_run.get(run.run_id, []), run.input))
+    return JSONBody({"messages": out})
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/v1/ai-sdk/chat", chat, methods=["POST"]),
+        Route("/v1/ai-sdk/chat/{chat_id}/stream", resume_stream, methods=["GET"]),
+        Route("/v1/ai-sdk/chat/{chat_id}/stop", stop, methods=["POST"]),
+        Route("/v1/ai-sdk/chat/{chat_id}/messages", messages, methods=["GET"]),
+    ]

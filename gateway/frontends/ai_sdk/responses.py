@@ -1,0 +1,242 @@
+"""The responses a useChat client gets, whatever carries them (HTTP or the WebSocket transport).
+
+A response is a stretch of one run's chunks (gateway/frontends/ai_sdk/ui_chunks.py):
+
+- a new message starts a run and streams it from its `run.started`;
+- answers to approvals are decided (checked against the server's pending approvals), and the
+  run's chunks stream from just after the pause they answer, continuing the same assistant
+  message;
+- a resume replays the active run's whole message from its start (the client rebuilds the
+  message from the replay), then follows it live; a run waiting on its reader's own decisions
+  has nothing active.
+
+Each ends where the run finishes, or pauses on calls its reader decides. Everything before the
+first chunk (the checks, the decisions, the start of the run) raises `GatewayError`, so a refusal
+changes nothing and is answered before anything streams; a failure afterwards is an `error`
+chunk, the only way the AI SDK lets a stream say so (a cut stream would look complete).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from gateway.auth.access import Principal
+from gateway.frontends import conversation
+from gateway.frontends.ai_sdk.chat_requests import ChatRequest
+from gateway.frontends.ai_sdk.ui_chunks import Boundary, Chunk, RunChunks
+from gateway.frontends.thread_log import follow, read_span
+from gateway.protocol.error_codes import conflict, not_found
+from gateway.protocol.frames import EventType
+from gateway.resources import Services
+from gateway.run_lifecycle.manager import RunRecord, ThreadRecord
+from gateway.storage.health import StorageUnavailable
+
+
+@dataclass
+class ChatResponse:
+    thread_id: str
+    run_id: str
+    chunks: AsyncIterator[Chunk]
+
+
+async def respond(services: Services, principal: Principal, request: ChatRequest) -> ChatResponse:
+    """The response to a `send`: a new message's run, or the continuation its answers to
+    approvals allow. Raises GatewayError, having changed nothing, when it cannot be served."""
+    if request.decisions:
+        return await _answer_approvals(services, principal, request)
+    assert request.text is not None
+    thread = await conversation.existing_thread(services, principal, request.chat_id)
+    if thread is not None and await services.runs.active_run(thread.thread_id) is not None:
+        raise conflict("a response is already active for this chat; stop it or resume it")
+    started = await conversation.start_turn(services, principal, request.chat_id, request.text)
+    run = await services.runs.active_run(started.thread_id)
+    response = await _response(
+        services, principal, started.thread, started.run_id, run, emit_after=started.first_seq - 1
+    )
+    assert response is not None  # only a resume finds nothing to send
+    return response
+
+
+async def resume(services: Services, principal: Principal, chat_id: str) -> ChatResponse | None:
+    """The chat's active response, replayed from its start; None when nothing is active: no
+    run, or one that ended (finished, or paused on this reader's own decisions) longer than
+    `GATEWAY_AI_SDK_REPLAY_WINDOW_S` ago. Within the window an ended response is replayed to
+    its end, so a client that dropped just before it loses nothing."""
+    thread = await conversation.existing_thread(services, principal, chat_id)
+    if thread is None:
+        return None
+    run = await services.runs.active_run(thread.thread_id)
+    if run is None:
+        latest = await services.runs.runs_of_thread(thread.thread_id, limit=1)
+        if not latest or services.settings.ai_sdk_replay_window_s <= 0:
+            return None
+        run = latest[-1]
+    return await _response(services, principal, thread, run.run_id, run, emit_after=None)
+
+
+async def _answer_approvals(
+    services: Services, principal: Principal, request: ChatRequest
+) -> ChatResponse:
+    thread = await conversation.existing_thread(services, principal, request.chat_id)
+    if thread is None:
+        raise not_found("chat not found")
+    run = await services.runs.active_run(thread.thread_id)
+    if run is None:
+        raise conflict("the chat has no run waiting for these approvals")
+    if request.message_id is not None and request.message_id != run.run_id:
+        raise conflict("the message answered is not the chat's active response")
+    await conversation.decide_all(
+        services, principal, request.decisions, thread_id=thread.thread_id
+    )
+    response = await _response(services, principal, thread, run.run_id, run, emit_after="pause")
+    assert response is not None
+    return response
+
+
+async def _response(
+    services: Services,
+    principal: Principal,
+    thread: ThreadRecord,
+    run_id: str,
+    run: RunRecord | None,
+    *,
+    emit_after: int | str | None,
+) -> ChatResponse | None:
+    """`emit_after`: the seq after which chunks are sent (the run's start for a new message),
+    "pause" for just after the run's last pause, None for a resume's full replay."""
+    thread_id = thread.thread_id
+    first = await services.runs.first_seq(thread_id, run_id)
+    if first is None:
+        raise not_found("run not found")
+    fresh = await services.runs.threads.get(thread_id)
+    head = fresh.head_seq if fresh is not None else thread.head_seq
+
+    def may_decide(tool_name: str) -> bool:
+        return run is not None and services.runs.decisions.may_approve(
+            principal, thread, run, tool_name
+        )
+
+    projection = RunChunks(thread_id, run_id, may_decide)
+    span = [
+        entry
+        for entry in await read_span(services, principal, thread_id, first - 1, head)
+        if entry.run_id == run_id
+    ]
+    if emit_after == "pause":
+        pauses = [e.seq for e in span if e.type == EventType.RUN_PAUSED]
+        after = pauses[-1] if pauses else first - 1
+    else:
+        after = first - 1 if emit_after is None else int(emit_after)
+    chunks: list[Chunk] = [projection.start(head)]
+    ended = False
+    for index, entry in enumerate(span):
+        step = projection.feed(entry)
+        if entry.seq <= after:
+            continue
+        chunks.extend(step.chunks)
+        last = index == len(span) - 1
+        if step.boundary is Boundary.FINISHED or (
+            step.boundary is Boundary.CALLER_DECIDES and last
+        ):
+            if emit_after is None and _ended_long_ago(services, entry.ts):
+                # The message ended before the replay window: nothing is active.
+                return None
+            chunks.extend(step.closing)
+            ended = True
+            break
+    return ChatResponse(
+        thread_id,
+        run_id,
+        _stream(services, principal, projection, chunks, None if ended else head),
+    )
+
+
+def _ended_long_ago(services: Services, ts: str) -> bool:
+    ended = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    age_s = (datetime.now(UTC) - ended).total_seconds()
+    return age_s > services.settings.ai_sdk_replay_window_s
+
+
+async def _stream(
+    services: Services,
+    principal: Principal,
+    projection: RunChunks,
+    replayed: list[Chunk],
+    live_after: int | None,
+) -> AsyncIterator[Chunk]:
+    """The replayed chunks, then (unless the response already ended) the run's live ones until
+    its next boundary."""
+    for chunk in replayed:
+        yield chunk
+    if live_after is None:
+        return
+    try:
+        async for entry in follow(services, principal, projection.thread_id, live_after):
+            if entry.run_id != projection.run_id:
+                continue
+            step = projection.feed(entry)
+            for chunk in step.chunks:
+                yield chunk
+            if step.boundary is not None:
+                for chunk in step.closing:
+                    yield chunk
+                return
+    except StorageUnavailable:
+        yield {
+            "type": "error",
+            "errorText": "storage unavailable: the stream stopped; resume it to continue",
+        }
+
+
+async def paced(
+    services: Services, principal: Principal, chunks: AsyncIterator[Chunk]
+) -> AsyncIterator[Chunk | None]:
+    """The chunks, and None whenever `GATEWAY_HEARTBEAT_S` passes without one (a keep-alive for
+    the transport to send), ending with an `error` chunk at the token's `exp` (plus leeway):
+    the client resumes with a fresh token."""
+    heartbeat_s = services.settings.heartbeat_s
+    deadline = None
+    if principal.expires_at is not None:
+        deadline = principal.expires_at + services.verifier.leeway_s
+    queue: asyncio.Queue[Chunk | BaseException | None] = asyncio.Queue(maxsize=64)
+
+    async def produce() -> None:
+        try:
+            async for chunk in chunks:
+                await queue.put(chunk)
+        except Exception as exc:
+            await queue.put(exc)
+            return
+        await queue.put(None)
+
+    producer = asyncio.create_task(produce(), name="ai-sdk-response")
+    try:
+        while True:
+            left = heartbeat_s if deadline is None else min(heartbeat_s, deadline - time.time())
+            if left <= 0:
+                yield {
+                    "type": "error",
+                    "errorText": "token has expired: resume the stream with a fresh token",
+                }
+                return
+            try:
+                item = await asyncio.wait_for(queue.get(), left)
+            except TimeoutError:
+                yield None
+                continue
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        producer.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await producer
+        with contextlib.suppress(Exception):
+            await chunks.aclose()  # type: ignore[attr-defined]

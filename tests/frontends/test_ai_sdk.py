@@ -1,0 +1,607 @@
+"""useChat on the gateway: the AI SDK's own `Chat` (@ai-sdk/react, as pinned in
+tests/frontends/node) over its real HTTP and WebSocket transports against a real gateway
+(docs/protocol.md §11)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import websockets
+
+from tests.support.gateway import Gateway
+from tests.support.node_scripts import node_or_skip, node_script
+
+TRANSPORTS = ["http", "ws"]
+REFUND = "refund order 42 for 30 dollars"
+STORY = "tell me a story about a lighthouse"
+
+
+def auth(
+    gateway: Gateway, user: str = "alice", *roles: str, tenant: str = "acme"
+) -> dict[str, str]:
+    return {"Authorization": f"Bearer {gateway.token(user, *(roles or ('user',)), tenant=tenant)}"}
+
+
+def config(
+    gateway: Gateway, scenario: str, transport: str, chat_id: str, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "scenario": scenario,
+        "transport": transport,
+        "base": gateway.http_url,
+        "token": gateway.token("alice", "user"),
+        "chatId": chat_id,
+        **extra,
+    }
+
+
+async def run_chat(
+    gateway: Gateway, scenario: str, transport: str, chat_id: str, **extra: Any
+) -> dict[str, Any]:
+    async with node_script(
+        "ai_sdk_chat.mjs", config(gateway, scenario, transport, chat_id, **extra)
+    ) as script:
+        return await script.until("done", timeout_s=60)
+
+
+def assistant(result: dict[str, Any]) -> dict[str, Any]:
+    messages = [m for m in result["messages"] if m["role"] == "assistant"]
+    assert len(messages) == 1, result["messages"]
+    return messages[0]
+
+
+def text_of(message: dict[str, Any]) -> str:
+    return "".join(p["text"] for p in message["parts"] if p["type"] == "text")
+
+
+def tool_part(message: dict[str, Any]) -> dict[str, Any]:
+    parts = [p for p in message["parts"] if p["type"].startswith("tool-")]
+    assert len(parts) == 1, message["parts"]
+    return parts[0]
+
+
+async def events_of(gateway: Gateway, thread_id: str) -> list[dict[str, Any]]:
+    async with gateway.http() as http:
+        answer = await http.get(f"/v1/threads/{thread_id}/events", headers=auth(gateway))
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["events"])
+
+
+async def server_messages(
+    gateway: Gateway, chat_id: str, user: str = "alice"
+) -> list[dict[str, Any]]:
+    async with gateway.http() as http:
+        answer = await http.get(f"/v1/ai-sdk/chat/{chat_id}/messages", headers=auth(gateway, user))
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["messages"])
+
+
+async def run_status(gateway: Gateway, run_id: str) -> str:
+    async with gateway.http() as http:
+        answer = await http.get(f"/v1/runs/{run_id}", headers=auth(gateway))
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["run"]["status"])
+
+
+async def eventually_status(gateway: Gateway, run_id: str, wanted: str) -> None:
+    for _ in range(400):
+        if await run_status(gateway, run_id) == wanted:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {run_id} is {await run_status(gateway, run_id)}, not {wanted}")
+
+
+def comparable(message: dict[str, Any]) -> dict[str, Any]:
+    """A message as both sides build it: the client may add fields of its own to a part."""
+    keys = ("type", "text", "state", "toolCallId", "input", "output", "approval", "data")
+    return {
+        "id": message["id"],
+        "role": message["role"],
+        "parts": [{k: p[k] for k in keys if k in p} for p in message["parts"]],
+    }
+
+
+# -- streaming --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_message_streams_into_one_assistant_message(
+    gateway: Gateway, transport: str
+) -> None:
+    chat_id = f"chat-{transport}-hello"
+    result = await run_chat(gateway, "stream", transport, chat_id, text="hello there")
+    assert result["status"] == "ready" and result["error"] is None
+    message = assistant(result)
+    assert text_of(message) == 'You said: "hello there"'
+    metadata = message["metadata"]
+    assert metadata["threadId"] == chat_id and metadata["runId"] == message["id"]
+    assert metadata["status"] == "completed"
+    events = await events_of(gateway, chat_id)
+    # The last chunk's seq is the run's last event: the app can correlate with the native API.
+    assert metadata["seq"] == events[-1]["seq"] and events[-1]["event"] == "run.completed"
+    # The chat is a thread of the caller's, listed like any other.
+    async with gateway.http() as http:
+        listed = (await http.get("/v1/threads", headers=auth(gateway))).json()["threads"]
+    assert [t["owner"] for t in listed if t["thread_id"] == chat_id] == ["alice"]
+    # The server's history is exactly what the client folded from the stream.
+    history = await server_messages(gateway, chat_id)
+    assert [m["role"] for m in history] == ["user", "assistant"]
+    assert history[0]["parts"] == [{"type": "text", "text": "hello there"}]
+    assert comparable(history[1]) == comparable(message)
+    assert history[1]["metadata"] == metadata
+
+
+async def test_the_next_message_continues_the_same_chat(gateway: Gateway) -> None:
+    first = await run_chat(gateway, "stream", "http", "chat-two-turns", text="one")
+    second = await run_chat(
+        gateway, "stream", "ws", "chat-two-turns", text="two", messages=first["messages"]
+    )
+    assert [text_of(m) for m in second["messages"] if m["role"] == "assistant"] == [
+        'You said: "one"',
+        'You said: "two"',
+    ]
+    history = await server_messages(gateway, "chat-two-turns")
+    assert [comparable(m) for m in history if m["role"] == "assistant"] == [
+        comparable(m) for m in second["messages"] if m["role"] == "assistant"
+    ]
+
+
+# -- approvals ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_user_approves_inline_and_the_same_message_continues(
+    gateway_factory: Callable[..., Any], transport: str
+) -> None:
+    async with gateway_factory(self_approval=True) as gateway:
+        chat_id = f"chat-{transport}-approve"
+        result = await run_chat(gateway, "approve", transport, chat_id, text=REFUND)
+        assert result["status"] == "ready" and result["error"] is None, result
+        message = assistant(result)
+        part = tool_part(message)
+        assert part["type"] == "tool-issue_refund"
+        assert part["state"] == "output-available"
+        assert part["output"].startswith("Refund of 30.00 USD issued for order 42")
+        assert part["approval"]["approved"] is True
+        assert part["approval"]["descriptor"]["canDecide"] is True
+        # One message across the pause: the text before the call and the answer after it.
+        assert "needs your approval" in text_of(message)
+        assert message["metadata"]["status"] == "completed"
+        sends = [r for r in result["wire"]["requests"] if r in ("send", "POST /v1/ai-sdk/chat")]
+        assert len(sends) == 2  # the message, then useChat's automatic follow-up
+        events = await events_of(gateway, chat_id)
+        decided = [e for e in events if e["event"] == "approval.decided"]
+        assert [(d["data"]["decision"], d["data"]["reviewer"]) for d in decided] == [
+            ("approve", "alice")
+        ]
+        history = await server_messages(gateway, chat_id)
+        assert comparable(history[1]) == comparable(message)
+
+
+async def test_a_rejection_reaches_the_model_with_its_reason(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(self_approval=True) as gateway:
+        result = await run_chat(
+            gateway,
+            "approve",
+            "http",
+            "chat-reject",
+            text=REFUND,
+            approve=False,
+            reason="not today",
+        )
+        part = tool_part(assistant(result))
+        assert part["state"] == "output-denied"
+        assert part["approval"] == {**part["approval"], "approved": False, "reason": "not today"}
+        outputs = [
+            e for e in await events_of(gateway, "chat-reject") if e["event"] == "tool.output"
+        ]
+        assert [o["data"]["output"] for o in outputs] == ["not today"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_reviewer_decides_elsewhere_while_the_chat_waits(
+    gateway: Gateway, transport: str
+) -> None:
+    chat_id = f"chat-{transport}-reviewer"
+    async with node_script(
+        "ai_sdk_chat.mjs", config(gateway, "reviewer", transport, chat_id, text=REFUND)
+    ) as script:
+        waiting = await script.until("approval")
+        # The owner may not decide (self-approval is off): the response stays open.
+        assert waiting["status"] == "streaming"
+        assert waiting["descriptor"]["canDecide"] is False
+        async with gateway.http() as http:
+            decided = await http.post(
+                f"/v1/approvals/{waiting['approvalId']}/decision",
+                json={"decision": "approve"},
+                headers=auth(gateway, "bob", "reviewer"),
+            )
+        assert decided.status_code == 200, decided.text
+        script.tell({"decided": True})
+        result = await script.until("done", timeout_s=60)
+    assert result["status"] == "ready" and result["error"] is None
+    part = tool_part(assistant(result))
+    assert part["state"] == "output-available" and part["approval"]["approved"] is True
+    # No action from the user: the continuation came in the one response.
+    assert len(result["wire"]["requests"]) == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_chat_dropped_while_a_reviewer_decides_rejoins_with_resume(
+    gateway: Gateway, transport: str
+) -> None:
+    chat_id = f"chat-{transport}-reviewer-drop"
+    async with node_script(
+        "ai_sdk_chat.mjs",
+        config(gateway, "reviewer", transport, chat_id, text=REFUND, dropWhileWaiting=True),
+    ) as script:
+        waiting = await script.until("approval")
+        async with gateway.http() as http:
+            decided = await http.post(
+                f"/v1/approvals/{waiting['approvalId']}/decision",
+                json={"decision": "approve"},
+                headers=auth(gateway, "bob", "reviewer"),
+            )
+        assert decided.status_code == 200, decided.text
+        script.tell({"decided": True})
+        result = await script.until("done", timeout_s=60)
+    assert result["error"] is None, result
+    message = assistant(result)
+    assert tool_part(message)["state"] == "output-available"
+    history = await server_messages(gateway, chat_id)
+    assert comparable(history[1]) == comparable(message)
+
+
+# -- resume, stop ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_drop_mid_stream_then_resume_gives_the_undisturbed_text(
+    gateway_factory: Callable[..., Any], transport: str
+) -> None:
+    async with gateway_factory(demo_delay_ms=4) as gateway:
+        undisturbed = await run_chat(
+            gateway, "stream", transport, f"chat-{transport}-calm", text=STORY
+        )
+        chat_id = f"chat-{transport}-drop"
+        async with node_script(
+            "ai_sdk_chat.mjs",
+            config(gateway, "dropResume", transport, chat_id, text=STORY, dropAfter=40),
+        ) as script:
+            dropped = await script.until("dropped")
+            result = await script.until("done", timeout_s=60)
+    assert dropped["partial"], "the drop came before any text"
+    expected = text_of(assistant(undisturbed))
+    assert len(expected.split()) >= 200
+    partial = "".join(p.get("text", "") for p in dropped["partial"] if p["type"] == "text")
+    assert 0 < len(partial) < len(expected)
+    message = assistant(result)
+    assert text_of(message) == expected
+    assert [p["type"] for p in message["parts"]] == ["step-start", "text"]
+    resumes = [r for r in result["wire"]["requests"] if r == "resume" or r.endswith("/stream")]
+    assert len(resumes) == 1, result["wire"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_drop_just_before_the_end_loses_nothing(
+    gateway_factory: Callable[..., Any], transport: str
+) -> None:
+    """The run ends while the client is away: within GATEWAY_AI_SDK_REPLAY_WINDOW_S a resume
+    still replays the message to its end (the AI SDK's own servers answer 204 and leave the
+    message cut)."""
+    async with gateway_factory(demo_delay_ms=4) as gateway:
+        undisturbed = await run_chat(
+            gateway, "stream", transport, f"chat-{transport}-calm2", text=STORY
+        )
+        chat_id = f"chat-{transport}-late"
+        async with node_script(
+            "ai_sdk_chat.mjs",
+            config(
+                gateway,
+                "dropResume",
+                transport,
+                chat_id,
+                text=STORY,
+                dropAfter=20,
+                pauseBeforeResume=True,
+            ),
+        ) as script:
+            await script.until("dropped")
+            run_id = (await events_of(gateway, chat_id))[0]["run_id"]
+            await eventually_status(gateway, run_id, "completed")
+            script.tell({"resume": True})
+            result = await script.until("done", timeout_s=60)
+    assert text_of(assistant(result)) == text_of(assistant(undisturbed))
+    assert assistant(result)["metadata"]["status"] == "completed"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_resume_with_nothing_active_changes_nothing(
+    gateway_factory: Callable[..., Any], transport: str
+) -> None:
+    async with gateway_factory(ai_sdk_replay_window_s=0) as gateway:
+        chat_id = f"chat-{transport}-idle"
+        await run_chat(gateway, "stream", transport, chat_id, text="hi")
+        result = await run_chat(gateway, "resumeIdle", transport, chat_id)
+        assert result["messages"] == [] and result["status"] == "ready"
+        # On the wire: 204 over HTTP, `no-active` on the socket, also for a chat never seen.
+        async with gateway.http() as http:
+            for chat in (chat_id, "never-seen"):
+                answer = await http.get(f"/v1/ai-sdk/chat/{chat}/stream", headers=auth(gateway))
+                assert answer.status_code == 204, answer.text
+        async with websockets.connect(f"ws://127.0.0.1:{gateway.port}/v1/ai-sdk/ws") as socket:
+            for chat in (chat_id, "never-seen"):
+                frame = {
+                    "type": "resume",
+                    "requestId": chat,
+                    "id": chat,
+                    "headers": auth_header(gateway),
+                    "body": {},
+                }
+                await socket.send(json.dumps(frame))
+                assert json.loads(await socket.recv()) == {"type": "no-active", "requestId": chat}
+
+
+async def test_a_finished_chat_past_the_window_has_nothing_active(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(ai_sdk_replay_window_s=0.5) as gateway, gateway.http() as http:
+        await run_chat(gateway, "stream", "http", "chat-window", text="hi")
+        within = await http.get("/v1/ai-sdk/chat/chat-window/stream", headers=auth(gateway))
+        assert within.status_code == 200 and within.text.endswith("data: [DONE]\n\n")
+        await asyncio.sleep(0.6)
+        past = await http.get("/v1/ai-sdk/chat/chat-window/stream", headers=auth(gateway))
+        assert past.status_code == 204
+
+
+def auth_header(
+    gateway: Gateway, user: str = "alice", *roles: str, tenant: str = "acme"
+) -> dict[str, str]:
+    return {"authorization": auth(gateway, user, *roles, tenant=tenant)["Authorization"]}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_stop_cancels_the_run_and_keeps_the_text(
+    gateway_factory: Callable[..., Any], transport: str
+) -> None:
+    async with gateway_factory(demo_delay_ms=4) as gateway:
+        chat_id = f"chat-{transport}-stop"
+        result = await run_chat(gateway, "stop", transport, chat_id, text=STORY, stopAfter=30)
+        events = await events_of(gateway, chat_id)
+        run_id = events[0]["run_id"]
+        await eventually_status(gateway, run_id, "cancelled")
+        history = await server_messages(gateway, chat_id)
+    partial = "".join(p.get("text", "") for p in result["partial"] if p["type"] == "text")
+    assert partial, "the stop came before any text"
+    # The text streamed so far stays, in the client's message and in the server's history.
+    kept = text_of(history[1])
+    assert kept.startswith(partial)
+    assert history[1]["metadata"]["status"] == "cancelled"
+    assert [e["event"] for e in events][-1] == "run.cancelled"
+
+
+async def test_a_closed_connection_never_stops_the_run(gateway_factory: Callable[..., Any]) -> None:
+    async with gateway_factory(demo_delay_ms=2) as gateway:
+        for transport in TRANSPORTS:
+            chat_id = f"chat-{transport}-gone"
+            async with node_script(
+                "ai_sdk_chat.mjs", config(gateway, "stream", transport, chat_id, text=STORY)
+            ):
+                # Killed on leaving the block, once the story streams.
+                events: list[dict[str, Any]] = []
+                while len(events) < 10:
+                    await asyncio.sleep(0.02)
+                    async with gateway.http() as http:
+                        answer = await http.get(
+                            f"/v1/threads/{chat_id}/events", headers=auth(gateway)
+                        )
+                    events = answer.json().get("events", []) if answer.status_code == 200 else []
+            run_id = events[0]["run_id"]
+            assert await run_status(gateway, run_id) == "running"
+            await eventually_status(gateway, run_id, "completed")
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+
+def body(chat_id: str, *messages: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"id": chat_id, "messages": list(messages), "trigger": "submit-message", **extra}
+
+
+def user(text: Any) -> dict[str, Any]:
+    return {"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]}
+
+
+def answered(approval_id: str, approved: Any = True) -> dict[str, Any]:
+    return {
+        "id": "m1",
+        "role": "assistant",
+        "parts": [
+            {
+                "type": "tool-issue_refund",
+                "toolCallId": "c1",
+                "state": "approval-responded",
+                "input": {},
+                "approval": {"id": approval_id, "approved": approved},
+            }
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "code"),
+    [
+        ([], 400, "bad_request"),
+        ({"messages": [user("x")]}, 400, "bad_request"),
+        (body("bad id!", user("x")), 400, "bad_request"),
+        (body("c"), 400, "bad_request"),
+        (body("c", user("   ")), 400, "bad_request"),
+        (body("c", user(5)), 400, "bad_request"),
+        (body("c", user("x"), trigger="other"), 400, "bad_request"),
+        (body("c", user("x"), trigger="regenerate-message"), 400, "bad_request"),
+        (body("c", {"role": "system", "parts": []}), 400, "bad_request"),
+        (body("c", answered("ap_x", approved="yes")), 400, "bad_request"),
+        (body("c", user("x" * 40_000)), 413, "too_large"),
+    ],
+)
+async def test_a_malformed_request_gets_a_coded_error_and_changes_nothing(
+    gateway: Gateway, payload: Any, status: int, code: str
+) -> None:
+    async with gateway.http() as http:
+        answer = await http.post("/v1/ai-sdk/chat", json=payload, headers=auth(gateway))
+        assert answer.status_code == status, answer.text
+        assert answer.json()["error"]["code"] == code
+        listed = (await http.get("/v1/threads", headers=auth(gateway))).json()["threads"]
+    assert listed == []
+
+
+async def test_an_oversized_body_is_refused(gateway_factory: Callable[..., Any]) -> None:
+    async with gateway_factory(frontend_body_bytes=65536) as gateway, gateway.http() as http:
+        history = [user("x" * 1000) for _ in range(100)]
+        answer = await http.post("/v1/ai-sdk/chat", json=body("c", *history), headers=auth(gateway))
+        assert answer.status_code == 413
+        assert answer.json()["error"]["code"] == "too_large"
+
+
+async def test_another_users_chat_is_refused(gateway: Gateway) -> None:
+    await run_chat(gateway, "stream", "http", "alices-chat", text="mine")
+    before = await events_of(gateway, "alices-chat")
+    async with gateway.http() as http:
+        for who, status in (
+            (auth(gateway, "mallory"), 403),
+            (auth(gateway, "eve", tenant="other"), 404),
+        ):
+            sent = await http.post(
+                "/v1/ai-sdk/chat", json=body("alices-chat", user("hi")), headers=who
+            )
+            assert sent.status_code == status, sent.text
+            for path in ("stream", "messages"):
+                read = await http.get(f"/v1/ai-sdk/chat/alices-chat/{path}", headers=who)
+                assert read.status_code == status, read.text
+            stopped = await http.post("/v1/ai-sdk/chat/alices-chat/stop", headers=who)
+            assert stopped.status_code == status, stopped.text
+    assert await events_of(gateway, "alices-chat") == before
+
+
+async def test_forged_and_decided_approval_ids_change_nothing(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(self_approval=True) as gateway, gateway.http() as http:
+        paused = await http.post(
+            "/v1/ai-sdk/chat", json=body("chat-forge", user(REFUND)), headers=auth(gateway)
+        )
+        assert paused.status_code == 200
+        approval_id = next(
+            e["data"]["approval_id"]
+            for e in await events_of(gateway, "chat-forge")
+            if e["event"] == "approval.requested"
+        )
+        before = await events_of(gateway, "chat-forge")
+        for forged, status in (("ap_forged", 404), ("x" * 65, 404)):
+            answer = await http.post(
+                "/v1/ai-sdk/chat", json=body("chat-forge", answered(forged)), headers=auth(gateway)
+            )
+            assert answer.status_code == status, answer.text
+        # A real id next to a forged one: refused whole, the real one stays pending.
+        both = answered(approval_id)
+        both["parts"].append(
+            {
+                **both["parts"][0],
+                "toolCallId": "c2",
+                "approval": {"id": "ap_nope", "approved": True},
+            }
+        )
+        answer = await http.post(
+            "/v1/ai-sdk/chat", json=body("chat-forge", both), headers=auth(gateway)
+        )
+        assert answer.status_code == 404, answer.text
+        # Another user's chat with a real approval id of this one: refused.
+        other = await http.post(
+            "/v1/ai-sdk/chat", json=body("chat-other", answered(approval_id)), headers=auth(gateway)
+        )
+        assert other.status_code == 404, other.text
+        assert await events_of(gateway, "chat-forge") == before
+        decided = await http.post(
+            "/v1/ai-sdk/chat", json=body("chat-forge", answered(approval_id)), headers=auth(gateway)
+        )
+        assert decided.status_code == 200
+        again = await http.post(
+            "/v1/ai-sdk/chat", json=body("chat-forge", answered(approval_id)), headers=auth(gateway)
+        )
+        assert again.status_code == 409, again.text
+        log = await events_of(gateway, "chat-forge")
+    assert len([e for e in log if e["event"] == "approval.decided"]) == 1
+
+
+async def test_the_socket_answers_bad_frames_per_request_and_stays_open(gateway: Gateway) -> None:
+    node_or_skip()
+    async with websockets.connect(f"ws://127.0.0.1:{gateway.port}/v1/ai-sdk/ws") as socket:
+        # Nothing to address an answer to: ignored (the client would end the socket).
+        await socket.send("not json")
+        await socket.send(json.dumps({"type": "send"}))
+        await socket.send(b"\x00binary")
+        await socket.send(json.dumps({"type": "launch", "requestId": "a"}))
+        assert json.loads(await socket.recv()) == {
+            "type": "error",
+            "requestId": "a",
+            "errorText": "unknown request type 'launch'",
+        }
+        frame = {
+            "type": "send",
+            "requestId": "b",
+            "id": "ws-bad",
+            "headers": {},
+            "body": {},
+            "messages": [user("x")],
+        }
+        await socket.send(json.dumps(frame))
+        error = json.loads(await socket.recv())
+        assert error["requestId"] == "b" and error["errorText"].startswith("unauthorized")
+        await socket.send(
+            json.dumps({**frame, "requestId": "c", "headers": auth_header(gateway), "messages": []})
+        )
+        error = json.loads(await socket.recv())
+        assert error["requestId"] == "c" and error["errorText"].startswith("bad_request")
+        # The same socket still serves a good request.
+        await socket.send(
+            json.dumps(
+                {**frame, "requestId": "e", "id": "ws-good", "headers": auth_header(gateway)}
+            )
+        )
+        frames = []
+        while not frames or frames[-1]["type"] != "end":
+            frames.append(json.loads(await asyncio.wait_for(socket.recv(), 10)))
+    good = [f for f in frames if f["requestId"] == "e"]
+    assert [f["sequence"] for f in good if f["type"] == "chunk"] == list(range(len(good) - 1))
+    assert good[0]["chunk"]["type"] == "start"
+    assert [e["event"] for e in await events_of(gateway, "ws-good")][-1] == "run.completed"
+
+
+async def test_a_foreign_origin_is_refused(gateway: Gateway) -> None:
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with websockets.connect(
+            f"ws://127.0.0.1:{gateway.port}/v1/ai-sdk/ws", origin="https://evil.example"
+        ):
+            pass
+    assert refused.value.response.status_code == 403
+
+
+async def test_the_stream_response_carries_the_ui_message_stream_header(gateway: Gateway) -> None:
+    async with (
+        gateway.http() as http,
+        http.stream(
+            "POST", "/v1/ai-sdk/chat", json=body("chat-headers", user("hi")), headers=auth(gateway)
+        ) as answer,
+    ):
+        assert answer.headers["x-vercel-ai-ui-message-stream"] == "v1"
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        raw = b"".join([chunk async for chunk in answer.aiter_bytes()])
+    frames = [line for line in raw.decode().split("\n\n") if line]
+    assert frames[-1] == "data: [DONE]"
+    assert json.loads(frames[0].removeprefix("data: "))["type"] == "start"
