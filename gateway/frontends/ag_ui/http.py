@@ -70,13 +70,18 @@ async def run_agent(request: Request, services: Services) -> Response:
     thread = await conversation.existing_thread(services, principal, run.thread_id)
     head = 0 if thread is None else thread.head_seq
     projection = await _projection(services, principal, run, upto=head)
-    if run.resume is not None:
-        cursor, projection = await _resume(services, principal, run, projection)
-    else:
-        cursor = await _start(services, principal, run, projection, graph)
-        await _catch_up(services, principal, projection, upto=cursor)
-    projection.name_next_run(run.run_id)
+    # Taken before anything changes: a caller over its connection limit starts nothing.
     slot = services.limits.open_connection(principal.tenant, principal.user)
+    try:
+        if run.resume is not None:
+            cursor, projection = await _resume(services, principal, run, projection)
+        else:
+            cursor = await _start(services, principal, run, projection, graph)
+            await _catch_up(services, principal, projection, upto=cursor)
+    except BaseException:
+        slot.release()
+        raise
+    projection.name_next_run(run.run_id)
 
     async def one_run(_seq: int) -> bool:
         return True
