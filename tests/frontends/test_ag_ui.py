@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.integration.test_cross_process import TOKEN, bus_env, pair
-from tests.support.gateway import Gateway, GatewayProcess
+from tests.support.gateway import Gateway, GatewayProcess, spawn_gateway
 from tests.support.node_scripts import node_script
 
 VERSIONS = ["1.0", "0.0.59"]
@@ -592,3 +592,38 @@ async def test_copilotkit_runs_on_the_gateway_as_its_runtime(
     # abortRun() stops the run on the gateway; 0.0.59 gets an ending it accepts.
     assert statuses == ["cancelled"]
     assert done["story"]["finished"][-1]["code"] == "cancelled"
+
+
+async def test_a_connect_after_the_gateway_restarts_is_exact(
+    tmp_path: Path, processes: list[GatewayProcess]
+) -> None:
+    env = {"GATEWAY_DEMO_DELAY_MS": "5"}
+    first = spawn_gateway(tmp_path, env=env)
+    processes.append(first)
+    config = {
+        "scenario": "restart",
+        "url": f"http://127.0.0.1:{first.port}{PATH}",
+        "token": TOKEN.issue("alice", "acme", ["user"]),
+        "threadId": "restarted",
+        "version": "1.0",
+        "input": STORY,
+        "dropAfter": 20,
+    }
+    async with node_script("ag_ui.mjs", config, package="@ag-ui/client") as script:
+        await script.until("midway", timeout_s=60)
+        first.kill()  # SIGKILL: nothing of the run is finished or checkpointed on the way out
+        cut = await script.until("cut", timeout_s=60)
+        # The same instance id: the new process takes the run over at once.
+        second = spawn_gateway(tmp_path, env=env)
+        processes.append(second)
+        script.tell({"url": f"http://127.0.0.1:{second.port}{PATH}"})
+        done = await script.until("done", timeout_s=90)
+    resumed, latecomer = done["resumed"], done["latecomer"]
+    assert int(cut["lastEventId"]) > 0
+    for client in (resumed, latecomer):
+        assert client.get("error") is None, client
+    assert json.dumps(resumed["messages"]) == json.dumps(latecomer["messages"])
+    # The message the crash cut is gone; the recovered run told the story whole.
+    roles = [m["role"] for m in resumed["messages"]]
+    assert roles == ["user", "assistant"]
+    assert len(resumed["messages"][-1]["content"].split()) > 200

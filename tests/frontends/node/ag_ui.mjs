@@ -136,6 +136,22 @@ const scenarios = {
     });
   },
 
+  async restart() {
+    // The gateway is killed mid-story and started again; the runner connects to the new
+    // process from its cursor, a latecomer from the start.
+    const runner = agent();
+    say(runner, config.input);
+    contentCounter(runner, config.dropAfter ?? 20, () => emit("midway", { lastEventId: runner.lastEventId }));
+    const first = await settle(runner.runAgent());
+    emit("cut", { first, lastEventId: runner.lastEventId });
+    const { url } = await told();
+    runner.url = url;
+    const again = await settle(runner.connectAgent());
+    const late = agent(url);
+    const latecomer = await settle(late.connectAgent());
+    emit("done", { resumed: { ...summary(runner), ...again }, latecomer: { ...summary(late), ...latecomer } });
+  },
+
   async stop() {
     const runner = agent();
     const stopper = agent();
