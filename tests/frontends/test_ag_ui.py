@@ -4,6 +4,7 @@ gateway; and the refusals, with plain HTTP, that must change nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -627,3 +628,28 @@ async def test_a_connect_after_the_gateway_restarts_is_exact(
     roles = [m["role"] for m in resumed["messages"]]
     assert roles == ["user", "assistant"]
     assert len(resumed["messages"][-1]["content"].split()) > 200
+
+
+async def test_a_resume_of_an_expired_interrupt_is_refused_and_changes_nothing(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    # Expired before the sweep has rejected it: the decision itself must be refused.
+    async with (
+        gateway_factory(self_approval=True, approval_ttl_s=1.0, approval_sweep_s=3600) as gateway,
+        gateway.http() as http,
+    ):
+        headers = auth(gateway)
+        finished = await pause(http, headers, "expired")
+        [interrupt] = finished["outcome"]["interrupts"]
+        assert "expiresAt" in interrupt
+        await asyncio.sleep(1.2)
+        before = await thread_state(gateway, "expired")
+        resume = [
+            {"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}
+        ]
+        response = await http.post(
+            PATH, json=run_input("expired", "run-2", resume=resume), headers=headers
+        )
+        assert response.status_code == 409, response.text
+        assert "expired" in response.json()["error"]["message"]
+        assert await thread_state(gateway, "expired") == before
