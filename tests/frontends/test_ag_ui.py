@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,8 @@ import httpx
 import pytest
 
 from tests.integration.test_cross_process import TOKEN, bus_env, pair
-from tests.support.gateway import Gateway, GatewayProcess, spawn_gateway
-from tests.support.node_scripts import node_script
+from tests.support.gateway import ROOT, Gateway, GatewayProcess, spawn_gateway
+from tests.support.node_scripts import FRONTEND_PACKAGES, node_or_skip, node_script
 
 VERSIONS = ["1.0", "0.0.59"]
 REFUND = "refund order 42 for 30 dollars"
@@ -653,3 +654,53 @@ async def test_a_resume_of_an_expired_interrupt_is_refused_and_changes_nothing(
         assert response.status_code == 409, response.text
         assert "expired" in response.json()["error"]["message"]
         assert await thread_state(gateway, "expired") == before
+
+
+def test_the_gateway_agent_declarations_compile_against_ag_ui_client(tmp_path: Path) -> None:
+    """client_demo/js/types/ag-ui.d.ts against the real @ag-ui/client 1.0.0 declarations, as an
+    app written in TypeScript uses them."""
+    node = node_or_skip("@ag-ui/client")
+    tsc = ROOT / "client_demo" / "js" / "node_modules" / "typescript" / "bin" / "tsc"
+    if not tsc.exists():
+        pytest.skip("typescript is not installed: run `npm ci` in client_demo/js")
+    (tmp_path / "usage.ts").write_text(
+        """import { buildResumeArray } from "@ag-ui/client";
+import * as agui from "@ag-ui/client";
+import { GatewayAgent, makeGatewayAgent } from "agents-ws-gateway-client/ag-ui";
+
+const agent = new GatewayAgent({ url: "http://gw/v1/ag-ui/a", threadId: "t", lastEventId: 5 });
+export const cursor: string | null = agent.lastEventId;
+export async function go(): Promise<boolean> {
+  await agent.runAgent({ resume: buildResumeArray(agent.pendingInterrupts, {}) });
+  await agent.connectAgent();
+  return agent.stopRun();
+}
+const Made = makeGatewayAgent(agui);
+export const made: GatewayAgent = new Made({ url: agent.connectUrl });
+"""
+    )
+    client = FRONTEND_PACKAGES / "node_modules" / "@ag-ui" / "client" / "dist" / "index.d.mts"
+    options = {
+        "strict": True,
+        "noEmit": True,
+        "target": "ES2022",
+        "module": "NodeNext",
+        "moduleResolution": "NodeNext",
+        "lib": ["ES2022", "DOM"],
+        "types": [],
+        "skipLibCheck": True,
+        "baseUrl": ".",
+        "paths": {
+            "@ag-ui/client": [str(client)],
+            "agents-ws-gateway-client/ag-ui": [
+                str(ROOT / "client_demo" / "js" / "types" / "ag-ui.d.ts")
+            ],
+        },
+    }
+    (tmp_path / "tsconfig.json").write_text(
+        json.dumps({"compilerOptions": options, "files": ["usage.ts"]})
+    )
+    result = subprocess.run(
+        [node, str(tsc), "-p", str(tmp_path)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
