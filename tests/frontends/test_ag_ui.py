@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ VERSIONS = ["1.0", "0.0.59"]
 REFUND = "refund order 42 for 30 dollars"
 STORY = "tell me a story about a lighthouse"
 PATH = "/v1/ag-ui/assistant"
+EXAMPLE_URL = "https://gateway.example.com/v1/ag-ui/assistant"
 
 
 def auth(
@@ -704,3 +707,42 @@ export const made: GatewayAgent = new Made({ url: agent.connectUrl });
         [node, str(tsc), "-p", str(tmp_path)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+async def test_the_example_of_docs_frontend_runs(gateway_factory: Callable[..., Any]) -> None:
+    """The `@ag-ui/client` example of docs/frontend.md "AG-UI and CopilotKit", as it is on the
+    page, against a real gateway (GatewayAgent from the package's source)."""
+    node = node_or_skip("@ag-ui/client")
+    page = (ROOT / "docs" / "frontend.md").read_text(encoding="utf-8")
+    [example] = re.findall(r"```javascript\n(.*?)```", page, flags=re.S)
+    package_import = 'import { GatewayAgent } from "agents-ws-gateway-client/ag-ui";\n'
+    assert package_import in example and EXAMPLE_URL in example
+    source = ROOT / "client_demo" / "js" / "src" / "ag-ui-agent.js"
+    async with gateway_factory(self_approval=True) as gateway:
+        script = (
+            example.replace(
+                package_import,
+                'import * as agui from "@ag-ui/client";\n'
+                f'import {{ makeGatewayAgent }} from "{source.as_posix()}";\n'
+                "const GatewayAgent = makeGatewayAgent(agui);\n"
+                f"const token = {json.dumps(gateway.token('alice'))};\n",
+            ).replace(EXAMPLE_URL, f"{gateway.http_url}{PATH}")
+            + "console.log(JSON.stringify(agent.messages));\n"
+        )
+        path = FRONTEND_PACKAGES / f".docs-example-{uuid.uuid4().hex}.mjs"
+        path.write_text(script, encoding="utf-8")
+        try:
+            process = await asyncio.create_subprocess_exec(
+                node,
+                str(path),
+                cwd=FRONTEND_PACKAGES,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            out, err = await asyncio.wait_for(process.communicate(), 60)
+        finally:
+            path.unlink()
+    assert process.returncode == 0, err.decode()
+    messages = json.loads(out.decode().strip().splitlines()[-1])
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert messages[2]["content"].startswith("Refund of 30.00 USD issued for order 42")
