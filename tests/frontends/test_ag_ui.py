@@ -746,3 +746,35 @@ async def test_the_example_of_docs_frontend_runs(gateway_factory: Callable[..., 
     messages = json.loads(out.decode().strip().splitlines()[-1])
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
     assert messages[2]["content"].startswith("Refund of 30.00 USD issued for order 42")
+
+
+@pytest.mark.needs_service("redis")
+async def test_a_stop_sent_to_another_process_ends_the_run_where_it_streams(
+    tmp_path: Path, database_url: str, processes: list[GatewayProcess]
+) -> None:
+    a, b = pair(tmp_path, database_url, processes, GATEWAY_DEMO_DELAY_MS="10", **bus_env("redis"))
+    headers = {"Authorization": f"Bearer {TOKEN.issue('alice', 'acme', ['user'])}"}
+    body = run_input("stopped-elsewhere", "run-1", STORY)
+    received: list[dict[str, Any]] = []
+    async with (
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{a.port}", timeout=30) as on_a,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{b.port}", timeout=30) as on_b,
+        on_a.stream("POST", PATH, json=body, headers=headers) as response,
+    ):
+        assert response.status_code == 200
+        stopped = None
+        async for line in response.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            received.append(json.loads(line[6:]))
+            if received[-1]["type"] == "TEXT_MESSAGE_CONTENT" and stopped is None:
+                stopped = await on_b.post(
+                    f"{PATH}/stop/stopped-elsewhere", json={"runId": "run-1"}, headers=headers
+                )
+    assert stopped is not None and stopped.json() == {"stopped": True}, stopped
+    assert received[-1] == {
+        **received[-1],
+        "type": "RUN_FINISHED",
+        "outcome": {"type": "cancelled"},
+    }
+    assert received[-1]["runId"] == "run-1"
