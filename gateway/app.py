@@ -76,6 +76,12 @@ STATIC_DIR = Path(__file__).resolve().parent.parent / "client_demo" / "static"
 # under /js/gateway-client/ as they are in the package (no build step).
 CLIENT_DIR = Path(__file__).resolve().parent.parent / "client_demo" / "js" / "src"
 CLIENT_PATH = "/js/gateway-client"
+# The useChat example app (client_demo/examples/ai-sdk), as `python3 dev.py` builds it: served
+# at /examples/ai-sdk/ once built; without Node.js there is no build and no example.
+AI_SDK_EXAMPLE_DIR = (
+    Path(__file__).resolve().parent.parent / "client_demo" / "examples" / "ai-sdk" / "dist"
+)
+AI_SDK_EXAMPLE_PATH = "/examples/ai-sdk"
 
 
 def server_version() -> str:
@@ -387,6 +393,7 @@ def create_app(
         # called with a method they lack, answering with its own 404 or a 405 with the wrong
         # `Allow`, where the route answers 405 with the methods it has.
         packages = {CLIENT_PATH: CLIENT_DIR} if CLIENT_DIR.is_dir() else {}
-        demo = demo_app(STATIC_DIR, packages=packages)
+        pages = {AI_SDK_EXAMPLE_PATH: AI_SDK_EXAMPLE_DIR} if AI_SDK_EXAMPLE_DIR.is_dir() else {}
+        demo = demo_app(STATIC_DIR, packages=packages, pages=pages)
         app.router.default = demo_fallback(demo, app.router.default)
     return app

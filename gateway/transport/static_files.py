@@ -55,16 +55,23 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def demo_app(directory: Path, *, packages: Mapping[str, Path] | None = None) -> ASGIApp:
+def demo_app(
+    directory: Path,
+    *,
+    packages: Mapping[str, Path] | None = None,
+    pages: Mapping[str, Path] | None = None,
+) -> ASGIApp:
     """The demo's files; `packages` maps a path prefix (e.g. "/js/gateway-client") to another
-    directory served under it as it is, with no index page (the client package's modules)."""
+    directory served under it as it is, with no index page (the client package's modules);
+    `pages` likewise, with the directory's index.html at the prefix (a built example app)."""
     # Browsers refuse ES modules served as text/plain, which some hosts' MIME tables produce.
     mimetypes.add_type("text/javascript", ".js")
     mimetypes.add_type("image/svg+xml", ".svg")
     demo = SecurityHeaders(StaticFiles(directory=directory, html=True))
     mounted = [
-        (prefix.rstrip("/"), SecurityHeaders(StaticFiles(directory=path)))
-        for prefix, path in (packages or {}).items()
+        (prefix.rstrip("/"), SecurityHeaders(StaticFiles(directory=path, html=html)))
+        for mounts, html in ((packages, False), (pages, True))
+        for prefix, path in (mounts or {}).items()
     ]
     if not mounted:
         return demo
@@ -73,7 +80,9 @@ def demo_app(directory: Path, *, packages: Mapping[str, Path] | None = None) -> 
         root = scope.get("root_path", "")
         path = scope["path"][len(root) :] if scope["path"].startswith(root) else scope["path"]
         for prefix, app in mounted:
-            if path.startswith(prefix + "/"):
+            # The prefix alone reaches the mount too: a page's StaticFiles redirects it to
+            # prefix + "/" (its index), a package's answers 404 as before.
+            if path == prefix or path.startswith(prefix + "/"):
                 # As a Mount would: StaticFiles resolves the path below the root path.
                 await app({**scope, "root_path": root + prefix}, receive, send)
                 return
