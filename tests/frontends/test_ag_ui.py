@@ -141,15 +141,18 @@ async def test_an_interrupt_is_answered_with_build_resume_array(
     gateway_factory: Callable[..., Any], version: str
 ) -> None:
     async with gateway_factory(self_approval=True) as gateway:
-        done = await drive(
-            f"{gateway.http_url}{PATH}",
-            gateway.token("alice", "user"),
-            "interrupt",
-            f"approve-{version}",
-            version=version,
-            input=REFUND,
-            resumeRunId="client-run-2",
-        )
+        config = {
+            "scenario": "interrupt",
+            "url": f"{gateway.http_url}{PATH}",
+            "token": gateway.token("alice", "user"),
+            "threadId": f"approve-{version}",
+            "version": version,
+            "input": REFUND,
+            "resumeRunId": "client-run-2",
+        }
+        async with node_script("ag_ui.mjs", config, package="@ag-ui/client") as script:
+            done = await script.until("resumed", timeout_s=60)
+            after = await script.until("done", timeout_s=60)
         async with gateway.http() as http:
             approvals = (
                 await http.get("/v1/approvals", headers=auth(gateway, "bob", "reviewer"))
@@ -173,6 +176,17 @@ async def test_an_interrupt_is_answered_with_build_resume_array(
     continuation = done["types"][done["types"].index("RUN_STARTED", 1) :]
     assert "TOOL_CALL_RESULT" in continuation and "TOOL_CALL_START" not in continuation
     assert done["finished"][-1]["runId"] == "client-run-2"
+    # The next turn: the snapshot that opens it (with the tool's output) is accepted too.
+    assert after.get("error") is None, after
+    assert [m["role"] for m in after["messages"]] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    assert after["messages"][:4] == messages
 
 
 async def test_the_interrupt_carries_the_approval(gateway_factory: Callable[..., Any]) -> None:
@@ -778,3 +792,22 @@ async def test_a_stop_sent_to_another_process_ends_the_run_where_it_streams(
         "outcome": {"type": "cancelled"},
     }
     assert received[-1]["runId"] == "run-1"
+
+
+async def test_a_new_message_while_a_run_streams_is_refused(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(demo_delay_ms=10) as gateway, gateway.http() as http:
+        headers = auth(gateway)
+        async with http.stream(
+            "POST", PATH, json=run_input("busy", "run-1", STORY), headers=headers
+        ) as streaming:
+            assert streaming.status_code == 200
+            async for line in streaming.aiter_lines():
+                if '"TEXT_MESSAGE_CONTENT"' in line:
+                    break
+            second = await http.post(PATH, json=run_input("busy", "run-2", "hi"), headers=headers)
+            assert second.status_code == 409, second.text
+            assert "connect" in second.json()["error"]["message"]
+            stop = await http.post(f"{PATH}/stop/busy", json={}, headers=headers)
+            assert stop.json() == {"stopped": True}

@@ -181,6 +181,13 @@ async def _start(
             f"the conversation waits for {len(pause.open_ids)} decision(s): answer its "
             "interrupts with `resume`"
         )
+    active = await services.runs.active_run(run.thread_id)
+    if active is not None:
+        # The native protocol would stage or queue the input; an AG-UI client follows one
+        # run at a time.
+        raise conflict(
+            "the conversation has a run in progress: follow it with connect, or stop it first"
+        )
     new = run.newest_user
     if new is None:
         raise GatewayError(ErrorCode.BAD_REQUEST, "messages has no user message to answer")

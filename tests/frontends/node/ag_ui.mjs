@@ -91,7 +91,11 @@ const scenarios = {
     );
     const resume = agui.buildResumeArray(runner.pendingInterrupts, answers);
     const outcome = await settle(runner.runAgent({ resume, runId: config.resumeRunId }));
-    emit("done", { ...summary(runner), ...outcome, resume });
+    emit("resumed", { ...summary(runner), ...outcome, resume });
+    // A next turn opens with a snapshot holding the tool's output message.
+    say(runner, "thank you");
+    const next = await settle(runner.runAgent());
+    emit("done", { ...summary(runner), ...next });
   },
 
   async decidedElsewhere() {
