@@ -2,6 +2,8 @@
 """Bootstrap and run the project with nothing but Python 3.11+.
 
     python3 dev.py serve [flags]   create .venv if needed, then serve the demo gateway
+                                   (with Node.js and npm present, it first builds the useChat
+                                   example app it serves at /examples/ai-sdk/)
     python3 dev.py test [args]     create .venv if needed, then run the whole test suite
                                    (with Node.js and npm present, it first installs the
                                    JavaScript client's dev dependencies, so its tests run too)
@@ -26,8 +28,13 @@ VENV = Path(os.environ.get("GATEWAY_VENV", ROOT / ".venv"))
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 STAMP = VENV / ".installed"
-# The JavaScript client package, and the frontend libraries the adapters are tested with.
-JS_PACKAGES = (ROOT / "client_demo" / "js", ROOT / "tests" / "frontends" / "node")
+# The useChat example app, which the demo gateway serves from its dist/ at /examples/ai-sdk/,
+# and the files its build reads: a change to any of them rebuilds it.
+EXAMPLE = ROOT / "client_demo" / "examples" / "ai-sdk"
+EXAMPLE_SOURCES = ("app.jsx", "app.css", "index.html", "build.mjs", "package-lock.json")
+# The JavaScript client package, the frontend libraries the adapters are tested with, and the
+# example app's build dependencies.
+JS_PACKAGES = (ROOT / "client_demo" / "js", ROOT / "tests" / "frontends" / "node", EXAMPLE)
 
 
 def fingerprint() -> str:
@@ -49,17 +56,27 @@ def ensure_venv() -> None:
     STAMP.write_text(fingerprint())
 
 
-def ensure_js_packages() -> None:
+def lock_digest(package: Path) -> str:
+    return hashlib.sha256((package / "package-lock.json").read_bytes()).hexdigest()
+
+
+def installed(package: Path) -> bool:
+    """Whether `npm ci` installed exactly the package's current lockfile."""
+    stamp = package / "node_modules" / ".gateway-installed"
+    return stamp.exists() and stamp.read_text() == lock_digest(package)
+
+
+def ensure_js_packages(packages: tuple[Path, ...] = JS_PACKAGES) -> None:
     """`npm ci` in each JavaScript package whose lockfile changed. Without npm, or when it
     fails (offline), the tests that need it skip and say why; CI makes that a failure."""
     npm = shutil.which("npm")
-    for package in JS_PACKAGES:
+    for package in packages:
         lock = package / "package-lock.json"
         if npm is None or not lock.exists():
             continue
         stamp = package / "node_modules" / ".gateway-installed"
-        digest = hashlib.sha256(lock.read_bytes()).hexdigest()
-        if stamp.exists() and stamp.read_text() == digest:
+        digest = lock_digest(package)
+        if installed(package):
             continue
         print(f"installing {package.relative_to(ROOT)}'s npm packages (npm ci)", flush=True)
         done = subprocess.run(
@@ -69,6 +86,35 @@ def ensure_js_packages() -> None:
             stamp.write_text(digest)
         else:
             print(f"npm ci failed in {package.relative_to(ROOT)}: its tests will skip", flush=True)
+
+
+def ensure_example() -> None:
+    """Build the useChat example into its dist/ when a source or the lockfile changed. Without
+    Node.js, or when its install or build fails, the gateway serves no example, saying so here
+    once; its browser test skips (a failure under CI)."""
+    node = shutil.which("node")
+    dist = EXAMPLE / "dist"
+    if node is None or not installed(EXAMPLE):
+        # A dist/ left from an older lockfile would serve what the pins no longer say.
+        shutil.rmtree(dist, ignore_errors=True)
+        print(
+            "the useChat example is not served at /examples/ai-sdk/: it needs Node.js and npm",
+            flush=True,
+        )
+        return
+    digest = hashlib.sha256(b"".join((EXAMPLE / name).read_bytes() for name in EXAMPLE_SOURCES))
+    stamp = dist / ".gateway-built"
+    if stamp.exists() and stamp.read_text() == digest.hexdigest():
+        return
+    print("building the useChat example (client_demo/examples/ai-sdk)", flush=True)
+    done = subprocess.run([node, "build.mjs"], cwd=EXAMPLE, check=False)
+    if done.returncode == 0:
+        stamp.write_text(digest.hexdigest())
+    else:
+        shutil.rmtree(dist, ignore_errors=True)
+        print(
+            "the useChat example failed to build: it is not served at /examples/ai-sdk/", flush=True
+        )
 
 
 def run(*args: str) -> int:
@@ -82,9 +128,12 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     ensure_venv()
     if command == "serve":
+        ensure_js_packages((EXAMPLE,))
+        ensure_example()
         return run("-m", "gateway", "serve", *rest)
     if command == "test":
         ensure_js_packages()
+        ensure_example()
         return run("-m", "pytest", *rest)
     status = run("-m", "ruff", "check", "gateway", "persistence", "client_demo", "tests", "bench")
     status |= run(
