@@ -7,12 +7,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import websockets
 
-from tests.support.gateway import Gateway
+from tests.integration.test_cross_process import TOKEN, bus_env, pair
+from tests.support.gateway import Gateway, GatewayProcess
 from tests.support.node_scripts import node_or_skip, node_script
 
 TRANSPORTS = ["http", "ws"]
@@ -171,7 +174,11 @@ async def test_the_user_approves_inline_and_the_same_message_continues(
         # One message across the pause: the text before the call and the answer after it.
         assert "needs your approval" in text_of(message)
         assert message["metadata"]["status"] == "completed"
-        sends = [r for r in result["wire"]["requests"] if r in ("send", "POST /v1/ai-sdk/chat")]
+        sends = [
+            r
+            for r in result["wire"]["requests"]
+            if r == "send" or (r.startswith("POST") and r.endswith(" /v1/ai-sdk/chat"))
+        ]
         assert len(sends) == 2  # the message, then useChat's automatic follow-up
         events = await events_of(gateway, chat_id)
         decided = [e for e in events if e["event"] == "approval.decided"]
@@ -605,3 +612,124 @@ async def test_the_stream_response_carries_the_ui_message_stream_header(gateway:
     frames = [line for line in raw.decode().split("\n\n") if line]
     assert frames[-1] == "data: [DONE]"
     assert json.loads(frames[0].removeprefix("data: "))["type"] == "start"
+
+
+# -- across processes -----------------------------------------------------------------------------
+
+
+def process_config(
+    process: GatewayProcess, scenario: str, transport: str, chat_id: str, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "scenario": scenario,
+        "transport": transport,
+        "base": f"http://127.0.0.1:{process.port}",
+        "token": TOKEN.issue("alice", "acme", ["user"]),
+        "chatId": chat_id,
+        **extra,
+    }
+
+
+async def process_events(process: GatewayProcess, thread_id: str) -> list[dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {TOKEN.issue('alice', 'acme', ['user'])}"}
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{process.port}", timeout=10) as http:
+        answer = await http.get(f"/v1/threads/{thread_id}/events", headers=headers)
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["events"])
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_another_process_serves_the_resume(
+    tmp_path: Path, database_url: str, processes: list[GatewayProcess], transport: str
+) -> None:
+    """The run streams on one process; the client drops and resumes on another, which follows
+    it over the Redis bus from the shared PostgreSQL log."""
+    a, b = pair(tmp_path, database_url, processes, **bus_env("redis"), GATEWAY_DEMO_DELAY_MS="4")
+    async with node_script(
+        "ai_sdk_chat.mjs", process_config(a, "stream", transport, f"calm-{transport}", text=STORY)
+    ) as script:
+        undisturbed = await script.until("done", timeout_s=60)
+    chat_id = f"moved-{transport}"
+    config = process_config(
+        a,
+        "dropResume",
+        transport,
+        chat_id,
+        text=STORY,
+        dropAfter=40,
+        resumeBase=f"http://127.0.0.1:{b.port}",
+    )
+    async with node_script("ai_sdk_chat.mjs", config) as script:
+        await script.until("dropped")
+        result = await script.until("done", timeout_s=60)
+    assert text_of(assistant(result)) == text_of(assistant(undisturbed))
+    assert assistant(result)["metadata"]["status"] == "completed"
+    if transport == "ws":
+        assert result["wire"]["sockets"] == 2
+    else:
+        hosts = [r.split(" ")[1] for r in result["wire"]["requests"]]
+        assert hosts == [f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"]
+    # The run streamed on the first process all along.
+    events = await process_events(b, chat_id)
+    assert events[-1]["event"] == "run.completed"
+    assert not [e for e in events if e["event"] == "run.recovered"]
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_run_taken_over_after_a_crash_resumes_with_the_undisturbed_text(
+    tmp_path: Path, database_url: str, processes: list[GatewayProcess], transport: str
+) -> None:
+    """SIGKILL of the process streaming the run: another process takes the run over once its
+    lease expires and streams the cut turn again; the resumed message replaces the cut turn's
+    partial text (`reset-step`), so it reads as an undisturbed run's."""
+    a, b = pair(
+        tmp_path,
+        database_url,
+        processes,
+        **bus_env("redis"),
+        GATEWAY_DEMO_DELAY_MS="8",
+        GATEWAY_LEASE_TTL_S="2",
+        GATEWAY_LEASE_SCAN_S="0.5",
+    )
+    async with node_script(
+        "ai_sdk_chat.mjs", process_config(b, "stream", transport, f"calm-{transport}", text=STORY)
+    ) as script:
+        undisturbed = await script.until("done", timeout_s=60)
+    chat_id = f"crash-{transport}"
+    config = process_config(
+        a,
+        "dropResume",
+        transport,
+        chat_id,
+        text=STORY,
+        announceStreaming=30,
+        pauseBeforeResume=True,
+        resumeBase=f"http://127.0.0.1:{b.port}",
+    )
+    async with node_script("ai_sdk_chat.mjs", config) as script:
+        await script.until("streaming")
+        a.kill()
+        dropped = await script.until("dropped")
+        assert "".join(p.get("text", "") for p in dropped["partial"] if p["type"] == "text")
+        for _ in range(600):
+            events = await process_events(b, chat_id)
+            if events[-1]["event"] == "run.completed":
+                break
+            await asyncio.sleep(0.05)
+        assert [e["event"] for e in events if e["event"] == "run.recovered"] == ["run.recovered"]
+        script.tell({"resume": True})
+        result = await script.until("done", timeout_s=60)
+    message = assistant(result)
+    assert text_of(message) == text_of(assistant(undisturbed))
+    assert [p["type"] for p in message["parts"]] == ["step-start", "text"]
+    assert comparable((await server_messages_of(b, chat_id))[1]) == comparable(message)
+
+
+async def server_messages_of(process: GatewayProcess, chat_id: str) -> list[dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {TOKEN.issue('alice', 'acme', ['user'])}"}
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{process.port}", timeout=10) as http:
+        answer = await http.get(f"/v1/ai-sdk/chat/{chat_id}/messages", headers=headers)
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["messages"])

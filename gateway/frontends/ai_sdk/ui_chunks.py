@@ -67,6 +67,10 @@ class RunChunks:
         self._pause: list[str] = []  # the tools of the approvals since the last pause
         self._open_texts: set[str] = set()
         self._step_has_output = False
+        # The current step shows model output (text, tool calls) of the turn under way, and
+        # whether any of its calls asked for approval (restored from a checkpoint, they carry on).
+        self._step_has_turn = False
+        self._step_has_approval = False
 
     def start(self, seq: int, status: str = "running") -> Chunk:
         """The `start` chunk of a response over this run, as of `seq`."""
@@ -98,7 +102,9 @@ class RunChunks:
             return Step([{"type": "start-step"}])
         if kind == EventType.MESSAGE_STARTED:
             self._open_texts.add(data["message_id"])
-            return Step([*self._next_step(), {"type": "text-start", "id": data["message_id"]}])
+            step = self._next_step()
+            self._step_has_turn = True
+            return Step([*step, {"type": "text-start", "id": data["message_id"]}])
         if kind == EventType.MESSAGE_DELTA:
             return Step([{"type": "text-delta", "id": data["message_id"], "delta": data["delta"]}])
         if kind in (EventType.MESSAGE_COMPLETED, EventType.MESSAGE_ABORTED):
@@ -108,7 +114,9 @@ class RunChunks:
             self._open_texts.discard(data["message_id"])
             return Step([{"type": "text-end", "id": data["message_id"]}])
         if kind == EventType.TOOL_CALLED:
-            return Step([*self._next_step(), *self._called(data)])
+            step = self._next_step()
+            self._step_has_turn = True
+            return Step([*step, *self._called(data)])
         if kind == EventType.TOOL_OUTPUT:
             return Step(self._output(data))
         if kind == EventType.APPROVAL_REQUESTED:
@@ -117,7 +125,10 @@ class RunChunks:
             return Step(self._approval_decided(data))
         if kind == EventType.RUN_PAUSED:
             return self._paused(entry)
-        if kind in (EventType.RUN_RESUMED, EventType.RUN_RECOVERED):
+        if kind == EventType.RUN_RECOVERED:
+            self._pause = []
+            return Step([*self._reset_cut_turn(), self._status(entry.seq, "running")])
+        if kind == EventType.RUN_RESUMED:
             self._pause = []
             return Step([self._status(entry.seq, "running")])
         if kind == EventType.AGENT_CHANGED:
@@ -153,11 +164,25 @@ class RunChunks:
         # input.staged / input.queued belong to later turns, not to this message.
         return Step()
 
+    def _reset_cut_turn(self) -> list[Chunk]:
+        """A run taken over after its process stopped runs the cut turn again from its
+        checkpoint: what the current step showed of that turn (its partial text, its calls)
+        is replaced by the new attempt, as `message.aborted` tells native clients to drop it.
+        A step that already holds tool outputs or approvals is kept: its calls may be an
+        earlier turn's, which the checkpoint carries on (an approved call runs under its own
+        id), and a repeated call shows beside them."""
+        if not self._step_has_turn or self._step_has_output or self._step_has_approval:
+            return []
+        self._step_has_turn = False
+        return [{"type": "reset-step"}]
+
     def _next_step(self) -> list[Chunk]:
         """A model turn that follows tool outputs is a new step of the message."""
         if not self._step_has_output:
             return []
         self._step_has_output = False
+        self._step_has_turn = False
+        self._step_has_approval = False
         return [{"type": "finish-step"}, {"type": "start-step"}]
 
     def _called(self, data: dict[str, Any]) -> list[Chunk]:
@@ -195,6 +220,7 @@ class RunChunks:
         call_id = data["call_id"]
         known = self._known_call(call_id, data["tool_name"], data.get("arguments", {}))
         self._calls[call_id].approval_id = data["approval_id"]
+        self._step_has_approval = True
         self._approvals[data["approval_id"]] = call_id
         self._pause.append(data["tool_name"])
         descriptor = {

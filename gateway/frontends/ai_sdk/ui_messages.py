@@ -38,6 +38,10 @@ class MessageFold:
             }
         if kind == "start-step":
             parts.append({"type": "step-start"})
+        elif kind == "reset-step":
+            # The parts since the step's start go (the AI SDK keeps the step-start itself).
+            starts = [i for i, part in enumerate(parts) if part["type"] == "step-start"]
+            del parts[(starts[-1] + 1 if starts else 0) :]
         elif kind == "text-start":
             part = {"type": "text", "text": "", "state": "streaming"}
             self._texts[chunk["id"]] = part

@@ -24,12 +24,22 @@ const wire = { requests: [], chunks: 0, sockets: 0 };
 
 // A connection that can be cut from below, as a lost network would: the WebSocket is
 // terminated without a close handshake, the HTTP body errors with a network TypeError.
-const cut = { armed: false, after: Infinity, seen: 0, sockets: new Set() };
+// After a cut, new connections go to `config.resumeBase` when given: another gateway process.
+const cut = { armed: false, after: Infinity, seen: 0, sockets: new Set(), happened: false };
+
+function redirected(url) {
+  if (!cut.happened || !config.resumeBase) return url;
+  const target = new URL(config.resumeBase);
+  const moved = new URL(String(url));
+  moved.host = target.host;
+  return moved;
+}
 
 function countChunk() {
   cut.seen += 1;
   if (cut.armed && cut.seen >= cut.after) {
     cut.armed = false;
+    cut.happened = true;
     return true;
   }
   return false;
@@ -37,7 +47,7 @@ function countChunk() {
 
 class CuttableWebSocket extends WebSocket {
   constructor(url, protocols) {
-    super(url, protocols);
+    super(redirected(url), protocols);
     wire.sockets += 1;
     cut.sockets.add(this);
     this.addEventListener("message", (event) => {
@@ -58,8 +68,9 @@ class CuttableWebSocket extends WebSocket {
 }
 
 async function cuttableFetch(input, init) {
-  wire.requests.push(`${init?.method ?? "GET"} ${new URL(String(input)).pathname}`);
-  const response = await fetch(input, init);
+  const url = redirected(input);
+  wire.requests.push(`${init?.method ?? "GET"} ${new URL(String(url)).host} ${new URL(String(url)).pathname}`);
+  const response = await fetch(url, init);
   if (!response.body) return response;
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
@@ -209,10 +220,19 @@ const scenarios = {
 
   async dropResume() {
     // The connection is cut mid-stream; resumeStream() rebuilds the message from the log.
-    cut.armed = true;
-    cut.after = config.dropAfter;
+    // Cut here after `dropAfter` chunks, or (without it) by the gateway process dying.
+    cut.armed = config.dropAfter != null;
+    cut.after = config.dropAfter ?? Infinity;
+    if (config.announceStreaming) {
+      const announce = () =>
+        cut.seen >= config.announceStreaming
+          ? emit({ event: "streaming", chunks: cut.seen })
+          : setTimeout(announce, 5);
+      announce();
+    }
     await chat.sendMessage({ text: config.text }).catch(() => {});
     await until(settled);
+    cut.happened = true;
     emit({ event: "dropped", status: chat.status, partial: lastAssistant()?.parts });
     if (config.pauseBeforeResume) await readLine();
     await chat.resumeStream();
