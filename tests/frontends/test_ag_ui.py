@@ -811,3 +811,39 @@ async def test_a_new_message_while_a_run_streams_is_refused(
             assert "connect" in second.json()["error"]["message"]
             stop = await http.post(f"{PATH}/stop/busy", json={}, headers=headers)
             assert stop.json() == {"stopped": True}
+
+
+async def test_a_pause_with_two_approvals_needs_both_answered(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(self_approval=True) as gateway, gateway.http() as http:
+        headers = auth(gateway)
+        received = await post_run(
+            http,
+            headers,
+            run_input("two", "run-1", "refund order 42 for 30 dollars and email bob@example.com"),
+        )
+        interrupts = received[-1][1]["outcome"]["interrupts"]
+        assert sorted(i["metadata"]["agents-gateway"]["toolName"] for i in interrupts) == [
+            "issue_refund",
+            "send_email",
+        ]
+        answers = [
+            {"interruptId": i["id"], "status": "resolved", "payload": {"approved": True}}
+            for i in interrupts
+        ]
+        before = await thread_state(gateway, "two")
+        half = await http.post(
+            PATH, json=run_input("two", "run-2", resume=answers[:1]), headers=headers
+        )
+        assert half.status_code == 400 and interrupts[1]["id"] in half.text, half.text
+        assert await thread_state(gateway, "two") == before
+        # One answered "cancelled": a rejection the model is told about.
+        answers[1] = {"interruptId": interrupts[1]["id"], "status": "cancelled"}
+        continuation = await post_run(http, headers, run_input("two", "run-2", resume=answers))
+    results = {
+        e["toolCallId"]: e["content"] for _, e in continuation if e["type"] == "TOOL_CALL_RESULT"
+    }
+    assert results.keys() == {i["toolCallId"] for i in interrupts}
+    assert results[interrupts[1]["toolCallId"]] == "The user cancelled this call."
+    assert continuation[-1][1]["type"] == "RUN_FINISHED"
