@@ -25,107 +25,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
-import subprocess
 import tempfile
 import time
-from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 
 from bench.common import (
     BACKENDS,
-    ROOT,
-    TENANT,
     Backend,
     fresh_database,
     gateway_process,
     issue_token,
     latency_summary,
     report_line,
-    story_events,
 )
+from bench.frontends import STORY, build_long_run, lags_from_ts, node_run
 
-SCRIPT = ROOT / "tests" / "frontends" / "node" / "bench_ag_ui.mjs"
-STORY = "tell me a story"
-
-
-def node_run(config: dict[str, Any]) -> dict[str, Any]:
-    node = shutil.which("node")
-    if node is None:
-        raise SystemExit("bench.ag_ui needs Node.js (and `npm ci` in tests/frontends/node)")
-    done = subprocess.run(
-        [node, str(SCRIPT), json.dumps(config)],
-        cwd=SCRIPT.parent,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
-async def stored_ts(base: str, token: str, thread_id: str) -> dict[int, float]:
-    """seq -> `ts` (epoch ms) of the thread's events."""
-    out: dict[int, float] = {}
-    after = 0
-    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
-        while True:
-            page = (
-                await http.get(
-                    f"/v1/threads/{thread_id}/events",
-                    params={"after_seq": after, "limit": 1000},
-                    headers={"Authorization": f"Bearer {token}"},
-                )
-            ).json()["events"]
-            if not page:
-                return out
-            for event in page:
-                out[event["seq"]] = datetime.fromisoformat(event["ts"]).timestamp() * 1000
-            after = page[-1]["seq"]
-
-
-async def build_long_run(database: str, count: int) -> str:
-    """A thread with one finished run of `count` events: the story's deltas, over and over."""
-    from persistence.events import NewEvent, append_in
-    from persistence.ids import new_id
-    from persistence.schema import migrate
-    from persistence.store import open_store
-    from persistence.threads import ThreadRepository
-
-    story = await story_events()
-    deltas = [data["delta"] for type_, data in story if type_ == "message.delta"]
-    store = open_store(database)
-    try:
-        await migrate(store)
-        thread = await ThreadRepository(store).create(tenant=TENANT, owner="alice")
-        run_id, message_id = new_id("r"), new_id("m")
-        ts = "2026-01-01T00:00:00.000Z"
-        body: list[tuple[str, dict[str, Any]]] = [
-            ("run.started", {"input": STORY, "agent": "assistant"}),
-            ("message.started", {"message_id": message_id, "agent": "assistant"}),
-        ]
-        body += [
-            ("message.delta", {"message_id": message_id, "delta": deltas[i % len(deltas)]})
-            for i in range(count - 4)
-        ]
-        body += [
-            ("message.completed", {"message_id": message_id, "text": ""}),
-            ("run.completed", {"final_output": ""}),
-        ]
-        events = [
-            NewEvent(thread.thread_id, run_id, type_, ts, orjson.dumps(data).decode())
-            for type_, data in body
-        ]
-        for start in range(0, len(events), 1000):
-            await store.write(partial(append_in, batch=events[start : start + 1000]))
-    finally:
-        await store.close()
-    return thread.thread_id
+SCRIPT = "bench_ag_ui.mjs"
 
 
 async def raw_connect(base: str, token: str, thread_id: str, cursor: int) -> float:
@@ -149,6 +67,7 @@ async def run(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
                 base = f"http://127.0.0.1:{gateway.port}"
                 url = f"{base}/v1/ag-ui/assistant"
                 timed = node_run(
+                    SCRIPT,
                     {
                         "scenario": "latency",
                         "url": url,
@@ -156,15 +75,14 @@ async def run(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
                         "token": token,
                         "input": STORY,
                         "rounds": args.rounds,
-                    }
+                    },
                 )
-                lags: dict[str, list[float]] = {"agui": [], "native": []}
-                for kind, rounds in timed.items():
-                    for round_ in rounds:
-                        ts = await stored_ts(base, token, round_["threadId"])
-                        lags[kind] += [(at - ts[seq]) / 1000 for seq, at in round_["seen"]]
+                lags = {
+                    kind: await lags_from_ts(base, token, rounds) for kind, rounds in timed.items()
+                }
                 cursor = args.events // 2
                 connects = node_run(
+                    SCRIPT,
                     {
                         "scenario": "connect",
                         "url": url,
@@ -172,7 +90,7 @@ async def run(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
                         "threadId": thread_id,
                         "cursor": cursor,
                         "rounds": args.rounds,
-                    }
+                    },
                 )
                 raw = [
                     await raw_connect(base, token, thread_id, cursor) for _ in range(args.rounds)

@@ -25,6 +25,8 @@ import argparse
 import asyncio
 import sys
 import tempfile
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +46,22 @@ TARGET_HELLO_KIB = 37.0
 SETTLE_S = 2.0
 
 
-async def per_connection_kib(server: ServerProcess, count: int) -> dict[str, Any]:
-    async with clients(server.ws_url, 20):
+# Opens `count` connections to a server's URL, each past its first exchange, and closes them on
+# the way out (`bench.common.clients`: `hello` -> `welcome` on the native protocol).
+OpenClients = Callable[[str, int], AbstractAsyncContextManager[Any]]
+
+
+async def per_connection_kib(
+    server: ServerProcess, count: int, open_clients: OpenClients = clients, path: str | None = None
+) -> dict[str, Any]:
+    """RSS growth of `server` per connection held open by `open_clients` (on `path` instead of
+    the server's WebSocket path when given), after a warm-up of 20 that are closed again."""
+    url = server.ws_url if path is None else f"ws://127.0.0.1:{server.port}{path}"
+    async with open_clients(url, 20):
         pass
     await asyncio.sleep(SETTLE_S)
     before = rss_kib(server.pid)
-    async with clients(server.ws_url, count):
+    async with open_clients(url, count):
         await asyncio.sleep(SETTLE_S)
         after = rss_kib(server.pid)
     return {

@@ -4,16 +4,14 @@
 // JSON line.
 
 import { randomUUID } from "node:crypto";
-import { performance } from "node:perf_hooks";
 
 import * as agui from "@ag-ui/client";
-import WebSocket from "ws";
 
 import { makeGatewayAgent } from "../../../client_demo/js/src/ag-ui-agent.js";
+import { nativeDeltas, now } from "./bench_native.mjs";
 
 const config = JSON.parse(process.argv[2]);
 const GatewayAgent = makeGatewayAgent(agui);
-const now = () => performance.timeOrigin + performance.now();
 
 function agent(threadId, lastEventId = null) {
   return new GatewayAgent({
@@ -34,33 +32,13 @@ async function aguiDeltas(threadId) {
   return seen;
 }
 
-async function nativeDeltas() {
-  const ws = new WebSocket(config.wsUrl);
-  const seen = [];
-  let threadId;
-  await new Promise((resolve, reject) => {
-    ws.on("error", reject);
-    ws.on("open", () => ws.send(JSON.stringify({ type: "hello", protocol: 1, token: config.token })));
-    ws.on("message", (raw) => {
-      const frame = JSON.parse(raw.toString());
-      if (frame.type === "welcome") ws.send(JSON.stringify({ type: "run.start", id: "s", input: config.input }));
-      if (frame.type !== "event") return;
-      threadId = frame.thread_id;
-      if (frame.event === "message.delta") seen.push([frame.seq, now()]);
-      if (frame.event === "run.completed") resolve();
-    });
-  });
-  ws.close();
-  return { threadId, seen };
-}
-
 const scenarios = {
   async latency() {
     const out = { agui: [], native: [] };
     for (let i = 0; i < config.rounds; i += 1) {
       const threadId = `bench-${randomUUID()}`;
       out.agui.push({ threadId, seen: await aguiDeltas(threadId) });
-      out.native.push(await nativeDeltas());
+      out.native.push(await nativeDeltas(config.wsUrl, config.token, config.input));
     }
     return out;
   },
