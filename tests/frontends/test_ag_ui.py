@@ -16,7 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.agents.registry import AgentRegistry
 from tests.integration.test_cross_process import TOKEN, bus_env, pair
+from tests.support.agents import EffectLog, handoff_graph, nested_graph
 from tests.support.gateway import ROOT, Gateway, GatewayProcess, spawn_gateway
 from tests.support.node_scripts import FRONTEND_PACKAGES, node_or_skip, node_script
 
@@ -847,3 +849,37 @@ async def test_a_pause_with_two_approvals_needs_both_answered(
     assert results.keys() == {i["toolCallId"] for i in interrupts}
     assert results[interrupts[1]["toolCallId"]] == "The user cancelled this call."
     assert continuation[-1][1]["type"] == "RUN_FINISHED"
+
+
+@pytest.mark.parametrize("which", ["handoff", "nested"])
+async def test_handoffs_and_agents_as_tools_stream_as_steps_the_client_verifies(
+    gateway_factory: Callable[..., Any], which: str
+) -> None:
+    effects = EffectLog()
+    graph = (handoff_graph if which == "handoff" else nested_graph)(effects)[0]
+    registry = AgentRegistry([graph], default=graph.name)
+    async with gateway_factory(registry=registry, self_approval=True) as gateway:
+        config = {
+            "scenario": "interrupt",
+            "url": f"{gateway.http_url}/v1/ag-ui/{graph.name}",
+            "token": gateway.token("alice", "user"),
+            "threadId": which,
+            "version": "1.0",
+            "input": "go",
+            "followUp": False,
+        }
+        async with node_script("ag_ui.mjs", config, package="@ag-ui/client") as script:
+            interrupted = await script.until("interrupted", timeout_s=60)
+            resumed = await script.until("resumed", timeout_s=60)
+    # @ag-ui/client verified every step and construct on the way (a fault fails the run).
+    assert resumed.get("error") is None, resumed
+    assert effects.count("charge") == 1
+    [interrupt] = interrupted["pendingInterrupts"]
+    assert interrupt["metadata"]["agents-gateway"]["toolName"] == "charge"
+    steps = [t for t in resumed["types"] if t.startswith("STEP_")]
+    assert steps.count("STEP_STARTED") == steps.count("STEP_FINISHED")
+    final = resumed["messages"][-1]
+    assert final["role"] == "assistant"
+    assert final["content"] in ("refunds finished", "outer done: billing said OK")
+    if which == "handoff":
+        assert steps[:3] == ["STEP_STARTED", "STEP_FINISHED", "STEP_STARTED"]

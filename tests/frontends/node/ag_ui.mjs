@@ -92,6 +92,7 @@ const scenarios = {
     const resume = agui.buildResumeArray(runner.pendingInterrupts, answers);
     const outcome = await settle(runner.runAgent({ resume, runId: config.resumeRunId }));
     emit("resumed", { ...summary(runner), ...outcome, resume });
+    if (config.followUp === false) return;
     // A next turn opens with a snapshot holding the tool's output message.
     say(runner, "thank you");
     const next = await settle(runner.runAgent());
