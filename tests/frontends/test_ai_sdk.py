@@ -575,6 +575,18 @@ async def test_the_socket_answers_bad_frames_per_request_and_stays_open(gateway:
         )
         error = json.loads(await socket.recv())
         assert error["requestId"] == "c" and error["errorText"].startswith("bad_request")
+        await socket.send(
+            json.dumps(
+                {
+                    **frame,
+                    "requestId": "d",
+                    "headers": auth_header(gateway),
+                    "messages": [user("x" * 40_000)],
+                }
+            )
+        )
+        error = json.loads(await socket.recv())
+        assert error["requestId"] == "d" and error["errorText"].startswith("too_large")
         # The same socket still serves a good request.
         await socket.send(
             json.dumps(
@@ -733,3 +745,47 @@ async def server_messages_of(process: GatewayProcess, chat_id: str) -> list[dict
         answer = await http.get(f"/v1/ai-sdk/chat/{chat_id}/messages", headers=headers)
     assert answer.status_code == 200, answer.text
     return list(answer.json()["messages"])
+
+
+async def test_a_frame_over_the_body_limit_closes_the_socket(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(frontend_body_bytes=65536) as gateway:
+        async with websockets.connect(
+            f"ws://127.0.0.1:{gateway.port}/v1/ai-sdk/ws", max_size=None
+        ) as socket:
+            await socket.send(json.dumps({"type": "send", "requestId": "a", "pad": "x" * 70_000}))
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await asyncio.wait_for(socket.recv(), 10)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_stop_through_another_process_cancels_the_run_where_it_streams(
+    tmp_path: Path, database_url: str, processes: list[GatewayProcess]
+) -> None:
+    a, b = pair(tmp_path, database_url, processes, **bus_env("redis"), GATEWAY_DEMO_DELAY_MS="8")
+    headers = {"Authorization": f"Bearer {TOKEN.issue('alice', 'acme', ['user'])}"}
+    async with (
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{a.port}", timeout=20) as on_a,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{b.port}", timeout=20) as on_b,
+        on_a.stream(
+            "POST", "/v1/ai-sdk/chat", json=body("far", user(STORY)), headers=headers
+        ) as streamed,
+    ):
+        lines = streamed.aiter_lines()
+        deltas = 0
+        while deltas < 10:
+            deltas += '"text-delta"' in await anext(lines)
+        stopped = await on_b.post("/v1/ai-sdk/chat/far/stop", headers=headers)
+        assert stopped.status_code == 200, stopped.text
+        assert stopped.json()["stopped"] is True
+        rest = [line async for line in lines]
+    chunks = [
+        json.loads(line.removeprefix("data: ")) for line in rest if line.startswith("data: {")
+    ]
+    assert [c["type"] for c in chunks][-2:] == ["abort", "finish"]
+    assert chunks[-1]["messageMetadata"]["status"] == "cancelled"
+    assert [line for line in rest if line][-1] == "data: [DONE]"
+    events = await process_events(a, "far")
+    assert events[-1]["event"] == "run.cancelled"
