@@ -8,7 +8,7 @@ import { randomUUID } from "node:crypto";
 import * as agui from "@ag-ui/client";
 
 import { makeGatewayAgent } from "../../../client_demo/js/src/ag-ui-agent.js";
-import { nativeDeltas, now } from "./bench_native.mjs";
+import { nativeDeltas, now, report } from "./bench_native.mjs";
 
 const config = JSON.parse(process.argv[2]);
 const GatewayAgent = makeGatewayAgent(agui);
@@ -61,5 +61,4 @@ const scenarios = {
   },
 };
 
-process.stdout.write(JSON.stringify(await scenarios[config.scenario]()) + "\n");
-process.exit(0);
+report(await scenarios[config.scenario]());

@@ -10,7 +10,7 @@ import { Chat } from "@ai-sdk/react";
 import { DefaultChatTransport, WebSocketChatTransport } from "ai";
 import WebSocket from "ws";
 
-import { nativeDeltas, nativeReplay, now } from "./bench_native.mjs";
+import { nativeDeltas, nativeReplay, now, report } from "./bench_native.mjs";
 
 const config = JSON.parse(process.argv[2]);
 const headers = { authorization: `Bearer ${config.token}` };
@@ -126,5 +126,4 @@ const scenarios = {
   },
 };
 
-process.stdout.write(JSON.stringify(await scenarios[config.scenario]()) + "\n");
-process.exit(0);
+report(await scenarios[config.scenario]());

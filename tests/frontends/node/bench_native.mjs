@@ -56,3 +56,9 @@ export async function nativeReplay(wsUrl, token, threadId) {
   await sent;
   return { ms: now() - begin, events };
 }
+
+// Prints the result as one JSON line and exits once it is written: stdout is a pipe, written
+// asynchronously, and an exit before the write drains cuts the line at 64 KiB.
+export function report(result) {
+  process.stdout.write(`${JSON.stringify(result)}\n`, () => process.exit(0));
+}
