@@ -650,7 +650,47 @@ def _ag_ui_paths() -> dict[str, dict[str, Any]]:
             }
         },
     }
+    single = _operation(
+        "copilotKitSingleRoute",
+        "CopilotKit's single-route transport",
+        description="`method` `info`, `agent/run`, `agent/connect` or `agent/stop`, with "
+        "`params.agentId` (and `params.threadId` for a stop) and the RunAgentInput as `body`; "
+        "answered as the matching route is.",
+        tag="ag-ui",
+        ok=("", "ErrorBody"),
+        errors=errors,
+    )
+    single["requestBody"] = {
+        "required": True,
+        "content": {
+            JSON: {
+                "schema": {
+                    "type": "object",
+                    "required": ["method"],
+                    "properties": {
+                        "method": {"enum": ["info", "agent/run", "agent/connect", "agent/stop"]},
+                        "params": {
+                            "type": "object",
+                            "properties": {
+                                "agentId": {"type": "string"},
+                                "threadId": {"type": "string"},
+                            },
+                        },
+                        "body": {"type": "object"},
+                    },
+                }
+            }
+        },
+    }
+    single["responses"]["200"] = {
+        "description": "the stream of a run or connect, or the JSON of info and stop",
+        "content": {
+            "text/event-stream": {"schema": {"type": "string"}},
+            JSON: {"schema": {"type": "object"}},
+        },
+    }
     return {
+        "/v1/copilotkit": {"post": single},
         "/v1/ag-ui/{graph}": {"post": run("agUiRun")},
         "/v1/ag-ui/{graph}/connect": {"post": connect("agUiConnect")},
         "/v1/ag-ui/{graph}/stop/{thread_id}": {"post": stop("agUiStop")},

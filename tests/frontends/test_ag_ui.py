@@ -584,6 +584,7 @@ async def test_copilotkit_runs_on_the_gateway_as_its_runtime(
         "token": "",
         "threadId": "ck-refund",
         "storyThreadId": "ck-story",
+        "singleThreadId": "ck-single",
         "input": REFUND,
         "story": STORY,
     }
@@ -597,6 +598,7 @@ async def test_copilotkit_runs_on_the_gateway_as_its_runtime(
             interrupted = await script.until("interrupted", timeout_s=60)
             resumed = await script.until("resumed", timeout_s=60)
             connected = await script.until("connected", timeout_s=60)
+            stopped = await script.until("stopped", timeout_s=60)
             done = await script.until("done", timeout_s=60)
         _, statuses = await thread_state(gateway, "ck-story")
     assert info["info"]["mode"] == "sse" and set(info["info"]["agents"]) == {"assistant"}
@@ -612,7 +614,13 @@ async def test_copilotkit_runs_on_the_gateway_as_its_runtime(
     assert json.dumps(connected["messages"]) == json.dumps(resumed["messages"])
     # abortRun() stops the run on the gateway; 0.0.59 gets an ending it accepts.
     assert statuses == ["cancelled"]
-    assert done["story"]["finished"][-1]["code"] == "cancelled"
+    assert stopped["story"]["finished"][-1]["code"] == "cancelled"
+    # The single-route transport: a run, and a connect that restores it.
+    assert [m["content"] for m in done["single"]["messages"]] == [
+        "hello there",
+        'You said: "hello there"',
+    ]
+    assert json.dumps(done["rejoined"]["messages"]) == json.dumps(done["single"]["messages"])
 
 
 async def test_a_connect_after_the_gateway_restarts_is_exact(

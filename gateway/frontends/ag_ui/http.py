@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import orjson
 from starlette.requests import Request
@@ -54,7 +55,8 @@ def routes() -> list[Route]:
         Route("/v1/ag-ui/{graph}", run_agent, methods=["POST"]),
         Route("/v1/ag-ui/{graph}/connect", connect_agent, methods=["POST"]),
         Route("/v1/ag-ui/{graph}/stop/{thread_id}", stop_run, methods=["POST"]),
-        Route(f"{ck}/info", copilotkit.runtime_info, methods=["GET"]),
+        Route(ck, copilotkit_single_route, methods=["POST"]),
+        Route(f"{ck}/info", copilotkit_info, methods=["GET"]),
         Route(f"{ck}/agent/{{graph}}/run", run_agent, methods=["POST"]),
         Route(f"{ck}/agent/{{graph}}/connect", connect_agent, methods=["POST"]),
         Route(f"{ck}/agent/{{graph}}/stop/{{thread_id}}", stop_run, methods=["POST"]),
@@ -66,7 +68,60 @@ def routes() -> list[Route]:
 
 @endpoint
 async def run_agent(request: Request, services: Services) -> Response:
-    principal, graph, run = await _run_request(request, services)
+    principal = await authenticate(request, services)
+    graph = _graph_of(services, request.path_params["graph"])
+    return await _run(services, principal, graph, await _body(request, services))
+
+
+@endpoint
+async def connect_agent(request: Request, services: Services) -> Response:
+    principal = await authenticate(request, services)
+    graph = _graph_of(services, request.path_params["graph"])
+    body = await _body(request, services)
+    return await _connect(services, principal, graph, body, request.headers.get("last-event-id"))
+
+
+@endpoint
+async def stop_run(request: Request, services: Services) -> Response:
+    principal = await authenticate(request, services)
+    _graph_of(services, request.path_params["graph"])
+    thread_id = conversation.conversation_id(path_id(request, "thread_id"), "threadId")
+    await _body(request, services)
+    return await _stop(services, principal, thread_id)
+
+
+@endpoint
+async def copilotkit_info(request: Request, services: Services) -> Response:
+    await authenticate(request, services)
+    return JSONBody(copilotkit.runtime_info(services))
+
+
+@endpoint
+async def copilotkit_single_route(request: Request, services: Services) -> Response:
+    """CopilotKit's single-route transport: one POST whose envelope names the operation."""
+    principal = await authenticate(request, services)
+    envelope = copilotkit.single_route_request(await _body(request, services))
+    if envelope.method == "info":
+        return JSONBody(copilotkit.runtime_info(services))
+    graph = _graph_of(services, envelope.agent_id)
+    if envelope.method == "agent/run":
+        return await _run(services, principal, graph, envelope.body)
+    if envelope.method == "agent/connect":
+        header = request.headers.get("last-event-id")
+        return await _connect(services, principal, graph, envelope.body, header)
+    thread_id = conversation.conversation_id(envelope.thread_id, "params.threadId")
+    return await _stop(services, principal, thread_id)
+
+
+# -- the operations ---------------------------------------------------------------------------
+
+
+async def _run(
+    services: Services, principal: Principal, graph: str, body: dict[str, Any]
+) -> Response:
+    """A new message starts a run, or `resume` decides the newest pause; the AG-UI run that
+    follows is streamed."""
+    run = parse_run_input(body)
     thread = await conversation.existing_thread(services, principal, run.thread_id)
     head = 0 if thread is None else thread.head_seq
     projection = await _projection(services, principal, run, upto=head)
@@ -89,10 +144,16 @@ async def run_agent(request: Request, services: Services) -> Response:
     return FeedResponse(_stream(services, principal, projection, [], one_run), slot)
 
 
-@endpoint
-async def connect_agent(request: Request, services: Services) -> Response:
-    principal, _graph, run = await _run_request(request, services)
-    cursor = cursor_of(request.headers.get("last-event-id"), run.forwarded_props)
+async def _connect(
+    services: Services,
+    principal: Principal,
+    graph: str,
+    body: dict[str, Any],
+    last_event_id: str | None,
+) -> Response:
+    """The conversation from the cursor, then live until the thread is quiet."""
+    run = parse_run_input(body)
+    cursor = cursor_of(last_event_id, run.forwarded_props)
     thread = await conversation.existing_thread(services, principal, run.thread_id)
     if thread is None:
         if cursor:
@@ -120,30 +181,19 @@ async def connect_agent(request: Request, services: Services) -> Response:
     return FeedResponse(_stream(services, principal, projection, prelude, quiet), slot)
 
 
-@endpoint
-async def stop_run(request: Request, services: Services) -> Response:
-    """Cancels the conversation's active run, wherever it streams; `runId` in the body is
-    accepted (CopilotKit sends it) but a conversation has one active run at most."""
-    principal = await authenticate(request, services)
-    _graph_of(request, services)
-    thread_id = conversation.conversation_id(path_id(request, "thread_id"), "threadId")
-    await read_json_body(request, max_bytes=services.settings.frontend_body_bytes)
+async def _stop(services: Services, principal: Principal, thread_id: str) -> Response:
+    """Cancels the conversation's active run, wherever it streams. CopilotKit sends the
+    `runId` it knows, but a conversation has one active run at most, so it is not needed."""
     stopped = await conversation.stop(services, principal, thread_id)
     return JSONBody({"stopped": stopped is not None})
 
 
-# -- what a request asks for ----------------------------------------------------------------
+async def _body(request: Request, services: Services) -> dict[str, Any]:
+    return await read_json_body(request, max_bytes=services.settings.frontend_body_bytes)
 
 
-async def _run_request(request: Request, services: Services) -> tuple[Principal, str, RunRequest]:
-    principal = await authenticate(request, services)
-    graph = _graph_of(request, services)
-    body = await read_json_body(request, max_bytes=services.settings.frontend_body_bytes)
-    return principal, graph, parse_run_input(body)
-
-
-def _graph_of(request: Request, services: Services) -> str:
-    graph = str(request.path_params["graph"])
+def _graph_of(services: Services, name: Any) -> str:
+    graph = str(name)
     if graph not in services.registry.names():
         raise not_found(f"no agent named {graph!r}")
     return graph

@@ -2,7 +2,7 @@
 // @ag-ui/client 0.0.59 it ships with) with its runtimeUrl pointing at the gateway: /info, a run,
 // an interrupt answered as CopilotKit's useInterrupt does (ɵInterruptState: a synthetic tool
 // message and a resume under the interrupted run's runId), a connect after a thread switch, and
-// a stop through abortRun().
+// a stop through abortRun(); then the single-route transport.
 // Config (argv[2], JSON): {runtimeUrl, token, threadId, input, storyThreadId, story}.
 
 import { randomUUID } from "node:crypto";
@@ -15,11 +15,12 @@ function emit(event, data = {}) {
   process.stdout.write(JSON.stringify({ event, ...data }) + "\n");
 }
 
-function agent(threadId) {
+function agent(threadId, transport = "auto") {
   const made = new ProxiedCopilotRuntimeAgent({
     runtimeUrl: config.runtimeUrl,
     agentId: "assistant",
     headers: { Authorization: `Bearer ${config.token}` },
+    transport,
   });
   made.threadId = threadId;
   made.seen = [];
@@ -76,7 +77,15 @@ try {
     },
   });
   await story.runAgent({ runId: randomUUID() }).catch((error) => emit("run-error", { message: String(error) }));
-  emit("done", { story: summary(story) });
+  emit("stopped", { story: summary(story) });
+
+  // The single-route transport: one POST to runtimeUrl for every operation.
+  const single = agent(config.singleThreadId, "single");
+  single.setMessages([{ id: randomUUID(), role: "user", content: "hello there" }]);
+  await single.runAgent({ runId: randomUUID() });
+  const rejoined = agent(config.singleThreadId, "single");
+  await rejoined.connectAgent();
+  emit("done", { single: summary(single), rejoined: summary(rejoined) });
 } catch (error) {
   emit("failed", { message: String(error?.stack ?? error) });
 }
