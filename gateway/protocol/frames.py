@@ -64,6 +64,18 @@ class EventType(StrEnum):
 
 # Events this gateway adds to the events of docs/protocol.md §6.
 TOOL_NEEDS_RECONCILIATION = "tool.needs_reconciliation"
+# A model's reasoning summary, streamed like a message, and the tokens each model call used.
+REASONING_STARTED = "reasoning.started"
+REASONING_DELTA = "reasoning.delta"
+REASONING_COMPLETED = "reasoning.completed"
+MODEL_USAGE = "model.usage"
+ADDED_EVENTS = (
+    TOOL_NEEDS_RECONCILIATION,
+    REASONING_STARTED,
+    REASONING_DELTA,
+    REASONING_COMPLETED,
+    MODEL_USAGE,
+)
 
 
 class ProtocolError(GatewayError):

@@ -13,11 +13,17 @@ from typing import Any
 
 from agents import AgentUpdatedStreamEvent, RawResponsesStreamEvent, RunItemStreamEvent
 
-from gateway.protocol.frames import EventType
+from gateway.protocol.frames import (
+    MODEL_USAGE,
+    REASONING_COMPLETED,
+    REASONING_DELTA,
+    REASONING_STARTED,
+    EventType,
+)
 from gateway.run_lifecycle.sensitive_arguments import SensitiveArguments, masked_call_data
 from persistence.ids import new_id
 
-Emitted = tuple[EventType, dict[str, Any]]
+Emitted = tuple[str, dict[str, Any]]
 
 
 def parse_arguments(raw: Any) -> dict[str, Any]:
@@ -52,6 +58,8 @@ class StreamTranslator:
     skip_outputs: set[str] = field(default_factory=set)
     # model item id -> (gateway message id, text so far), for messages of the current response
     open_messages: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    # the same for reasoning summaries
+    open_reasonings: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     # the graph's sensitive arguments, masked in `tool.called`
     # (gateway/run_lifecycle/sensitive_arguments.py)
     sensitive: SensitiveArguments = field(default_factory=dict)
@@ -73,7 +81,14 @@ class StreamTranslator:
 
         Pure, so a final write retried while storage is down announces the same aborts.
         """
-        return [
+        aborted: list[Emitted] = [
+            (
+                REASONING_COMPLETED,
+                {"reasoning_id": reasoning_id, "text": "".join(parts), "aborted": True},
+            )
+            for reasoning_id, parts in self.open_reasonings.values()
+        ]
+        return aborted + [
             (EventType.MESSAGE_ABORTED, {"message_id": message_id, "reason": reason})
             for message_id, _ in self.open_messages.values()
         ]
@@ -89,14 +104,22 @@ class StreamTranslator:
             return [(EventType.MESSAGE_DELTA, {"message_id": entry[0], "delta": delta})]
         if kind == "response.output_item.added":
             item = data.item
-            if getattr(item, "type", None) != "message":
+            item_type = getattr(item, "type", None)
+            if item_type == "reasoning":
+                reasoning_id = new_id("m")
+                self.open_reasonings[item.id] = (reasoning_id, [])
+                return [(REASONING_STARTED, {"reasoning_id": reasoning_id, "agent": self.agent})]
+            if item_type != "message":
                 return []
             message_id = new_id("m")
             self.open_messages[item.id] = (message_id, [])
             return [(EventType.MESSAGE_STARTED, {"message_id": message_id, "agent": self.agent})]
         if kind == "response.output_item.done":
             item = data.item
-            if getattr(item, "type", None) != "message":
+            item_type = getattr(item, "type", None)
+            if item_type == "reasoning":
+                return self._reasoning_done(item)
+            if item_type != "message":
                 return []
             entry = self.open_messages.pop(item.id, None)
             if entry is None:
@@ -104,7 +127,48 @@ class StreamTranslator:
             message_id, parts = entry
             text = _message_text(item) or "".join(parts)
             return [(EventType.MESSAGE_COMPLETED, {"message_id": message_id, "text": text})]
+        if kind in (
+            "response.reasoning_summary_text.delta",
+            "response.reasoning_summary_part.added",
+        ):
+            return self._reasoning_delta(kind, data)
+        if kind == "response.completed":
+            usage = getattr(getattr(data, "response", None), "usage", None)
+            if usage is None:
+                return []
+            model = getattr(data.response, "model", None)
+            return [
+                (
+                    MODEL_USAGE,
+                    {
+                        "agent": self.agent,
+                        **({"model": model} if isinstance(model, str) and model else {}),
+                        **usage_counts(usage),
+                    },
+                )
+            ]
         return []
+
+    def _reasoning_delta(self, kind: str, data: Any) -> list[Emitted]:
+        entry = self.open_reasonings.get(getattr(data, "item_id", ""))
+        if entry is None:
+            return []
+        if kind == "response.reasoning_summary_part.added":
+            # A summary comes in parts; later parts start a new paragraph.
+            delta = "\n\n" if entry[1] else ""
+        else:
+            delta = getattr(data, "delta", "")
+        if not delta:
+            return []
+        entry[1].append(delta)
+        return [(REASONING_DELTA, {"reasoning_id": entry[0], "delta": delta})]
+
+    def _reasoning_done(self, item: Any) -> list[Emitted]:
+        entry = self.open_reasonings.pop(getattr(item, "id", ""), None)
+        if entry is None:
+            return []
+        reasoning_id, parts = entry
+        return [(REASONING_COMPLETED, {"reasoning_id": reasoning_id, "text": "".join(parts)})]
 
     def _item(self, event: RunItemStreamEvent) -> list[Emitted]:
         item = event.item
@@ -136,6 +200,20 @@ class StreamTranslator:
                 )
             ]
         return []
+
+
+def usage_counts(usage: Any) -> dict[str, int]:
+    """The token counts of an SDK or Responses API usage object (docs/protocol.md §6)."""
+    inputs = getattr(usage, "input_tokens_details", None)
+    outputs = getattr(usage, "output_tokens_details", None)
+    counts = {
+        "input_tokens": int(getattr(usage, "input_tokens", 0) or 0),
+        "output_tokens": int(getattr(usage, "output_tokens", 0) or 0),
+        "total_tokens": int(getattr(usage, "total_tokens", 0) or 0),
+        "cached_tokens": int(getattr(inputs, "cached_tokens", 0) or 0),
+        "reasoning_tokens": int(getattr(outputs, "reasoning_tokens", 0) or 0),
+    }
+    return counts
 
 
 def _field(raw: Any, name: str) -> Any:

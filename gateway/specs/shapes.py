@@ -22,8 +22,13 @@ from gateway.auth.access import Role
 from gateway.auth.audit_trail import AuditAction, Outcome
 from gateway.protocol.error_codes import ERRORS, ErrorRule
 from gateway.protocol.frames import (
+    ADDED_EVENTS,
     MAX_ID_CHARS,
     MAX_REASON_CHARS,
+    MODEL_USAGE,
+    REASONING_COMPLETED,
+    REASONING_DELTA,
+    REASONING_STARTED,
     TOOL_NEEDS_RECONCILIATION,
     ErrorCode,
 )
@@ -274,6 +279,40 @@ class ToolNeedsReconciliationData(_Shape):
     idempotency_key: str
 
 
+class ReasoningStartedData(_Shape):
+    """The model began a reasoning summary (models that produce one)."""
+
+    reasoning_id: str
+    agent: str
+
+
+class ReasoningDeltaData(_Shape):
+    reasoning_id: str
+    delta: str = Field(description="summary text to append")
+
+
+class ReasoningCompletedData(_Shape):
+    reasoning_id: str
+    text: str = Field(description="the whole summary (what was streamed, when cut short)")
+    aborted: bool | Absent = Field(None, description="true: the summary was cut short")
+
+
+class TokenUsage(_Shape):
+    requests: int | Absent = Field(None, description="model calls counted (run totals only)")
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    cached_tokens: int = Field(description="input tokens read from the provider's cache")
+    reasoning_tokens: int = Field(description="output tokens spent reasoning")
+
+
+class ModelUsageData(TokenUsage):
+    """The tokens of one model call, logged when its response completes."""
+
+    agent: str
+    model: str | Absent = Field(None, description="the model's name, when the provider says")
+
+
 class AgentChangedData(_Shape):
     agent: str = Field(description="the agent in charge after a handoff")
 
@@ -327,14 +366,16 @@ class InputData(_Shape):
 
 class RunCompletedData(_Shape):
     final_output: str = Field(description='JSON-encoded when not a string; "" when none')
+    usage: TokenUsage | Absent = Field(None, description="the run's tokens, all its model calls")
 
 
 class RunFailedData(_Shape):
     error: RunError
+    usage: TokenUsage | Absent = Field(None, description="the run's tokens, all its model calls")
 
 
 class RunCancelledData(_Shape):
-    pass
+    usage: TokenUsage | Absent = Field(None, description="the run's tokens, all its model calls")
 
 
 # --- webhooks (docs/protocol.md §10) ---------------------------------------------------
@@ -382,6 +423,10 @@ def event_data_models() -> dict[str, type[_Shape]]:
         E.TOOL_CALLED: ToolCalledData,
         E.TOOL_OUTPUT: ToolOutputData,
         TOOL_NEEDS_RECONCILIATION: ToolNeedsReconciliationData,
+        REASONING_STARTED: ReasoningStartedData,
+        REASONING_DELTA: ReasoningDeltaData,
+        REASONING_COMPLETED: ReasoningCompletedData,
+        MODEL_USAGE: ModelUsageData,
         E.AGENT_CHANGED: AgentChangedData,
         E.APPROVAL_REQUESTED: ApprovalRequestedData,
         E.APPROVAL_DECIDED: ApprovalDecidedData,
@@ -398,7 +443,7 @@ def event_data_models() -> dict[str, type[_Shape]]:
 
 def event_names() -> list[str]:
     """Every event name in the order the protocol lists them (gateway additions last)."""
-    return [*(str(e) for e in E), TOOL_NEEDS_RECONCILIATION]
+    return [*(str(e) for e in E), *ADDED_EVENTS]
 
 
 # --- HTTP bodies --------------------------------------------------------------------------
