@@ -52,7 +52,7 @@ from gateway.run_lifecycle.approval_binding import (
 from gateway.run_lifecycle.lease_keeper import LeaseKeeper
 from gateway.run_lifecycle.review_rules import ReviewContext
 from gateway.run_lifecycle.sensitive_arguments import masked_call_data
-from gateway.run_lifecycle.stream_translation import StreamTranslator, output_text
+from gateway.run_lifecycle.stream_translation import StreamTranslator, output_text, usage_counts
 from gateway.storage.health import describe, is_outage
 from gateway.transport.outbox import encoded_size
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
@@ -544,7 +544,10 @@ class SegmentRunner:
             self._ev(
                 segment,
                 EventType.RUN_COMPLETED,
-                {"final_output": output_text(final) if final is not None else ""},
+                {
+                    "final_output": output_text(final) if final is not None else "",
+                    **run_usage(result),
+                },
             )
         )
         checkpoint = await self._final_checkpoint(segment, result, "completed")
@@ -559,7 +562,9 @@ class SegmentRunner:
     ) -> None:
         error = failure(exc)
         events = [self._ev(segment, t, d) for t, d in translator.abort_open("failed")]
-        events.append(self._ev(segment, EventType.RUN_FAILED, {"error": error}))
+        events.append(
+            self._ev(segment, EventType.RUN_FAILED, {"error": error, **run_usage(result)})
+        )
         checkpoint = await self._final_checkpoint(segment, result, "error")
         await storage_retry(
             lambda: self._end(segment, RunStatus.FAILED, events, error=error, checkpoint=checkpoint)
@@ -590,7 +595,7 @@ class SegmentRunner:
         self, segment: Segment, translator: StreamTranslator, execution: Execution
     ) -> None:
         events = [self._ev(segment, t, d) for t, d in translator.abort_open("cancelled")]
-        events.append(self._ev(segment, EventType.RUN_CANCELLED, {}))
+        events.append(self._ev(segment, EventType.RUN_CANCELLED, run_usage(execution.result)))
         await self._end(segment, RunStatus.CANCELLED, events, audit=execution.cancel_audit)
         execution.cancel_audit = None
 
@@ -644,6 +649,16 @@ def elide_session_history(data: dict[str, Any]) -> None:
     if isinstance(items, list) and len(items) > 1:
         data[ELIDED_HISTORY_KEY] = len(items) - 1
         data["original_input"] = items[-1:]
+
+
+def run_usage(result: RunResultStreaming | None) -> dict[str, Any]:
+    """`{"usage": …}`: the run's tokens over all its model calls. The SDK keeps the count in
+    the run state, so it spans every segment of the run, pauses and restarts included (the
+    calls of a turn cut by a crash are not in the checkpoint it resumed from)."""
+    usage = getattr(getattr(result, "context_wrapper", None), "usage", None)
+    if usage is None or not getattr(usage, "requests", 0):
+        return {}
+    return {"usage": {"requests": int(usage.requests), **usage_counts(usage)}}
 
 
 def _outcome(execution: Execution) -> str:

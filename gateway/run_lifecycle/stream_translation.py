@@ -134,7 +134,9 @@ class StreamTranslator:
             return self._reasoning_delta(kind, data)
         if kind == "response.completed":
             usage = getattr(getattr(data, "response", None), "usage", None)
-            if usage is None:
+            counts = usage_counts(usage) if usage is not None else {}
+            if not counts.get("total_tokens") and not counts.get("input_tokens"):
+                # A provider that reports no usage (or a scripted model's empty one).
                 return []
             model = getattr(data.response, "model", None)
             return [
@@ -143,7 +145,7 @@ class StreamTranslator:
                     {
                         "agent": self.agent,
                         **({"model": model} if isinstance(model, str) and model else {}),
-                        **usage_counts(usage),
+                        **counts,
                     },
                 )
             ]
