@@ -18,7 +18,7 @@ scrape, whichever worker answers it, adds up every worker's (`multiprocess_dir`)
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -67,6 +67,15 @@ REVIEW_BUCKETS_S = (1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600,
 CHECKPOINT_BUCKETS_BYTES = (1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)
 # Commit to socket write: well under a millisecond when idle, more behind a busy loop.
 LAG_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
+
+
+# `gateway_model_tokens` kinds and the `model.usage` fields they count.
+TOKEN_KINDS = (
+    ("input", "input_tokens"),
+    ("output", "output_tokens"),
+    ("cached", "cached_tokens"),
+    ("reasoning", "reasoning_tokens"),
+)
 
 
 class Bounded:
@@ -174,6 +183,14 @@ class GatewayMetrics:
             registry=reg,
         )
         self._model_calls = Bounded(self.model_calls, agents)
+        self.model_tokens = Counter(
+            "gateway_model_tokens",
+            "Tokens the model calls used, by agent and kind (input, output, cached input, "
+            "reasoning output), as the provider reported them.",
+            ["kind", "agent"],
+            registry=reg,
+        )
+        self._model_tokens = Bounded(self.model_tokens, agents)
         self.tool_calls = Histogram(
             "gateway_tool_call_seconds",
             "Tool calls, by tool, and their duration (its _count is the number of calls).",
@@ -252,6 +269,7 @@ class GatewayMetrics:
         """The registry's agent names: any other is counted as `other`."""
         self._runs = Bounded(self.runs, agents)
         self._model_calls = Bounded(self.model_calls, agents)
+        self._model_tokens = Bounded(self.model_tokens, agents)
 
     def count_pending(self, count: Callable[[], Awaitable[int]]) -> None:
         """How to count pending approvals; called on each scrape."""
@@ -292,6 +310,13 @@ class GatewayMetrics:
 
     def model_call(self, agent: str, seconds: float) -> None:
         self._model_calls.get(agent).observe(seconds)
+
+    def tokens(self, agent: str, usage: Mapping[str, Any]) -> None:
+        """One model call's `model.usage` counts (docs/protocol.md §6)."""
+        for kind, key in TOKEN_KINDS:
+            count = usage.get(key) or 0
+            if count:
+                self._model_tokens.get(kind, agent).inc(count)
 
     def tool_call(self, tool: str, seconds: float) -> None:
         self._tool_calls.get(tool).observe(seconds)

@@ -43,7 +43,7 @@ from gateway.event_log.writer import EventLog
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.run_hooks import MetricsHooks
 from gateway.observability.tracing import Telemetry
-from gateway.protocol.frames import TOOL_NEEDS_RECONCILIATION, EventType, utc_ts
+from gateway.protocol.frames import MODEL_USAGE, TOOL_NEEDS_RECONCILIATION, EventType, utc_ts
 from gateway.run_lifecycle.approval_binding import (
     arguments_digest,
     interruption_arguments,
@@ -264,6 +264,8 @@ class SegmentRunner:
                 spans.observe(sdk_event, emitted)
                 for type_, data in emitted:
                     await self._log.append(run.thread_id, run.run_id, type_, data, segment.lease)
+                    if type_ == MODEL_USAGE and self._metrics is not None:
+                        self._metrics.tokens(data["agent"], data)
             if execution.cancel_requested:
                 await self._finish_cancelled(segment, translator, execution)
             elif result.interruptions:
