@@ -125,6 +125,10 @@ async def test_a_run_streams_its_text_to_http_agent(gateway: Gateway, version: s
         ("user", "hello there"),
         ("assistant", 'You said: "hello there"'),
     ]
+    twin = done["twin"]
+    assert twin.get("error") is None and twin["cursor"] == done["lastEventId"]
+    assert int(twin["after"]) > int(twin["cursor"]) and done["runnerAfter"] == done["lastEventId"]
+    assert [m["content"] for m in twin["messages"]][-1] == 'You said: "and again"'
     assert done["types"][:3] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "STEP_STARTED"]
     assert done["types"][-2:] == ["STEP_FINISHED", "RUN_FINISHED"]
     # The run the client asked for, under the runId it chose.

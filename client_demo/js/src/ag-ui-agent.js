@@ -21,18 +21,34 @@ export function makeGatewayAgent(agui) {
       super(config);
       /** The seq of the last event applied (a string, as SSE ids are), or null. */
       this.lastEventId = config.lastEventId == null ? null : String(config.lastEventId);
+      this._track(this.fetch);
+    }
+
+    /** Reads the ids of this agent's own responses: its fetch, and a subscriber of its own. */
+    _track(send) {
       // Ids of the frames received and not yet applied, in order: one per event.
       this._unapplied = [];
       this._appliedSinceConnect = 0;
-      const send = this.fetch;
+      this._send = send;
       this.fetch = async (url, init) => this._tracked(await send(url, init));
-      this.subscribe({
+      this._tracker = {
         onEvent: () => {
           const id = this._unapplied.shift();
           if (id !== undefined && id !== null) this.lastEventId = id;
           this._appliedSinceConnect += 1;
         },
-      });
+      };
+      this.subscribe(this._tracker);
+    }
+
+    clone() {
+      // HttpAgent's clone copies the fetch and the subscribers, which would keep reading
+      // into this agent's cursor: the clone gets a cursor and a tracker of its own.
+      const cloned = super.clone();
+      cloned.subscribers = cloned.subscribers.filter((s) => s !== this._tracker);
+      cloned.lastEventId = this.lastEventId;
+      cloned._track(this._send);
+      return cloned;
     }
 
     /** `<url>/connect`: the conversation from `lastEventId`, then live. */

@@ -17,6 +17,8 @@ export declare class GatewayAgent extends HttpAgent {
   connectAgent(parameters?: RunAgentParameters, subscriber?: AgentSubscriber): Promise<RunAgentResult>;
   /** Cancel the conversation's run on the gateway; whether a run was active. */
   stopRun(): Promise<boolean>;
+  /** A copy with the same cursor, which from then on follows its own responses. */
+  clone(): GatewayAgent;
 }
 
 /** The class for a given `@ag-ui/client` module (1.0, or 0.0.x as CopilotKit ships it). */

@@ -75,7 +75,18 @@ const scenarios = {
     const runner = agent();
     say(runner, config.input);
     const outcome = await settle(runner.runAgent({ runId: config.runId }));
-    emit("done", { ...summary(runner), ...outcome });
+    const ran = summary(runner);
+    // A clone (CopilotKit clones agents) keeps the cursor and then tracks its own.
+    const twin = runner.clone();
+    const twinCursor = twin.lastEventId;
+    say(twin, "and again");
+    const again = await settle(twin.runAgent());
+    emit("done", {
+      ...ran,
+      ...outcome,
+      twin: { cursor: twinCursor, after: twin.lastEventId, error: again.error, messages: twin.messages },
+      runnerAfter: runner.lastEventId,
+    });
   },
 
   async interrupt() {
