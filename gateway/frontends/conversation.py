@@ -21,9 +21,10 @@ from gateway.resources import Services
 from gateway.run_lifecycle.context import thread_ref
 from gateway.run_lifecycle.manager import RunRecord, Started, ThreadRecord
 
-# Ids that frontend libraries make (nanoid, uuid) and the gateway's own (`t_…`); nothing that
-# would need escaping in a URL path or a log line.
-CLIENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
+# Ids that frontend libraries make (nanoid, uuid, assistant-ui's local `__LOCALID_…`) and the
+# gateway's own (`t_…`); nothing that would need escaping in a URL path or a log line, and no
+# leading `.`, `:` or `-` (a dot segment, a scheme-like or option-like id).
+CLIENT_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
 
 
 @dataclass(frozen=True)
