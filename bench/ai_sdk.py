@@ -23,10 +23,11 @@ a day), driven from Node (tests/frontends/node/bench_ai_sdk.mjs, so `npm ci` the
   responses read raw from Python (httpx; `websockets` + `orjson` per frame), connect included,
   which also count the chunks.
 - `memory_*`: RSS growth per idle connection at `--connections` connections (bench/memory.py's
-  method, a fresh gateway for each kind): native after `hello`; `/v1/ai-sdk/ws` after one
+  method, a fresh gateway for each kind): native after `hello`, and after `hello` and one run
+  of a one-word message (`run.start` "hi", read to `run.completed`); `/v1/ai-sdk/ws` after one
   `resume` answered `no-active` (what a useChat page with `resume: true` sends on load, on a
-  chat with nothing active); `/v1/ai-sdk/ws` after one `send` of a one-word message whose
-  response was read to its `end`.
+  chat with nothing active), and after one `send` of the same one-word message, its response
+  read to its `end`. Each AI SDK kind is divided by its native twin.
 
 Prints one JSON line.
 """
@@ -56,6 +57,7 @@ from bench.common import (
     Backend,
     BenchClient,
     ProtocolError,
+    connect,
     fresh_database,
     gateway_process,
     issue_token,
@@ -186,6 +188,36 @@ async def ai_sdk_sockets(
         )
 
 
+@contextlib.asynccontextmanager
+async def native_run_clients(
+    url: str, count: int, user: str = "alice"
+) -> AsyncIterator[list[ClientConnection]]:
+    """`count` native connections, each after `hello` and one run of a one-word message read to
+    its `run.completed`: the native twin of `ai_sdk_sockets(request="send")`."""
+    token = issue_token(user, ["user"])
+    opened: list[ClientConnection] = []
+
+    async def open_one() -> None:
+        ws = await connect(url, token)
+        opened.append(ws)
+        await ws.send(orjson.dumps({"type": "run.start", "id": "s", "input": "hi"}).decode())
+        while True:
+            frame = orjson.loads(await asyncio.wait_for(ws.recv(), TIMEOUT_S))
+            if frame["type"] == "error":
+                raise ProtocolError(f"run.start: {frame}")
+            if frame["type"] == "event" and frame["event"] == "run.completed":
+                return
+
+    try:
+        for start in range(0, count, 50):
+            await asyncio.gather(*(open_one() for _ in range(min(50, count - start))))
+        yield opened
+    finally:
+        await asyncio.gather(
+            *(asyncio.wait_for(ws.close(), 10) for ws in opened), return_exceptions=True
+        )
+
+
 async def memory(count: int, backend: Backend, workdir: Path) -> dict[str, Any]:
     """KiB per idle connection, each kind on a fresh gateway and database (a gateway that
     held and closed other connections would reuse their freed memory)."""
@@ -194,6 +226,7 @@ async def memory(count: int, backend: Backend, workdir: Path) -> dict[str, Any]:
         raise RuntimeError(f"the open-files limit ({limit}) is too low for {count} connections")
     kinds: dict[str, dict[str, Any]] = {
         "native_hello": {},
+        "native_run": {"open_clients": native_run_clients},
         "ai_sdk_resume": {
             "open_clients": partial(ai_sdk_sockets, request="resume"),
             "path": AI_SDK_WS,
@@ -205,9 +238,11 @@ async def memory(count: int, backend: Backend, workdir: Path) -> dict[str, Any]:
         async with fresh_database(backend, workdir, name=f"memory_{kind}") as database:
             with gateway_process(workdir, database=database, name=f"memory_{kind}") as gateway:
                 figures[kind] = await per_connection_kib(gateway, count, **options)
-    native = figures["native_hello"]["kib_per_connection"]
-    for kind in ("ai_sdk_resume", "ai_sdk_send"):
-        figures[f"{kind}_over_native"] = round(figures[kind]["kib_per_connection"] / native, 3)
+    # Each AI SDK socket against the native connection that did the same: authenticated, or
+    # authenticated and one small run read to its end.
+    for kind, twin in (("ai_sdk_resume", "native_hello"), ("ai_sdk_send", "native_run")):
+        ratio = figures[kind]["kib_per_connection"] / figures[twin]["kib_per_connection"]
+        figures[f"{kind}_over_{twin}"] = round(ratio, 3)
     return figures
 
 
