@@ -54,6 +54,7 @@ from openai.types.responses import (
     ResponseTextDoneEvent,
     ResponseUsage,
 )
+from openai.types.responses.response_reasoning_item import ResponseReasoningItem, Summary
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -77,6 +78,8 @@ class RecordedRequest:
 class Plan:
     text: str
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # A reasoning summary streamed before the answer, in paragraphs (summary parts).
+    reasoning: list[str] = field(default_factory=list)
 
 
 # -- reading the request --------------------------------------------------------------------
@@ -126,6 +129,11 @@ def plan_for(input_: Any) -> Plan:
         amount: int | float = (float(rest[0]) if "." in rest[0] else int(rest[0])) if rest else 10
         sentence = f"I will refund {amount} USD for order {order_id}; this needs your approval."
         return Plan(sentence, [("issue_refund", {"order_id": order_id, "amount": amount})])
+    if "think" in user_text.lower():
+        return Plan(
+            f'You said: "{user_text}"',
+            reasoning=["The user wants me to think it over.", "Quoting them back is enough."],
+        )
     return Plan(f'You said: "{user_text}"')
 
 
@@ -138,6 +146,14 @@ def _new_id(prefix: str) -> str:
 
 def build_response(model: str, plan: Plan, input_: Any) -> Response:
     output: list[Any] = []
+    if plan.reasoning:
+        output.append(
+            ResponseReasoningItem(
+                id=_new_id("rs"),
+                type="reasoning",
+                summary=[Summary(type="summary_text", text=text) for text in plan.reasoning],
+            )
+        )
     if plan.text:
         output.append(
             ResponseOutputMessage(
@@ -182,7 +198,9 @@ def build_response(model: str, plan: Plan, input_: Any) -> Response:
             output_tokens=out_tokens,
             total_tokens=in_tokens + out_tokens,
             input_tokens_details=InputTokensDetails(cached_tokens=0, cache_write_tokens=0),
-            output_tokens_details=OutputTokensDetails(reasoning_tokens=0),
+            output_tokens_details=OutputTokensDetails(
+                reasoning_tokens=sum(len(text.split()) for text in plan.reasoning)
+            ),
         ),
     )
 
@@ -246,6 +264,41 @@ def stream_events(response: Response) -> Iterator[Any]:
                     sequence_number=next(seq),
                     **where,
                 )
+        elif isinstance(item, ResponseReasoningItem):
+            yield ResponseOutputItemAddedEvent(
+                type="response.output_item.added",
+                item=item.model_copy(update={"summary": []}),
+                output_index=index,
+                sequence_number=next(seq),
+            )
+            for summary_index, summary in enumerate(item.summary):
+                where = {"item_id": item.id, "output_index": index, "summary_index": summary_index}
+                part = {"type": "summary_text", "text": ""}
+                yield {
+                    "type": "response.reasoning_summary_part.added",
+                    "part": part,
+                    "sequence_number": next(seq),
+                    **where,
+                }
+                for delta in _chunks(summary.text):
+                    yield {
+                        "type": "response.reasoning_summary_text.delta",
+                        "delta": delta,
+                        "sequence_number": next(seq),
+                        **where,
+                    }
+                yield {
+                    "type": "response.reasoning_summary_text.done",
+                    "text": summary.text,
+                    "sequence_number": next(seq),
+                    **where,
+                }
+                yield {
+                    "type": "response.reasoning_summary_part.done",
+                    "part": {**part, "text": summary.text},
+                    "sequence_number": next(seq),
+                    **where,
+                }
         elif isinstance(item, ResponseFunctionToolCall):
             item_id = item.id or item.call_id
             yield ResponseOutputItemAddedEvent(

@@ -22,7 +22,22 @@ from enum import Enum
 from typing import Any
 
 from gateway.frontends.thread_log import LogEntry
-from gateway.protocol.frames import TOOL_NEEDS_RECONCILIATION, EventType
+from gateway.protocol.frames import (
+    MODEL_USAGE,
+    REASONING_COMPLETED,
+    REASONING_DELTA,
+    REASONING_STARTED,
+    TOOL_NEEDS_RECONCILIATION,
+    EventType,
+)
+
+USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "cached_tokens",
+    "reasoning_tokens",
+)
 
 Chunk = dict[str, Any]
 
@@ -66,6 +81,9 @@ class RunChunks:
         self._approvals: dict[str, str] = {}  # approval id -> call id
         self._pause: list[str] = []  # the tools of the approvals since the last pause
         self._open_texts: set[str] = set()
+        self._open_reasonings: set[str] = set()
+        # The message's tokens so far (its run's model calls), in its metadata as `usage`.
+        self._usage: dict[str, int] = {}
         self._step_has_output = False
         # The current step shows model output (text, tool calls) of the turn under way, and
         # whether any of its calls asked for approval (restored from a checkpoint, they carry on).
@@ -113,6 +131,25 @@ class RunChunks:
                 return Step()
             self._open_texts.discard(data["message_id"])
             return Step([{"type": "text-end", "id": data["message_id"]}])
+        if kind == REASONING_STARTED:
+            self._open_reasonings.add(data["reasoning_id"])
+            step = self._next_step()
+            self._step_has_turn = True
+            return Step([*step, {"type": "reasoning-start", "id": data["reasoning_id"]}])
+        if kind == REASONING_DELTA:
+            delta = {"type": "reasoning-delta", "id": data["reasoning_id"], "delta": data["delta"]}
+            return Step([delta])
+        if kind == REASONING_COMPLETED:
+            if data["reasoning_id"] not in self._open_reasonings:
+                return Step()
+            self._open_reasonings.discard(data["reasoning_id"])
+            return Step([{"type": "reasoning-end", "id": data["reasoning_id"]}])
+        if kind == MODEL_USAGE:
+            for name in USAGE_FIELDS:
+                self._usage[name] = self._usage.get(name, 0) + int(data.get(name) or 0)
+            self._usage["requests"] = self._usage.get("requests", 0) + 1
+            usage = {"type": "message-metadata", "messageMetadata": {"usage": dict(self._usage)}}
+            return Step([usage])
         if kind == EventType.TOOL_CALLED:
             step = self._next_step()
             self._step_has_turn = True
@@ -141,7 +178,7 @@ class RunChunks:
                 {
                     "type": "finish",
                     "finishReason": "stop",
-                    "messageMetadata": self.meta(entry.seq, "completed"),
+                    "messageMetadata": self._final_meta(entry, "completed"),
                 },
             ]
             return Step(self._close_texts(), Boundary.FINISHED, closing)
@@ -157,7 +194,7 @@ class RunChunks:
                 {
                     "type": "finish",
                     "finishReason": "other",
-                    "messageMetadata": self.meta(entry.seq, "cancelled"),
+                    "messageMetadata": self._final_meta(entry, "cancelled"),
                 },
             ]
             return Step(self._close_texts(), Boundary.FINISHED, closing)
@@ -273,14 +310,28 @@ class RunChunks:
         ]
         return Step(chunks, Boundary.CALLER_DECIDES, closing)
 
+    def _final_meta(self, entry: LogEntry, status: str) -> dict[str, Any]:
+        """The metadata a finished run leaves: its status, and its token totals (the SDK's
+        count over all its model calls) when the run reported them."""
+        meta = self.meta(entry.seq, status)
+        if isinstance(entry.data.get("usage"), dict):
+            meta["usage"] = entry.data["usage"]
+        return meta
+
     def _status(self, seq: int, status: str) -> Chunk:
         return {"type": "message-metadata", "messageMetadata": self.meta(seq, status)}
 
     def _close_texts(self) -> list[Chunk]:
-        """Texts still open when the run stops or pauses are ended (their `message.aborted`
-        comes first in the log; this covers a log cut short)."""
+        """Texts and reasoning still open when the run stops or pauses are ended (their
+        `message.aborted` / `reasoning.completed` come first in the log; this covers a log
+        cut short)."""
         closing = [
             {"type": "text-end", "id": message_id} for message_id in sorted(self._open_texts)
         ]
+        closing += [
+            {"type": "reasoning-end", "id": reasoning_id}
+            for reasoning_id in sorted(self._open_reasonings)
+        ]
         self._open_texts.clear()
+        self._open_reasonings.clear()
         return closing

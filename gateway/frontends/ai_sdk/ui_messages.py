@@ -42,13 +42,13 @@ class MessageFold:
             # The parts since the step's start go (the AI SDK keeps the step-start itself).
             starts = [i for i, part in enumerate(parts) if part["type"] == "step-start"]
             del parts[(starts[-1] + 1 if starts else 0) :]
-        elif kind == "text-start":
-            part = {"type": "text", "text": "", "state": "streaming"}
+        elif kind in ("text-start", "reasoning-start"):
+            part = {"type": kind.removesuffix("-start"), "text": "", "state": "streaming"}
             self._texts[chunk["id"]] = part
             parts.append(part)
-        elif kind == "text-delta":
+        elif kind in ("text-delta", "reasoning-delta"):
             self._texts[chunk["id"]]["text"] += chunk["delta"]
-        elif kind == "text-end":
+        elif kind in ("text-end", "reasoning-end"):
             self._texts[chunk["id"]]["state"] = "done"
         elif kind == "tool-input-available":
             part = {

@@ -1,0 +1,172 @@
+"""Reasoning summaries and token usage (docs/protocol.md §6): a scripted model that emits both,
+and the real OpenAI provider path against a fake Responses API that streams reasoning summaries;
+what the log holds, the run's totals, the metric, and what useChat's `Chat` shows of them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from agents import Agent
+from agents.testing import ModelStep, ScriptedModel
+from agents.usage import Usage
+from openai.types.responses.response_reasoning_item import ResponseReasoningItem, Summary
+from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+
+from gateway.agents.registry import AgentGraph, AgentRegistry
+from tests.support.agents import EffectLog, call, effect_tool, say
+from tests.support.client import Client
+from tests.support.fake_openai import running_fake_openai
+from tests.support.gateway import Gateway
+from tests.support.node_scripts import node_script
+
+
+def usage(input_tokens: int, output_tokens: int, cached: int, reasoning: int) -> Usage:
+    return Usage(
+        requests=1,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        total_tokens=input_tokens + output_tokens,
+        input_tokens_details=InputTokensDetails(cached_tokens=cached, cache_write_tokens=0),
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning),
+    )
+
+
+def thinking(summary: list[str]) -> ResponseReasoningItem:
+    return ResponseReasoningItem(
+        id="rs_1",
+        type="reasoning",
+        summary=[Summary(type="summary_text", text=text) for text in summary],
+    )
+
+
+def reasoning_registry() -> AgentRegistry:
+    model = ScriptedModel(
+        [
+            ModelStep(
+                output=[thinking(["Look the order up first."]), call("lookup", "c1", order=7)],
+                usage=usage(100, 20, 40, 8),
+            ),
+            ModelStep(
+                output=[thinking(["It shipped.", "Say so."]), say("Order 7 shipped.")],
+                usage=usage(150, 30, 100, 12),
+            ),
+        ]
+    )
+    effects = EffectLog()
+
+    def build() -> Agent[Any]:
+        return Agent(
+            name="thinker",
+            instructions="test agent",
+            model=model,
+            tools=[effect_tool(effects, "lookup", needs_approval=False, output="shipped")],
+        )
+
+    return AgentRegistry([AgentGraph(name="thinker", version="1", build=build)])
+
+
+async def test_a_scripted_model_s_reasoning_and_usage_are_logged(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(registry=reasoning_registry(), metrics=True) as gw:
+        alice = await Client.connect(gw.ws_url, gw.token("alice", "user"))
+        try:
+            ack = await alice.request("run.start", input="where is order 7?")
+            await alice.wait_event("run.completed")
+            events = alice.events_of(ack["thread_id"])
+        finally:
+            await alice.close()
+        async with gw.http() as http:
+            scraped = (await http.get("/metrics")).text
+    names = [e["event"] for e in events]
+    assert names.count("reasoning.started") == 2 and names.count("model.usage") == 2
+    # A summary streams like a message, before the model's output of that call.
+    assert names.index("reasoning.completed") < names.index("tool.called")
+    completed = [e["data"] for e in events if e["event"] == "reasoning.completed"]
+    assert [c["text"] for c in completed] == ["Look the order up first.", "It shipped.\n\nSay so."]
+    for reasoning in completed:
+        deltas = [
+            e["data"]["delta"]
+            for e in events
+            if e["event"] == "reasoning.delta"
+            and e["data"]["reasoning_id"] == reasoning["reasoning_id"]
+        ]
+        assert "".join(deltas) == reasoning["text"]
+    calls = [e["data"] for e in events if e["event"] == "model.usage"]
+    assert [(c["input_tokens"], c["cached_tokens"], c["reasoning_tokens"]) for c in calls] == [
+        (100, 40, 8),
+        (150, 100, 12),
+    ]
+    assert all(c["agent"] == "thinker" for c in calls)
+    totals = events[-1]["data"]["usage"]
+    assert totals == {
+        "requests": 2,
+        "input_tokens": 250,
+        "output_tokens": 50,
+        "total_tokens": 300,
+        "cached_tokens": 140,
+        "reasoning_tokens": 20,
+    }
+    assert 'gateway_model_tokens_total{agent="thinker",kind="reasoning"} 20.0' in scraped
+    assert 'gateway_model_tokens_total{agent="thinker",kind="cached"} 140.0' in scraped
+
+
+async def test_use_chat_shows_the_reasoning_and_the_message_s_usage(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(registry=reasoning_registry()) as gw:
+        config = {
+            "scenario": "stream",
+            "transport": "ws",
+            "base": gw.http_url,
+            "token": gw.token("alice", "user"),
+            "chatId": "thinking-chat",
+            "text": "where is order 7?",
+        }
+        async with node_script("ai_sdk_chat.mjs", config) as script:
+            result = await script.until("done", timeout_s=60)
+        history = await messages_of(gw, "thinking-chat")
+    message = result["messages"][-1]
+    reasoning = [p["text"] for p in message["parts"] if p["type"] == "reasoning"]
+    assert reasoning == ["Look the order up first.", "It shipped.\n\nSay so."]
+    assert message["metadata"]["usage"]["requests"] == 2
+    assert message["metadata"]["usage"]["reasoning_tokens"] == 20
+    assert [p["type"] for p in history[1]["parts"]] == [p["type"] for p in message["parts"]]
+    assert history[1]["metadata"]["usage"] == message["metadata"]["usage"]
+
+
+async def messages_of(gw: Gateway, chat_id: str) -> list[dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {gw.token('alice', 'user')}"}
+    async with httpx.AsyncClient(base_url=gw.http_url, timeout=10) as http:
+        answer = await http.get(f"/v1/ai-sdk/chat/{chat_id}/messages", headers=headers)
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["messages"])
+
+
+async def test_reasoning_summaries_streamed_by_an_openai_compatible_server(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with (
+        running_fake_openai() as (_fake, port),
+        gateway_factory(
+            openai_api_key="sk-test", openai_base_url=f"http://127.0.0.1:{port}/v1", model="gpt-x"
+        ) as gw,
+    ):
+        alice = await Client.connect(gw.ws_url, gw.token("alice", "user"))
+        try:
+            ack = await alice.request("run.start", input="think about this")
+            await alice.wait_event("run.completed")
+            events = alice.events_of(ack["thread_id"])
+        finally:
+            await alice.close()
+    names = [e["event"] for e in events]
+    assert names.index("reasoning.started") < names.index("message.started")
+    summary = next(e["data"]["text"] for e in events if e["event"] == "reasoning.completed")
+    assert summary == "The user wants me to think it over.\n\nQuoting them back is enough."
+    deltas = [e["data"]["delta"] for e in events if e["event"] == "reasoning.delta"]
+    assert len(deltas) > 5 and "".join(deltas) == summary
+    used = next(e["data"] for e in events if e["event"] == "model.usage")
+    assert used["model"] == "gpt-x" and used["reasoning_tokens"] == 13
+    assert events[-1]["data"]["usage"]["reasoning_tokens"] == 13
