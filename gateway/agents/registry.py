@@ -18,6 +18,7 @@ from agents import Agent
 
 from gateway.agents.run_caller import RunCaller
 from gateway.agents.run_settings import RunSettings
+from gateway.auth.access import DecidedBy
 
 
 class UnknownAgentError(LookupError):
@@ -78,7 +79,10 @@ class AgentGraph:
     which whoever decides its approvals must hold at least one, on top of being allowed to decide at
     all (gateway/run_lifecycle/review_rules.py); tools not listed can be decided by any reviewer. It
     is policy, not part of the checkpoint: changing it needs no new version and applies to approvals
-    already waiting.
+    already waiting. `decided_by` maps a tool name to who decides its calls: `"user"` (the run's
+    own user confirms, as in "send this email?"), `"reviewer"` or `"either"`; tools not listed
+    follow GATEWAY_SELF_APPROVAL (gateway/auth/access.py `DecidedBy`). It is policy too. A tool
+    only its user decides takes no reviewer roles.
 
     The run context (docs/agents.md "Context"): `make_context(caller)` builds the context of
     each new run from its `RunCaller` (gateway/agents/run_caller.py); without it the context is the
@@ -102,6 +106,23 @@ class AgentGraph:
     # hash=False: a dict value must not make the (frozen, hashable) graph unhashable.
     sensitive_arguments: Mapping[str, frozenset[str]] = field(default_factory=dict, hash=False)
     reviewer_roles: Mapping[str, frozenset[str]] = field(default_factory=dict, hash=False)
+    decided_by: Mapping[str, DecidedBy | str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        for tool_name, who in self.decided_by.items():
+            try:
+                decider = DecidedBy(who)
+            except ValueError:
+                raise ValueError(
+                    f"agent graph {self.name!r}: decided_by[{tool_name!r}] is {who!r}, not one of "
+                    f"{', '.join(d.value for d in DecidedBy)}"
+                ) from None
+            # Roles would narrow reviewers who may not decide it anyway: a mistake to report.
+            if decider is DecidedBy.USER and self.reviewer_roles.get(tool_name):
+                raise ValueError(
+                    f"agent graph {self.name!r}: {tool_name!r} is decided by the run's own user, "
+                    "so it cannot also have reviewer_roles"
+                )
 
     # -- the run context -------------------------------------------------------------------
 
@@ -164,6 +185,11 @@ class AgentGraph:
 
     def roles_for(self, tool_name: str) -> frozenset[str]:
         return frozenset(self.reviewer_roles.get(tool_name, ()))
+
+    def decider_for(self, tool_name: str) -> DecidedBy | None:
+        """Who decides `tool_name`'s calls; None: the global default (GATEWAY_SELF_APPROVAL)."""
+        who = self.decided_by.get(tool_name)
+        return None if who is None else DecidedBy(who)
 
     def accepts(self, stored_version: str) -> bool:
         return stored_version == self.version or stored_version in self.compatible_versions

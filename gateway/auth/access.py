@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, ClassVar, Literal
 
 import jwt
@@ -377,19 +378,49 @@ def check_can_subscribe(principal: Principal, thread: ThreadRef) -> None:
     )
 
 
-def check_can_decide(principal: Principal, thread: ThreadRef, *, self_approval: bool) -> None:
-    """Decide an approval on a thread: a reviewer or admin of the tenant.
+class DecidedBy(StrEnum):
+    """Who decides the calls of a tool (`AgentGraph.decided_by`, docs/protocol.md §3)."""
 
-    The owning user may decide their own run's approvals only when `self_approval`
-    (GATEWAY_SELF_APPROVAL) is on. A reviewer who also owns the thread decides as a reviewer.
+    # The run's own user: the owning user of the thread (the "send this email?" confirmation).
+    USER = "user"
+    # Reviewers and admins of the tenant.
+    REVIEWER = "reviewer"
+    # Both.
+    EITHER = "either"
+
+
+def default_decided_by(self_approval: bool) -> DecidedBy:
+    """Who decides the calls of a tool its graph says nothing about: GATEWAY_SELF_APPROVAL."""
+    return DecidedBy.EITHER if self_approval else DecidedBy.REVIEWER
+
+
+def check_can_decide(
+    principal: Principal,
+    thread: ThreadRef,
+    *,
+    self_approval: bool,
+    decided_by: DecidedBy | None = None,
+) -> DecidedBy:
+    """Decide an approval on a thread: a reviewer or admin of the tenant, or the owning user.
+
+    `decided_by` is who decides the call's tool; None takes the global default, where the owning
+    user may decide their own run's approvals only when `self_approval` (GATEWAY_SELF_APPROVAL)
+    is on. Returns the capacity the principal decides in (`USER` or `REVIEWER`): a reviewer who
+    also owns the thread decides as a reviewer, unless only the user decides the tool.
     Another tenant's thread is `not_found`; everyone else in the tenant gets `forbidden`.
     """
     _require_same_tenant(principal, thread)
+    mode = decided_by or default_decided_by(self_approval)
+    owning = _is_owning_user(principal, thread)
+    if mode is DecidedBy.USER:
+        if owning:
+            return DecidedBy.USER
+        raise AccessDenied("forbidden", "the run's own user decides this call, not a reviewer")
     if principal.has_any(Role.REVIEWER, Role.ADMIN):
-        return
-    if self_approval and _is_owning_user(principal, thread):
-        return
-    if _is_owning_user(principal, thread):
+        return DecidedBy.REVIEWER
+    if owning and mode is DecidedBy.EITHER:
+        return DecidedBy.USER
+    if owning:
         raise AccessDenied("forbidden", "self-approval is disabled: a reviewer must decide")
     raise AccessDenied("forbidden", "deciding approvals needs the reviewer or admin role")
 

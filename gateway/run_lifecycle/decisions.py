@@ -19,14 +19,14 @@ from datetime import datetime
 from sqlalchemy.engine import Connection
 
 from gateway.agents.registry import AgentGraph
-from gateway.auth.access import AccessDenied, Principal, check_can_decide
+from gateway.auth.access import AccessDenied, Principal
 from gateway.auth.audit_trail import AuditAction, decision_entry, system_entry
 from gateway.protocol.error_codes import GatewayError, conflict, not_found
 from gateway.protocol.frames import EventType, utc_ts
 from gateway.run_lifecycle.approval_binding import binding_problem, by_call_id
 from gateway.run_lifecycle.context import RunContext, thread_ref
 from gateway.run_lifecycle.continuation import Continuer, PauseInputs, claim_if_decided_in
-from gateway.run_lifecycle.review_rules import ReviewContext, check_four_eyes, check_reviewer_roles
+from gateway.run_lifecycle.review_rules import check_decider, review_context
 from gateway.storage.health import log_failure
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.audit import AuditRepository
@@ -67,16 +67,6 @@ def settled_message(approval: ApprovalRecord) -> str:
     return f"approval already {approval.status.value}"
 
 
-def review_context(run: RunRecord, tool_name: str, graph: AgentGraph | None) -> ReviewContext:
-    """What the review rules need about one approval of `run`; without a graph (it is no
-    longer registered) no roles are required."""
-    return ReviewContext(
-        reviewer_roles=graph.roles_for(tool_name) if graph else frozenset(),
-        # Runs from before requesters were recorded: their owner asked for them.
-        requested_by=run.requested_by or run.owner,
-    )
-
-
 class Decisions:
     def __init__(
         self,
@@ -99,14 +89,21 @@ class Decisions:
         self, principal: Principal, thread: ThreadRecord, run: RunRecord, tool_name: str
     ) -> bool:
         """Whether `principal` may approve `run`'s calls of `tool_name` (and so decide them
-        either way): the access table, the tool's reviewer roles and four-eyes together. The
-        frontend adapters ask it to know whether a pause is their caller's to decide."""
+        either way): who decides the tool (`decided_by`), the access table, the tool's reviewer
+        roles and four-eyes together. The frontend adapters ask it to know whether a pause is
+        their caller's to decide."""
         try:
-            check_can_decide(principal, thread_ref(thread), self_approval=self._self_approval)
-            graph = self._ctx.graph(run.agent)
-            review = review_context(run, tool_name, graph)
-            check_reviewer_roles(principal, tool_name, review.reviewer_roles)
-            check_four_eyes(principal, review.requested_by, "approve", enabled=self._four_eyes)
+            review = review_context(
+                run, tool_name, self._ctx.graph(run.agent), self_approval=self._self_approval
+            )
+            check_decider(
+                principal,
+                thread_ref(thread),
+                tool_name,
+                review,
+                "approve",
+                four_eyes=self._four_eyes,
+            )
         except (AccessDenied, GatewayError):
             return False
         return True
@@ -116,8 +113,7 @@ class Decisions:
         for the approval's state: several decisions sent together are all vetted before the
         first is recorded. (`decide` checks everything again under the thread's lock.)"""
         approval, run, thread = await self._ctx.approval_for(principal, approval_id)
-        check_can_decide(principal, thread_ref(thread), self_approval=self._self_approval)
-        self._check_review_rules(principal, run, approval, decision)
+        self._check_review_rules(principal, thread, run, approval, decision)
         if approval.status is not ApprovalStatus.PENDING:
             raise conflict(settled_message(approval))
         if run.checkpoint_version != approval.checkpoint_version or run.status.terminal:
@@ -135,8 +131,7 @@ class Decisions:
     ) -> ApprovalRecord:
         ctx = self._ctx
         approval, run, thread = await ctx.approval_for(principal, approval_id)
-        check_can_decide(principal, thread_ref(thread), self_approval=self._self_approval)
-        self._check_review_rules(principal, run, approval, decision)
+        self._check_review_rules(principal, thread, run, approval, decision)
         async with ctx.lock(thread.thread_id):
             # Read again under the lock: a decision or an expiry may have landed meanwhile.
             run_id = run.run_id
@@ -233,13 +228,26 @@ class Decisions:
         )
 
     def _check_review_rules(
-        self, principal: Principal, run: RunRecord, approval: ApprovalRecord, decision: str
+        self,
+        principal: Principal,
+        thread: ThreadRecord,
+        run: RunRecord,
+        approval: ApprovalRecord,
+        decision: str,
     ) -> None:
-        """Per-tool reviewer roles and four-eyes (gateway/run_lifecycle/review_rules.py):
-        AccessDenied."""
-        review = review_context(run, approval.tool_name, self._ctx.graph(run.agent))
-        check_reviewer_roles(principal, approval.tool_name, review.reviewer_roles)
-        check_four_eyes(principal, review.requested_by, decision, enabled=self._four_eyes)
+        """Who decides the tool, the access table, per-tool reviewer roles and four-eyes
+        (gateway/run_lifecycle/review_rules.py): AccessDenied."""
+        review = review_context(
+            run, approval.tool_name, self._ctx.graph(run.agent), self_approval=self._self_approval
+        )
+        check_decider(
+            principal,
+            thread_ref(thread),
+            approval.tool_name,
+            review,
+            decision,
+            four_eyes=self._four_eyes,
+        )
 
     async def _check_decidable(
         self, run: RunRecord, approval: ApprovalRecord | None

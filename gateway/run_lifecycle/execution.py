@@ -50,7 +50,7 @@ from gateway.run_lifecycle.approval_binding import (
     interruption_tool_name,
 )
 from gateway.run_lifecycle.lease_keeper import LeaseKeeper
-from gateway.run_lifecycle.review_rules import ReviewContext
+from gateway.run_lifecycle.review_rules import ReviewContext, review_context
 from gateway.run_lifecycle.sensitive_arguments import masked_call_data
 from gateway.run_lifecycle.stream_translation import StreamTranslator, output_text, usage_counts
 from gateway.storage.health import describe, is_outage
@@ -130,8 +130,10 @@ class Execution:
 def approval_view(record: ApprovalRecord, review: ReviewContext | None = None) -> dict[str, Any]:
     """The shape clients see in `inbox`, `inbox.update` and the HTTP API.
 
-    With `review`, also who may decide it: `reviewer_roles` (one of them is needed; empty: any
-    reviewer) and `requested_by` (who may not approve it under the four-eyes rule).
+    With `review`, also who may decide it: `decided_by` (the run's own user, reviewers or
+    either), `owner` (the thread's owner: the run's own user), `reviewer_roles` (one of them is
+    needed; empty: any reviewer) and `requested_by` (who may not approve it under the four-eyes
+    rule). Readers' views add what each may do (`decision_rights`).
     """
     view: dict[str, Any] = {
         "approval_id": record.approval_id,
@@ -149,6 +151,8 @@ def approval_view(record: ApprovalRecord, review: ReviewContext | None = None) -
     if review is not None:
         view["reviewer_roles"] = sorted(review.reviewer_roles)
         view["requested_by"] = review.requested_by
+        view["decided_by"] = review.decided_by.value
+        view["owner"] = review.owner
     if record.status is not ApprovalStatus.PENDING:
         view["reviewer"] = record.reviewer
         view["reason"] = record.reason
@@ -173,9 +177,12 @@ class SegmentRunner:
         on_paused: Callable[[CheckpointRecord, AgentGraph], None] | None = None,
         lease_ttl_s: float = 15.0,
         approval_ttl_s: float = 0.0,
+        self_approval: bool = False,
         metrics: GatewayMetrics | None = None,
     ) -> None:
         self._store = store
+        # GATEWAY_SELF_APPROVAL: who decides the calls of tools the graph says nothing about.
+        self._self_approval = self_approval
         self._metrics = metrics
         self._log = log
         self._marks = SessionMarks(store)
@@ -462,9 +469,8 @@ class SegmentRunner:
             )
         events = [self._ev(segment, type_, data) for type_, data in translator.abort_open("paused")]
         reviews = {
-            r.approval_id: ReviewContext(
-                reviewer_roles=segment.graph.roles_for(r.tool_name),
-                requested_by=run.requested_by or run.owner,
+            r.approval_id: review_context(
+                run, r.tool_name, segment.graph, self_approval=self._self_approval
             )
             for r in records
         }
@@ -479,6 +485,8 @@ class SegmentRunner:
                 "requested_at": utc_ts(now),
                 "expires_at": utc_ts(expires_at) if expires_at else None,
                 "reviewer_roles": sorted(reviews[record.approval_id].reviewer_roles),
+                # Who decides, the same for every reader; what one reader may do is in views.
+                "decided_by": reviews[record.approval_id].decided_by.value,
             }
             # The log is read by viewers too: sensitive values are masked here, and put back
             # for reviewers at send time (gateway/run_lifecycle/sensitive_arguments.py).

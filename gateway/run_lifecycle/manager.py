@@ -101,6 +101,7 @@ class RunManager:
             on_finished=self._finished,
             on_suspended=self._suspended,
             on_paused=self._paused,
+            self_approval=self_approval,
         )
         self._ctx = ctx = RunContext(
             store=store,
@@ -122,7 +123,7 @@ class RunManager:
             approval_sweep_s=approval_sweep_s,
         )
         self.recovery = Recovery(ctx, self._continuer, lease_scan_s)
-        self.views = Views(ctx, four_eyes=four_eyes)
+        self.views = Views(ctx, four_eyes=four_eyes, self_approval=self_approval)
         # Read by the transports: a thread's head and epoch, an approval's real arguments.
         self.threads = ctx.threads
         self.approvals = ctx.approvals

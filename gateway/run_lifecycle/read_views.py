@@ -9,35 +9,42 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from gateway.agents.registry import UnknownAgentError
 from gateway.auth.access import Principal, check_can_subscribe
+from gateway.protocol.frames import MODEL_USAGE
 from gateway.run_lifecycle.context import RunContext, thread_ref
-from gateway.run_lifecycle.decisions import review_context
 from gateway.run_lifecycle.execution import approval_view
-from gateway.run_lifecycle.review_rules import ReviewContext, decision_rights
+from gateway.run_lifecycle.review_rules import ReviewContext, decision_rights, review_context
 from gateway.run_lifecycle.sensitive_arguments import (
     MASK_ALL,
     masked_call_data,
     sees_sensitive_arguments,
 )
 from persistence.approvals import ApprovalRecord, ApprovalStatus
+from persistence.events import EventRepository
 from persistence.runs import RunRecord
 
 
 class Views:
-    def __init__(self, ctx: RunContext, *, four_eyes: bool) -> None:
+    def __init__(self, ctx: RunContext, *, four_eyes: bool, self_approval: bool) -> None:
         self._ctx = ctx
         self._four_eyes = four_eyes
+        self._self_approval = self_approval
 
     async def run_view(self, principal: Principal, run_id: str) -> dict[str, Any]:
         ctx = self._ctx
         run, thread = await ctx.run_for(principal, run_id)
         check_can_subscribe(principal, thread_ref(thread))
-        pending = [
-            self._approval_view_of_run(principal, a, run)
-            for a in await ctx.approvals.for_checkpoint(run.run_id, run.checkpoint_version)
-            if a.status is ApprovalStatus.PENDING
-        ]
+        pending = self.for_inbox_reader(
+            principal,
+            [
+                self._approval_view_of_run(principal, a, run)
+                for a in await ctx.approvals.for_checkpoint(run.run_id, run.checkpoint_version)
+                if a.status is ApprovalStatus.PENDING
+            ],
+        )
         return {
             "run_id": run.run_id,
             "thread_id": run.thread_id,
@@ -47,7 +54,24 @@ class Views:
             "checkpoint_version": run.checkpoint_version,
             "pending_approvals": pending,
             "error": run.error,
+            "usage": await self._usage(run),
         }
+
+    async def _usage(self, run: RunRecord) -> dict[str, int] | None:
+        """The run's tokens so far: the sums of its `model.usage` events (null before any).
+        Unlike the totals a finished run's last event carries (the SDK's count), these include
+        the calls of a turn a crash cut off, whose tokens were spent all the same."""
+        calls = await EventRepository(self._ctx.store).for_run(
+            run.thread_id, run.run_id, [MODEL_USAGE]
+        )
+        if not calls:
+            return None
+        totals = {"requests": len(calls)}
+        for record in calls:
+            for name, count in orjson.loads(record.data).items():
+                if name.endswith("_tokens") and isinstance(count, int):
+                    totals[name] = totals.get(name, 0) + count
+        return totals
 
     async def inbox_views(self, principal: Principal) -> list[dict[str, Any]]:
         """The tenant's pending approvals for an inbox reader (a reviewer or admin), each with
@@ -87,7 +111,8 @@ class Views:
         self, principal: Principal, views: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
         """Add `can_decide` / `can_approve` for this reader to views that carry the review
-        fields (`reviewer_roles`, `requested_by`); the views are shared, so they are copied."""
+        fields (`reviewer_roles`, `requested_by`, `decided_by`, `owner`); the views are shared,
+        so they are copied. Also for a run's pending approvals (`run_view`), whoever reads them."""
         return [decision_rights(principal, view, four_eyes=self._four_eyes) for view in views]
 
     async def view_approval(self, principal: Principal, approval: ApprovalRecord) -> dict[str, Any]:
@@ -118,4 +143,4 @@ class Views:
             graph = self._ctx.registry.get(run.agent)
         except UnknownAgentError:
             graph = None  # the run cannot continue anyway; nobody is singled out
-        return review_context(run, tool_name, graph)
+        return review_context(run, tool_name, graph, self_approval=self._self_approval)

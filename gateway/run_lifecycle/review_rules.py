@@ -1,15 +1,19 @@
 """Who may decide one particular approval, beyond the access table of docs/protocol.md §3.
 
 `check_can_decide` (gateway/auth/access.py) answers "may this principal decide approvals on this
-thread at all". The rules here narrow that per approval:
+thread at all", given who decides the call's tool (`AgentGraph.decided_by`: the run's own user,
+reviewers, or either; GATEWAY_SELF_APPROVAL for tools the graph says nothing about). The rules
+here narrow that per approval:
 
 - Per-tool reviewer roles: an agent graph may name, per tool, roles of which the decider must
   hold at least one (`AgentGraph.reviewer_roles`, e.g. `issue_refund` -> `{"finance"}`). Admins
   are not exempt: the point of naming a role is that only people trusted with that tool decide
   it, and an admin who needs to can be given the role in their token like anyone else. The rule
-  covers approve and reject alike: a decision on a tool is a judgement about it either way.
+  covers approve and reject alike: a decision on a tool is a judgement about it either way. It
+  does not apply to tools only the run's own user decides (a graph may not name both).
 - Four-eyes (GATEWAY_FOUR_EYES): the user who requested a run may never approve a call of that
   run, whatever roles they hold. Rejecting stays allowed: stopping one's own call is always safe.
+  It wins over `decided_by`: a tool only its user decides can then only be rejected.
 
 Pure, like gateway/auth/access.py: callers look up the required roles and the requester and ask.
 """
@@ -20,7 +24,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.auth.access import AccessDenied, Principal
+from gateway.agents.registry import AgentGraph
+from gateway.auth.access import (
+    AccessDenied,
+    DecidedBy,
+    Principal,
+    ThreadRef,
+    check_can_decide,
+    default_decided_by,
+)
+from persistence.runs import RunRecord
 
 
 @dataclass(frozen=True)
@@ -30,6 +43,25 @@ class ReviewContext:
     reviewer_roles: frozenset[str]
     # The run's requester; None for runs from before it was recorded (their owner stands in).
     requested_by: str | None
+    # Who decides the call: the tool's `decided_by`, else the GATEWAY_SELF_APPROVAL default.
+    decided_by: DecidedBy
+    # The thread's owner: the run's own user where the user decides.
+    owner: str
+
+
+def review_context(
+    run: RunRecord, tool_name: str, graph: AgentGraph | None, *, self_approval: bool
+) -> ReviewContext:
+    """What the review rules need about one approval of `run`; without a graph (it is no
+    longer registered) no roles are required and the global default decides."""
+    declared = graph.decider_for(tool_name) if graph else None
+    return ReviewContext(
+        reviewer_roles=graph.roles_for(tool_name) if graph else frozenset(),
+        # Runs from before requesters were recorded: their owner asked for them.
+        requested_by=run.requested_by or run.owner,
+        decided_by=declared or default_decided_by(self_approval),
+        owner=run.owner,
+    )
 
 
 def holds_any(principal: Principal, required: Iterable[str]) -> bool:
@@ -61,15 +93,60 @@ def check_four_eyes(
         )
 
 
+def check_decider(
+    principal: Principal,
+    thread: ThreadRef,
+    tool_name: str,
+    review: ReviewContext,
+    decision: str,
+    *,
+    four_eyes: bool,
+) -> None:
+    """The whole rule for one decision on one approval: raises AccessDenied, or returns."""
+    check_can_decide(principal, thread, self_approval=False, decided_by=review.decided_by)
+    if review.decided_by is not DecidedBy.USER:
+        check_reviewer_roles(principal, tool_name, review.reviewer_roles)
+    check_four_eyes(principal, review.requested_by, decision, enabled=four_eyes)
+
+
+def may_decide(
+    principal: Principal,
+    thread: ThreadRef,
+    tool_name: str,
+    review: ReviewContext,
+    decision: str,
+    *,
+    four_eyes: bool,
+) -> bool:
+    try:
+        check_decider(principal, thread, tool_name, review, decision, four_eyes=four_eyes)
+    except AccessDenied:
+        return False
+    return True
+
+
 def decision_rights(
     principal: Principal, view: dict[str, Any], *, four_eyes: bool
 ) -> dict[str, Any]:
-    """An inbox view with what this principal may do with it (`can_decide`, `can_approve`).
+    """A view with what this principal may do with it (`can_decide`, `can_approve`).
 
-    For reviewers and admins (the inbox's audience), whom the access table already lets decide;
-    the view must carry `tool_name`, `reviewer_roles` and `requested_by`.
+    The view must carry the review fields `approval_view` adds (`reviewer_roles`,
+    `requested_by`, `decided_by`, `owner`) and be of the reader's tenant (inbox views are, and
+    a run's views are read after the access check); one without them is returned as it is.
     """
-    can_decide = holds_any(principal, view.get("reviewer_roles") or ())
-    requester = view.get("requested_by")
-    blocked = four_eyes and requester is not None and requester == principal.user
-    return {**view, "can_decide": can_decide, "can_approve": can_decide and not blocked}
+    if "decided_by" not in view:
+        return view
+    review = ReviewContext(
+        reviewer_roles=frozenset(view.get("reviewer_roles") or ()),
+        requested_by=view.get("requested_by"),
+        decided_by=DecidedBy(view["decided_by"]),
+        owner=view["owner"],
+    )
+    thread = ThreadRef(tenant=principal.tenant, owner=review.owner)
+    tool_name = view["tool_name"]
+
+    def may(decision: str) -> bool:
+        return may_decide(principal, thread, tool_name, review, decision, four_eyes=four_eyes)
+
+    can_decide = may("reject")
+    return {**view, "can_decide": can_decide, "can_approve": can_decide and may("approve")}

@@ -94,8 +94,18 @@ class Approval(_Shape):
     requested_by: str | Absent | None = Field(
         None, description="who started the run (may not approve it under the four-eyes rule)"
     )
-    can_decide: bool | Absent = Field(None, description="inbox views: this reader may decide")
-    can_approve: bool | Absent = Field(None, description="inbox views: this reader may approve")
+    decided_by: Literal["user", "reviewer", "either"] | Absent = Field(
+        None,
+        description="who decides the call: the run's own user (the thread's owner), reviewers, "
+        "or either (the tool's `decided_by`, else GATEWAY_SELF_APPROVAL)",
+    )
+    owner: str | Absent = Field(None, description="the thread's owner: the run's own user")
+    can_decide: bool | Absent = Field(
+        None, description="inbox views and a run's pending approvals: this reader may decide"
+    )
+    can_approve: bool | Absent = Field(
+        None, description="inbox views and a run's pending approvals: this reader may approve"
+    )
     masked: list[str] | Absent = Field(
         None, description='sensitive arguments whose values this caller sees as "***"'
     )
@@ -329,6 +339,11 @@ class ApprovalRequestedData(_Shape):
     reviewer_roles: list[str] | Absent = Field(
         None, description="one of these roles is needed to decide; empty: any reviewer"
     )
+    decided_by: Literal["user", "reviewer", "either"] | Absent = Field(
+        None,
+        description="who decides the call: the run's own user, reviewers, or either; what one "
+        "reader may do is in the views (`can_decide`)",
+    )
     masked: list[str] | Absent = Field(
         None,
         description='sensitive arguments whose values are replaced by "***" (reviewers and '
@@ -340,9 +355,18 @@ class ApprovalDecidedData(_Shape):
     approval_id: str
     decision: Literal["approve", "reject"]
     reason: str | None
-    reviewer: str | None = Field(description="user id of the reviewer; null: the system")
+    reviewer: str | None = Field(
+        description="user id of the reviewer; null: the system (an expiry or a rule)"
+    )
     decided_at: Timestamp
     expired: bool | Absent = Field(None, description="true: rejected because it expired")
+    rule: str | Absent = Field(
+        None, description="the name of the graph's approval rule that decided it by itself"
+    )
+    call_id: str | Absent = Field(
+        None, description="a rule's decision: the call it decided (it was never requested)"
+    )
+    tool_name: str | Absent = Field(None, description="a rule's decision: the call's tool")
 
 
 class RunPausedData(_Shape):

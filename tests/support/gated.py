@@ -22,6 +22,7 @@ def gated_graph(
     name: str = "gated",
     tool: str = "charge",
     reviewer_roles: dict[str, frozenset[str]] | None = None,
+    decided_by: dict[str, str] | None = None,
     calls: int = 1,
 ) -> AgentGraph:
     """Each input gets `calls` approval-gated `tool` calls in one model response, with the
@@ -52,4 +53,10 @@ def gated_graph(
             tools=[effect_tool(effects, tool, needs_approval=True)],
         )
 
-    return AgentGraph(name=name, version="1", build=build, reviewer_roles=reviewer_roles or {})
+    return AgentGraph(
+        name=name,
+        version="1",
+        build=build,
+        reviewer_roles=reviewer_roles or {},
+        decided_by=decided_by or {},
+    )
