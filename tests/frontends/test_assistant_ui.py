@@ -119,6 +119,32 @@ async def test_assistant_ui_approves_a_call_and_the_same_message_continues(
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_use_chat_runtime_names_the_chat_itself_and_approves_inline(
+    gateway_factory: Callable[..., Any], transport: str
+) -> None:
+    """assistant-ui's own useChatRuntime (over AssistantChatTransport for HTTP): the chat id is
+    assistant-ui's local thread id, which the gateway takes as the thread's."""
+    async with gateway_factory(self_approval=True) as gateway:
+        result = await run_thread(
+            gateway, "approve", transport, None, runtime="useChatRuntime", text=REFUND
+        )
+        assert result["status"] == "ready" and result["error"] is None, result
+        thread_id = result["threadId"]
+        assert thread_id.startswith("__LOCALID_")
+        message = shown(result)
+        [call] = [p for p in message["content"] if p["type"] == "tool-call"]
+        assert call["approval"]["approved"] is True
+        assert call["result"] == refund_text(42, 30.0)
+        assert message["status"] == "complete"
+        history = await server_messages(gateway, thread_id)
+        assert history[1]["metadata"]["threadId"] == thread_id
+        assert comparable(history[1]) == comparable(chat_assistant(result))
+        async with gateway.http() as http:
+            listed = (await http.get("/v1/threads", headers=auth(gateway))).json()["threads"]
+        assert [t["owner"] for t in listed if t["thread_id"] == thread_id] == ["alice"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_assistant_ui_cancel_stops_the_run_and_keeps_the_text(
     gateway_factory: Callable[..., Any], transport: str
 ) -> None:

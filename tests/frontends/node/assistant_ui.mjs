@@ -1,16 +1,27 @@
-// Drives assistant-ui's AI SDK adapter (@assistant-ui/react-ai-sdk: `useAISDKRuntime` over the
-// AI SDK's own `useChat`) against a running gateway, rendered by react-test-renderer in Node and
-// used through assistant-ui's runtime API (what its components call: append, respond to a tool
-// approval, cancel). Run by tests/frontends/test_assistant_ui.py:
+// Drives assistant-ui's AI SDK adapter (@assistant-ui/react-ai-sdk) against a running gateway,
+// rendered by react-test-renderer in Node and used through assistant-ui's runtime API (what its
+// components call: append, respond to a tool approval, cancel). Either of its two entry points:
+// `useAISDKRuntime` over the app's own `useChat` (the app names the chat), or `useChatRuntime`
+// (assistant-ui makes the chat, with its own thread id, over AssistantChatTransport).
+// Run by tests/frontends/test_assistant_ui.py:
 //
 //   node assistant_ui.mjs '<json config>'
 //
-// config: {scenario, transport: "http"|"ws", base, token, chatId, text, stopAfterChars?, messages?}
+// config: {scenario, runtime?: "useAISDKRuntime"|"useChatRuntime", transport: "http"|"ws", base,
+//          token, chatId, text, stopAfterChars?, messages?, resume?}
 // Prints one JSON object per line: progress ({"event": ...}) and, last, {"event":"done", ...}
 // with assistant-ui's thread messages and the AI SDK chat's own messages.
 
 import { useChat } from "@ai-sdk/react";
-import { useAISDKRuntime } from "@assistant-ui/react-ai-sdk";
+// The provider comes with the adapter (its core); @assistant-ui/react's own re-export of it
+// brings the DOM components, which Node has no use for.
+import { AssistantRuntimeProvider } from "@assistant-ui/core/react";
+import {
+  AssistantChatTransport,
+  useAISDKChat,
+  useAISDKRuntime,
+  useChatRuntime,
+} from "@assistant-ui/react-ai-sdk";
 import {
   DefaultChatTransport,
   WebSocketChatTransport,
@@ -24,6 +35,7 @@ const config = JSON.parse(process.argv[2]);
 const emit = (event) => process.stdout.write(`${JSON.stringify(event)}\n`);
 const headers = { authorization: `Bearer ${config.token}` };
 
+const chatRuntime = config.runtime === "useChatRuntime";
 const transport =
   config.transport === "ws"
     ? new WebSocketChatTransport({
@@ -31,11 +43,30 @@ const transport =
         headers,
         webSocket: WebSocket,
       })
-    : new DefaultChatTransport({ api: `${config.base}/v1/ai-sdk/chat`, headers });
+    : chatRuntime
+      ? new AssistantChatTransport({ api: `${config.base}/v1/ai-sdk/chat`, headers })
+      : new DefaultChatTransport({ api: `${config.base}/v1/ai-sdk/chat`, headers });
 
-// What the app's component tree holds: useChat as any useChat app has it, and assistant-ui's
-// runtime over it (the adapter's documented way for an app that owns its useChat).
 const held = { chat: null, runtime: null };
+
+// useChatRuntime: assistant-ui holds the useChat; its helpers are read inside the provider.
+function ChatProbe() {
+  held.chat = useAISDKChat();
+  return null;
+}
+function ChatRuntimeHarness() {
+  held.runtime = useChatRuntime({
+    transport,
+    sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
+  });
+  return React.createElement(
+    AssistantRuntimeProvider,
+    { runtime: held.runtime },
+    React.createElement(ChatProbe),
+  );
+}
+
+// useAISDKRuntime: useChat as any useChat app has it, and assistant-ui's runtime over it.
 function Harness() {
   held.chat = useChat({
     id: config.chatId,
@@ -100,6 +131,8 @@ function done(extra = {}) {
       content: m.content,
     })),
     messages: held.chat.messages,
+    // The chat's id as the adapter sent it: assistant-ui's own thread id under useChatRuntime.
+    threadId: thread().getState().threadId,
     ...extra,
   });
 }
@@ -157,9 +190,11 @@ const scenarios = {
   },
 };
 
-const renderer = TestRenderer.create(React.createElement(Harness));
+const renderer = TestRenderer.create(
+  React.createElement(chatRuntime ? ChatRuntimeHarness : Harness),
+);
 try {
-  await until(() => held.runtime !== null);
+  await until(() => held.runtime !== null && held.chat);
   await scenarios[config.scenario]();
 } catch (error) {
   emit({ event: "failed", message: String(error?.stack ?? error) });
