@@ -599,6 +599,10 @@ class RunView(_Shape):
     checkpoint_version: int
     pending_approvals: list[Approval]
     error: RunError | None
+    usage: TokenUsage | None = Field(
+        description="the tokens of the model calls logged so far (`model.usage` summed, with "
+        "`requests`); null before any"
+    )
 
 
 class RunEnvelope(_Shape):
