@@ -80,6 +80,8 @@ async def test_a_scripted_model_s_reasoning_and_usage_are_logged(
             await alice.close()
         async with gw.http() as http:
             scraped = (await http.get("/metrics")).text
+            headers = {"Authorization": f"Bearer {gw.token('alice', 'user')}"}
+            run = (await http.get(f"/v1/runs/{ack['run_id']}", headers=headers)).json()["run"]
     names = [e["event"] for e in events]
     assert names.count("reasoning.started") == 2 and names.count("model.usage") == 2
     # A summary streams like a message, before the model's output of that call.
@@ -109,6 +111,7 @@ async def test_a_scripted_model_s_reasoning_and_usage_are_logged(
         "cached_tokens": 140,
         "reasoning_tokens": 20,
     }
+    assert run["usage"] == totals
     assert 'gateway_model_tokens_total{agent="thinker",kind="reasoning"} 20.0' in scraped
     assert 'gateway_model_tokens_total{agent="thinker",kind="cached"} 140.0' in scraped
 
