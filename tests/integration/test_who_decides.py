@@ -130,3 +130,19 @@ async def test_four_eyes_wins_over_the_users_confirmation(gateway_factory: Any) 
         assert await ws_decide(alice, approval["approval_id"], "reject") == "ok"
         assert "no" in await completed(alice, approval["run_id"])
         assert effects.count("charge") == 0
+
+
+async def test_the_demo_agents_user_confirms_their_email(gateway_factory: Any) -> None:
+    # The offline demo agent: `send_email` is "either", `issue_refund` follows the default.
+    async with gateway_factory(demo_delay_ms=0) as gw, clients(gw) as open_client:
+        alice = await open_client("alice", "user")
+        email = await pause(alice, "email ann@example.com about order 7")
+        assert (email["tool_name"], email["decided_by"]) == ("send_email", "either")
+        assert await rights(gw, email["run_id"], "alice", "user") == (True, True)
+        assert await ws_decide(alice, email["approval_id"], "approve") == "ok"
+        assert "Email sent to ann@example.com" in await completed(alice, email["run_id"])
+
+        refund = await pause(alice, "refund order 7 for 20", thread_id=email["thread_id"])
+        assert (refund["tool_name"], refund["decided_by"]) == ("issue_refund", "reviewer")
+        assert await rights(gw, refund["run_id"], "alice", "user") == (False, False)
+        assert (await refused(alice, refund["approval_id"])).code == "forbidden"

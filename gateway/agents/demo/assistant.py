@@ -59,6 +59,7 @@ from openai.types.responses.response_usage import InputTokensDetails, OutputToke
 
 from gateway.agents.exactly_once import Policy, run_once
 from gateway.agents.registry import AgentGraph
+from gateway.auth.access import DecidedBy
 
 DEMO_AGENT_NAME = "assistant"
 DEMO_AGENT_VERSION = "1"
@@ -650,4 +651,7 @@ def demo_graph(model: str | Model | None = None) -> AgentGraph:
         name=DEMO_AGENT_NAME,
         version=DEMO_AGENT_VERSION,
         build=lambda: build_demo_agent(model),
+        # The "send this email?" confirmation: the run's own user may confirm it, and so may a
+        # reviewer (docs/protocol.md §9).
+        decided_by={"send_email": DecidedBy.EITHER},
     )
