@@ -57,6 +57,23 @@
  * @property {number | null} checkpointVersion  the approvals of one pause share it
  * @property {string | null} outcome  superseded: how the run ended first ("completed", "cancelled"...)
  *
+ * @typedef {object} ReasoningItem   a model's reasoning summary, its text growing as deltas arrive
+ * @property {"reasoning"} kind
+ * @property {string} id             reasoning_id
+ * @property {number} seq
+ * @property {string | null} runId
+ * @property {string} agent
+ * @property {string} text
+ * @property {"streaming" | "completed" | "aborted"} status  aborted: the run stopped first
+ *
+ * @typedef {object} TokenUsage      tokens, as the provider reported them (docs/protocol.md §6)
+ * @property {number} requests
+ * @property {number} input_tokens
+ * @property {number} output_tokens
+ * @property {number} total_tokens
+ * @property {number} cached_tokens
+ * @property {number} reasoning_tokens
+ *
  * @typedef {object} NoticeItem      something about the run itself worth showing in the timeline
  * @property {"notice"} kind
  * @property {string} id
@@ -67,7 +84,7 @@
  * @property {string | null} [reason]  run.suspended: `disconnect` or `shutdown`
  * @property {{code: string, message: string} | null} [error]  run.failed
  *
- * @typedef {InputItem | MessageItem | ToolItem | ApprovalItem | NoticeItem} Item
+ * @typedef {InputItem | MessageItem | ReasoningItem | ToolItem | ApprovalItem | NoticeItem} Item
  *
  * @typedef {object} RunInfo
  * @property {string} runId
@@ -78,6 +95,7 @@
  * @property {{code: string, message: string} | null} error
  * @property {string | null} pausedReason
  * @property {string | null} lastText  the run's last completed message
+ * @property {TokenUsage | null} usage  the run's tokens so far (its totals once it ended)
  *
  * @typedef {object} ThreadState
  * @property {string} threadId
@@ -243,6 +261,24 @@ function fold(s, frame) {
         status, reviewer: data.reviewer ?? null, reason: data.reason ?? null, decidedAt: data.decided_at ?? frame.ts ?? null,
       });
     }
+    case "reasoning.started":
+      return upsert(s, "reasoning", data.reasoning_id, {
+        kind: "reasoning", id: data.reasoning_id, seq, runId, agent: data.agent ?? runAgent(s, runId), text: "", status: "streaming",
+      });
+    case "reasoning.delta": {
+      const index = find(s, "reasoning", data.reasoning_id);
+      if (index < 0) return s;
+      return update(s, index, { text: s.items[index].text + (data.delta ?? "") });
+    }
+    case "reasoning.completed": {
+      const index = find(s, "reasoning", data.reasoning_id);
+      const fields = { text: data.text ?? "", status: data.aborted ? "aborted" : "completed" };
+      return index < 0
+        ? push(s, { kind: "reasoning", id: data.reasoning_id, seq, runId, agent: runAgent(s, runId), ...fields })
+        : update(s, index, fields);
+    }
+    case "model.usage":
+      return setRun(s, runId, { usage: addUsage(runId ? s.runs[runId]?.usage ?? null : null, data) });
     case "run.paused": {
       const approval = data.reason === "approval";
       s = setRun(s, runId, { status: approval ? "waiting_for_review" : "suspended", pausedReason: data.reason ?? null });
@@ -257,12 +293,13 @@ function fold(s, frame) {
     case "agent.changed":
       return notice(setRun(s, runId, { agent: data.agent ?? null }), frame, "agent.changed", { agent: data.agent ?? null });
     case "run.completed":
-      return endRun(setRun(s, runId, { status: "completed", finalOutput: data.final_output ?? "" }), runId, "completed");
+      s = setRun(s, runId, { status: "completed", finalOutput: data.final_output ?? "", ...totals(data) });
+      return endRun(s, runId, "completed");
     case "run.failed":
-      s = notice(setRun(s, runId, { status: "failed", error: data.error ?? null }), frame, "run.failed", { error: data.error ?? null });
+      s = notice(setRun(s, runId, { status: "failed", error: data.error ?? null, ...totals(data) }), frame, "run.failed", { error: data.error ?? null });
       return endRun(s, runId, "failed");
     case "run.cancelled":
-      return endRun(notice(setRun(s, runId, { status: "cancelled" }), frame, "run.cancelled", {}), runId, "cancelled");
+      return endRun(notice(setRun(s, runId, { status: "cancelled", ...totals(data) }), frame, "run.cancelled", {}), runId, "cancelled");
     default:
       return s; // an event type added after this client was written: §6 allows additions
   }
@@ -302,10 +339,24 @@ function runAgent(s, runId) {
 function setRun(s, runId, fields) {
   if (!runId) return s;
   const run = s.runs[runId] ?? {
-    runId, status: "running", agent: null, input: null, finalOutput: null, error: null, pausedReason: null, lastText: null,
+    runId, status: "running", agent: null, input: null, finalOutput: null, error: null, pausedReason: null, lastText: null, usage: null,
   };
   const runs = { ...s.runs, [runId]: { ...run, ...fields } };
   return { ...s, runs, runId: s.runId ?? runId };
+}
+
+const USAGE_FIELDS = ["input_tokens", "output_tokens", "total_tokens", "cached_tokens", "reasoning_tokens"];
+
+/** One model call's `model.usage` added to a run's tokens so far. */
+function addUsage(usage, call) {
+  const sum = { requests: (usage?.requests ?? 0) + 1 };
+  for (const name of USAGE_FIELDS) sum[name] = (usage?.[name] ?? 0) + (call[name] ?? 0);
+  return sum;
+}
+
+/** A finished run's totals (the SDK's count over all its model calls), when it reported any. */
+function totals(data) {
+  return data.usage ? { usage: data.usage } : {};
 }
 
 /**
@@ -316,7 +367,7 @@ function endRun(s, runId, outcome) {
   return mapItems(s, (i) => {
     if (i.runId !== runId) return i;
     if (i.kind === "approval" && i.status === "pending") return { ...i, status: "superseded", outcome };
-    if (i.kind === "message" && i.status === "streaming") return { ...i, status: "completed" };
+    if ((i.kind === "message" || i.kind === "reasoning") && i.status === "streaming") return { ...i, status: "completed" };
     return i;
   });
 }

@@ -2,7 +2,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { backoffDelay, memoryStore, renewalDelay, webStorageStore } from "../src/index.js";
+import { applyEvent, backoffDelay, emptyThread, memoryStore, renewalDelay, webStorageStore } from "../src/index.js";
 
 const jwt = (claims) => `e30.${Buffer.from(JSON.stringify(claims)).toString("base64url")}.sig`;
 
@@ -49,4 +49,27 @@ test("cursor stores keep one entry per thread; a full Web Storage loses persiste
   assert.equal(web.get("t2"), null);
   const full = webStorageStore({ ...storage, setItem: () => { throw new Error("QuotaExceededError"); } }, "p.");
   assert.doesNotThrow(() => full.set("t3", entry));
+});
+
+test("a thread folds reasoning summaries and counts its runs' tokens", () => {
+  const frame = (seq, event, data) => ({ type: "event", thread_id: "t", seq, run_id: "r", event, ts: "", data });
+  const call = { input_tokens: 10, output_tokens: 4, total_tokens: 14, cached_tokens: 2, reasoning_tokens: 1 };
+  const events = [
+    frame(1, "run.started", { input: "hi", agent: "a" }),
+    frame(2, "reasoning.started", { reasoning_id: "m1", agent: "a" }),
+    frame(3, "reasoning.delta", { reasoning_id: "m1", delta: "Think" }),
+    frame(4, "reasoning.delta", { reasoning_id: "m1", delta: "ing." }),
+    frame(5, "model.usage", { agent: "a", ...call }),
+    frame(6, "model.usage", { agent: "a", ...call }),
+  ];
+  let state = emptyThread("t");
+  for (const event of events) state = applyEvent(state, event);
+  const [reasoning] = state.items.filter((i) => i.kind === "reasoning");
+  assert.deepEqual([reasoning.text, reasoning.status], ["Thinking.", "streaming"]);
+  assert.deepEqual(state.runs.r.usage, { requests: 2, input_tokens: 20, output_tokens: 8, total_tokens: 28, cached_tokens: 4, reasoning_tokens: 2 });
+  state = applyEvent(state, frame(7, "reasoning.completed", { reasoning_id: "m1", text: "Thinking." }));
+  const totals = { requests: 2, input_tokens: 21, output_tokens: 8, total_tokens: 29, cached_tokens: 4, reasoning_tokens: 2 };
+  state = applyEvent(state, frame(8, "run.completed", { final_output: "", usage: totals }));
+  assert.equal(state.items.find((i) => i.kind === "reasoning").status, "completed");
+  assert.deepEqual(state.runs.r.usage, totals);
 });

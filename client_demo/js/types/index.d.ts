@@ -70,6 +70,29 @@ export interface ApprovalItem {
   outcome: string | null;
 }
 
+/** A model's reasoning summary (docs/protocol.md §6), its text growing as deltas arrive. */
+export interface ReasoningItem {
+  kind: "reasoning";
+  /** reasoning_id */
+  id: string;
+  seq: number;
+  runId: string | null;
+  agent: string;
+  text: string;
+  /** aborted: the run stopped before the summary ended */
+  status: "streaming" | "completed" | "aborted";
+}
+
+/** Tokens as the provider reported them. */
+export interface TokenUsage {
+  requests: number;
+  input_tokens: number;
+  output_tokens: number;
+  total_tokens: number;
+  cached_tokens: number;
+  reasoning_tokens: number;
+}
+
 /** Something about the run itself worth showing in the timeline. */
 export interface NoticeItem {
   kind: "notice";
@@ -82,7 +105,7 @@ export interface NoticeItem {
   error?: { code: string; message: string } | null;
 }
 
-export type Item = InputItem | MessageItem | ToolItem | ApprovalItem | NoticeItem;
+export type Item = InputItem | MessageItem | ReasoningItem | ToolItem | ApprovalItem | NoticeItem;
 
 export interface RunInfo {
   runId: string;
@@ -94,6 +117,8 @@ export interface RunInfo {
   pausedReason: string | null;
   /** the run's last completed message */
   lastText: string | null;
+  /** the run's tokens so far (`model.usage` summed; the run's totals once it ended) */
+  usage: TokenUsage | null;
 }
 
 /** One thread's events folded into plain data; a new object whenever something changed. */
