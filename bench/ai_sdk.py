@@ -1,7 +1,7 @@
 """The Vercel AI SDK (useChat) beside the native protocol: how late a delta reaches a `Chat`,
 what `resumeStream()` of a 2,000-chunk response costs, and what an idle AI SDK socket holds.
 
-    .venv/bin/python -m bench.ai_sdk [--rounds 5] [--resume-rounds 5] [--words 993]
+    .venv/bin/python -m bench.ai_sdk [--rounds 10] [--resume-rounds 10] [--words 993]
                                      [--connections 1000] [--backend sqlite]
 
 One gateway subprocess (demo model, `GATEWAY_DEMO_DELAY_MS=5`, `GATEWAY_AI_SDK_REPLAY_WINDOW_S`
@@ -18,10 +18,16 @@ a day), driven from Node (tests/frontends/node/bench_ai_sdk.mjs, so `npm ci` the
   a delta: `You said: "alpha bravo ..."`), replayed whole by a resume within the replay window.
   A `Chat` holding no messages (a reloaded page) calls `resumeStream()` on that chat, with a new
   transport (so a new socket or connection): the time to its promise settling with the message
-  rebuilt (`status` ready, every character). Beside it, in the same rounds, the native client
-  reading the same run from seq 0 to its `run.completed`, and (`raw_*`) the two AI SDK
-  responses read raw from Python (httpx; `websockets` + `orjson` per frame), connect included,
-  which also count the chunks.
+  rebuilt (`status` ready, every character), and (`*_first_change`) to the first change of its
+  messages. Beside it, in the same rounds (in an order that rotates, after one unmeasured round
+  of each, `resume_cold_ms`: the first resume of the process runs on cold code): the native
+  client reading the same run from seq 0 to its `run.completed`, and (`raw_*`) the two AI SDK
+  responses read without a `Chat` by the same process (fetch and `text()`; a `ws` socket with
+  the options the transport gets, every frame `JSON.parse`d), which count the chunks. Then
+  (`server_*`) the same responses read from Python (httpx; `websockets` without compression,
+  `orjson` per frame): the server alone. Every time includes the connect. `ws` offers
+  permessage-deflate, as browsers do, and the gateway accepts it; `*_ws_plain` are the same
+  over a socket that does not offer it.
 - `memory_*`: RSS growth per idle connection at `--connections` connections (bench/memory.py's
   method, a fresh gateway for each kind): native after `hello`, and after `hello` and one run
   of a one-word message (`run.start` "hi", read to `run.completed`); `/v1/ai-sdk/ws` after one
@@ -41,6 +47,7 @@ import json
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
@@ -81,16 +88,17 @@ def echo_input(words: int) -> str:
     return " ".join(WORDS[i % len(WORDS)] for i in range(words))
 
 
-async def long_run(ws_url: str, token: str, text: str) -> tuple[str, int, int]:
-    """Runs `text` to completion over the native protocol: its thread, events and last seq."""
+async def long_run(ws_url: str, token: str, text: str) -> tuple[str, dict[str, int], int]:
+    """Runs `text` to completion over the native protocol: its thread, its events by type, and
+    its last seq."""
     client = await BenchClient.connect(ws_url, token)
     try:
         _, _, ack = await client.request("run.start", input=text)
         _, completed = await client.wait_event("run.completed", ack["run_id"])
-        events = client.run_events(ack["run_id"])
+        events = Counter(frame["event"] for _, frame in client.run_events(ack["run_id"]))
     finally:
         await client.close()
-    return completed["thread_id"], len(events), completed["seq"]
+    return completed["thread_id"], dict(events), completed["seq"]
 
 
 async def raw_http_resume(base: str, token: str, chat_id: str) -> tuple[float, int]:
@@ -246,6 +254,24 @@ async def memory(count: int, backend: Backend, workdir: Path) -> dict[str, Any]:
     return figures
 
 
+def ratios(figures: dict[str, Any]) -> dict[str, float]:
+    """What the same run says side by side: each AI SDK client over the native one (delta
+    latency; a resume against the native read of the same run), and a `Chat`'s resume over the
+    raw read of the same response (what the client itself adds)."""
+    out: dict[str, float] = {}
+    for kind in ("ws", "http"):
+        for p in ("p50_ms", "p99_ms"):
+            name = p.removesuffix("_ms")
+            delta = figures[f"delta_{kind}"][p] / figures["delta_native"][p]
+            out[f"delta_{kind}_over_native_{name}"] = round(delta, 3)
+        resume = figures[f"resume_{kind}"]["p50_ms"]
+        out[f"resume_{kind}_over_native_p50"] = round(
+            resume / figures["resume_native"]["p50_ms"], 3
+        )
+        out[f"resume_{kind}_over_raw_p50"] = round(resume / figures[f"raw_{kind}"]["p50_ms"], 3)
+    return out
+
+
 def summarise(times_ms: list[float]) -> dict[str, float | int]:
     return latency_summary([t / 1000 for t in times_ms])
 
@@ -283,33 +309,41 @@ async def run(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
                         "rounds": args.resume_rounds,
                     },
                 )
-                raw: dict[str, list[tuple[float, int]]] = {"http": [], "ws": []}
+                # The server alone: the same responses read by Python with no compression.
+                server: dict[str, list[tuple[float, int]]] = {"http": [], "ws": []}
                 for _ in range(args.resume_rounds):
-                    raw["http"].append(await raw_http_resume(base, token, chat_id))
-                    raw["ws"].append(await raw_ws_resume(base, token, chat_id))
+                    server["http"].append(await raw_http_resume(base, token, chat_id))
+                    server["ws"].append(await raw_ws_resume(base, token, chat_id))
         figures["resume_run"] = {
-            "events": events,
-            "deltas": args.words + 2,
-            "chunks_http": sorted({n for _, n in raw["http"]}),
-            "chunks_ws": sorted({n for _, n in raw["ws"]}),
+            "events": sum(events.values()),
+            "by_type": events,
+            "chunks": sorted(
+                {r["chunks"] for kind in ("rawWs", "rawHttp", "rawWsPlain") for r in resumed[kind]}
+                | {n for kind in ("http", "ws") for _, n in server[kind]}
+            ),
+            "native_events_read": sorted({r["events"] for r in resumed["native"]}),
             "chars": chars,
             "last_seq": last_seq,
         }
-        for kind in ("ws", "http"):
-            rounds = resumed[kind]
+        pairs = (("ws", "rawWs"), ("http", "rawHttp"), ("ws_plain", "rawWsPlain"))
+        for kind, raw in pairs:
+            rounds = resumed["wsPlain" if kind == "ws_plain" else kind]
             figures[f"resume_{kind}"] = summarise([r["ms"] for r in rounds])
             figures[f"resume_{kind}_first_change"] = summarise([r["firstMs"] for r in rounds])
-            figures[f"raw_{kind}"] = latency_summary([t for t, _ in raw[kind]])
+            figures[f"raw_{kind}"] = summarise([r["ms"] for r in resumed[raw]])
+        for kind in ("ws", "http"):
+            figures[f"server_{kind}"] = latency_summary([t for t, _ in server[kind]])
         figures["resume_native"] = summarise([r["ms"] for r in resumed["native"]])
-        figures["resume_native_events"] = sorted({r["events"] for r in resumed["native"]})
+        figures["resume_cold_ms"] = {k: round(v, 1) for k, v in resumed["cold"].items()}
+        figures["ratios"] = ratios(figures)
         figures["memory"] = await memory(args.connections, backend, workdir)
     return report_line("ai-sdk", backend, figures, rounds=args.rounds)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="story runs per client")
-    parser.add_argument("--resume-rounds", type=int, default=5, help="resumes per client")
+    parser.add_argument("--rounds", type=int, default=10, help="story runs per client")
+    parser.add_argument("--resume-rounds", type=int, default=10, help="resumes per client")
     parser.add_argument(
         "--words", type=int, default=993, help="input words of the long run (deltas - 2)"
     )

@@ -374,6 +374,40 @@ async def test_phone_width_collapses_the_thread_list(
     await shot(alice, "phone")
 
 
+async def test_the_user_confirms_their_own_email_but_waits_for_a_reviewer_on_a_refund(
+    browser: Any, gateway: GatewayProcess, page_errors: PageErrors
+) -> None:
+    # The demo agent's `send_email` is decided by "either", `issue_refund` by a reviewer
+    # (GATEWAY_SELF_APPROVAL is off): one pause, a button for one call and not the other.
+    from playwright.async_api import expect
+
+    _, alice = await open_chat(browser, gateway, page_errors, "alice", "user")
+    await send(alice, "refund order 5 for 12 and email ann@example.com about it")
+    cards = alice.get_by_test_id("approval-card")
+    await expect(cards).to_have_count(2)
+    refund, email = cards.nth(0), cards.nth(1)
+    await expect(refund.get_by_test_id("approval-tool")).to_have_text("issue_refund")
+    await expect(refund.get_by_test_id("approve-button")).to_be_hidden()
+    await expect(refund.get_by_test_id("approval-waiting")).to_have_text("Waiting for a reviewer")
+    await expect(email.get_by_test_id("approval-tool")).to_have_text("send_email")
+    await expect(email.get_by_test_id("approval-waiting")).to_be_hidden()
+    await email.get_by_test_id("approve-button").click()
+    await expect(email).to_have_attribute("data-status", "approved")
+    await expect(email.get_by_test_id("approval-decision")).to_contain_text("by alice")
+    await expect(refund).to_have_attribute("data-status", "pending")
+    await shot(alice, "user-confirms-email")
+
+    # A reviewer decides the refund; the run goes on with both decisions.
+    thread_id = await current_thread(alice)
+    _, bob = await open_chat(browser, gateway, page_errors, "bob", "reviewer")
+    await open_thread_from_list(bob, thread_id)
+    await bob.get_by_test_id("approval-card").nth(0).get_by_test_id("approve-button").click()
+    await expect(alice.get_by_test_id("status-badge")).to_have_attribute("data-status", "completed")
+    final = await alice.locator(ASSISTANT_TEXT).last.text_content()
+    assert "Refund of 12.00 USD" in (final or "")
+    assert "Email sent to ann@example.com" in (final or "")
+
+
 async def test_input_while_busy_is_queued_and_cancel_drops_the_partial_answer(
     browser: Any, gateway: GatewayProcess, page_errors: PageErrors
 ) -> None:

@@ -56,6 +56,9 @@
  * @property {string | null} decidedAt
  * @property {number | null} checkpointVersion  the approvals of one pause share it
  * @property {string | null} outcome  superseded: how the run ended first ("completed", "cancelled"...)
+ * @property {"user" | "reviewer" | "either" | null} decidedBy  who decides it (§3 "Who decides")
+ * @property {string[]} reviewerRoles  roles of which a decider must hold one; empty: any
+ * @property {string | null} [rule]  the graph's approval rule that decided it by itself
  *
  * @typedef {object} ReasoningItem   a model's reasoning summary, its text growing as deltas arrive
  * @property {"reasoning"} kind
@@ -251,6 +254,7 @@ function fold(s, frame) {
         arguments: data.arguments ?? {}, agent: data.agent ?? "", status: "pending", reviewer: null, reason: null,
         expiresAt: data.expires_at ?? null, requestedAt: data.requested_at ?? frame.ts ?? null, decidedAt: null,
         checkpointVersion: data.checkpoint_version ?? null, outcome: null,
+        decidedBy: data.decided_by ?? null, reviewerRoles: data.reviewer_roles ?? [],
       });
     }
     case "approval.decided": {
@@ -259,6 +263,7 @@ function fold(s, frame) {
       const status = data.expired ? "expired" : data.decision === "approve" ? "approved" : "rejected";
       return update(s, index, {
         status, reviewer: data.reviewer ?? null, reason: data.reason ?? null, decidedAt: data.decided_at ?? frame.ts ?? null,
+        rule: data.rule ?? null,
       });
     }
     case "reasoning.started":

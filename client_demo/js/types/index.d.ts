@@ -68,6 +68,12 @@ export interface ApprovalItem {
   checkpointVersion: number | null;
   /** superseded: how the run ended first */
   outcome: string | null;
+  /** who decides the call (docs/protocol.md §3 "Who decides"); null: a gateway without it */
+  decidedBy: "user" | "reviewer" | "either" | null;
+  /** roles of which a decider must hold one; empty: any */
+  reviewerRoles: string[];
+  /** the graph's approval rule that decided it by itself; null: a person or the system */
+  rule?: string | null;
 }
 
 /** A model's reasoning summary (docs/protocol.md §6), its text growing as deltas arrive. */
@@ -171,6 +177,22 @@ export interface BackoffOptions {
 }
 
 export declare function backoffDelay(attempt: number, options?: BackoffOptions): number;
+
+/** Who reads an approval: their user id and roles, and the thread's owner. */
+export interface ApprovalReader {
+  user: string;
+  roles: string[];
+  owner?: string | null;
+}
+
+/**
+ * Whether `reader` may decide `approval`, as far as the thread's events tell (docs/protocol.md §3
+ * "Who decides"): show the Approve and Reject buttons only then. The gateway checks again.
+ */
+export declare function mayDecide(
+  approval: Pick<ApprovalItem, "decidedBy" | "reviewerRoles">,
+  reader: ApprovalReader,
+): boolean;
 export declare function decodeClaims(
   token: string,
 ): { exp?: number; iat?: number; sub?: string; tenant?: string; roles?: string[] } | null;

@@ -16,7 +16,7 @@ import {
   tokenProblem,
 } from "./auth.js";
 import { $, clear, h, relativeTime, setText } from "./dom.js";
-import { GatewayClient, webStorageStore } from "./gateway-client/index.js";
+import { GatewayClient, mayDecide, webStorageStore } from "./gateway-client/index.js";
 import { Inbox, InboxView } from "./inbox.js";
 import { TokenKeeper, fetchDevTokenLike } from "./renewal.js";
 import { ChatView, renderStatusBadge } from "./view.js";
@@ -105,7 +105,9 @@ const app = {
 let outboxIds = 1;
 const chat = new ChatView(el.items, {
   decide: (approvalId, decision, reason) => decide(approvalId, decision, reason),
-  canDecide: () => hasRole("reviewer", "admin"),
+  // The run's own user decides the calls its tool leaves to them (docs/protocol.md §3).
+  canDecide: (approval) =>
+    mayDecide(approval, { user: userName(), roles: roles(), owner: threadMeta(app.current)?.owner || null }),
 });
 const inboxView = new InboxView(el.inbox, {
   onOpen: (approval) => openThread(approval.thread_id, { approvalId: approval.approval_id }),

@@ -33,7 +33,7 @@ const TOOL_STATE_LABELS = {
 export class ChatView {
   /**
    * @param {HTMLElement} list  the <ol> that holds the conversation
-   * @param {object} actions   {decide(approvalId, decision, reason), canDecide(), me()}
+   * @param {object} actions   {decide(approvalId, decision, reason), canDecide(approval), me()}
    */
   constructor(list, actions) {
     this.list = list;
@@ -257,11 +257,12 @@ export class ChatView {
       h("div", { class: "approval-buttons" }, reject, approve),
       error,
     );
+    const waitingText = h("span", {}, "Waiting for a reviewer");
     const waiting = h(
       "p",
       { class: "approval-waiting", dataset: { testid: "approval-waiting" } },
       h("span", { class: "spinner", "aria-hidden": "true" }),
-      "Waiting for a reviewer",
+      waitingText,
     );
     const decision = h("div", { class: "approval-decision", dataset: { testid: "approval-decision" } });
     const statusPill = h("span", { class: "approval-status", dataset: { testid: "approval-status" } });
@@ -310,7 +311,9 @@ export class ChatView {
       setTime(time, a.requestedAt);
       setText(args, prettyJson(a.args));
       const pending = a.status === "pending";
-      const canDecide = this.actions.canDecide();
+      // Who decides the call (docs/protocol.md §3 "Who decides"): the buttons only for them.
+      const canDecide = this.actions.canDecide(a);
+      setText(waitingText, a.decidedBy === "user" ? "Waiting for the user to confirm" : "Waiting for a reviewer");
       const local = this.cardState.get(a.approvalId) || {};
       actions.hidden = !(pending && canDecide);
       waiting.hidden = !(pending && !canDecide);
@@ -426,7 +429,7 @@ export function viewItems(state) {
             approvals: members.map((a) => ({
               approvalId: a.id, callId: a.callId, toolName: a.toolName, args: a.arguments, agent: a.agent || null,
               requestedAt: a.requestedAt, status: a.status, reason: a.reason, reviewer: a.reviewer, decidedAt: a.decidedAt,
-              outcome: a.outcome,
+              outcome: a.outcome, decidedBy: a.decidedBy ?? null, reviewerRoles: a.reviewerRoles ?? [],
             })),
           })),
         );
