@@ -52,9 +52,13 @@ export interface Approval {
   reviewer_roles?: string[];
   /** who started the run (may not approve it under the four-eyes rule) */
   requested_by?: string | null;
-  /** inbox views: this reader may decide */
+  /** who decides the call: the run's own user (the thread's owner), reviewers, or either (the tool's `decided_by`, else GATEWAY_SELF_APPROVAL) */
+  decided_by?: "user" | "reviewer" | "either";
+  /** the thread's owner: the run's own user */
+  owner?: string;
+  /** inbox views and a run's pending approvals: this reader may decide */
   can_decide?: boolean;
-  /** inbox views: this reader may approve */
+  /** inbox views and a run's pending approvals: this reader may approve */
   can_approve?: boolean;
   /** sensitive arguments whose values this caller sees as "***" */
   masked?: string[];
@@ -74,11 +78,17 @@ export interface ApprovalDecidedData {
   approval_id: string;
   decision: "approve" | "reject";
   reason: string | null;
-  /** user id of the reviewer; null: the system */
+  /** user id of the reviewer; null: the system (an expiry or a rule) */
   reviewer: string | null;
   decided_at: string;
   /** true: rejected because it expired */
   expired?: boolean;
+  /** the name of the graph's approval rule that decided it by itself */
+  rule?: string;
+  /** a rule's decision: the call it decided (it was never requested) */
+  call_id?: string;
+  /** a rule's decision: the call's tool */
+  tool_name?: string;
   [key: string]: unknown;
 }
 
@@ -93,6 +103,8 @@ export interface ApprovalRequestedData {
   expires_at?: string | null;
   /** one of these roles is needed to decide; empty: any reviewer */
   reviewer_roles?: string[];
+  /** who decides the call: the run's own user, reviewers, or either; what one reader may do is in the views (`can_decide`) */
+  decided_by?: "user" | "reviewer" | "either";
   /** sensitive arguments whose values are replaced by "***" (reviewers and admins receive the real values) */
   masked?: string[];
   [key: string]: unknown;
@@ -219,9 +231,25 @@ export type EventFrame = {
     event: "tool.needs_reconciliation";
     data: ToolNeedsReconciliationData;
   }
+  | {
+    event: "reasoning.started";
+    data: ReasoningStartedData;
+  }
+  | {
+    event: "reasoning.delta";
+    data: ReasoningDeltaData;
+  }
+  | {
+    event: "reasoning.completed";
+    data: ReasoningCompletedData;
+  }
+  | {
+    event: "model.usage";
+    data: ModelUsageData;
+  }
 );
 
-export type EventType = "run.started" | "message.started" | "message.delta" | "message.completed" | "message.aborted" | "tool.called" | "tool.output" | "agent.changed" | "approval.requested" | "approval.decided" | "run.paused" | "run.resumed" | "run.recovered" | "input.staged" | "input.queued" | "run.completed" | "run.failed" | "run.cancelled" | "tool.needs_reconciliation";
+export type EventType = "run.started" | "message.started" | "message.delta" | "message.completed" | "message.aborted" | "tool.called" | "tool.output" | "agent.changed" | "approval.requested" | "approval.decided" | "run.paused" | "run.resumed" | "run.recovered" | "input.staged" | "input.queued" | "run.completed" | "run.failed" | "run.cancelled" | "tool.needs_reconciliation" | "reasoning.started" | "reasoning.delta" | "reasoning.completed" | "model.usage";
 
 export interface Hello {
   /** chosen by the client; the answer (`ack` or `error`) carries it as `ref` */
@@ -284,6 +312,23 @@ export interface MessageStartedData {
   [key: string]: unknown;
 }
 
+/** The tokens of one model call, logged when its response completes. */
+export interface ModelUsageData {
+  /** model calls counted (run totals only) */
+  requests?: number;
+  input_tokens: number;
+  output_tokens: number;
+  total_tokens: number;
+  /** input tokens read from the provider's cache */
+  cached_tokens: number;
+  /** output tokens spent reasoning */
+  reasoning_tokens: number;
+  agent: string;
+  /** the model's name, when the provider says */
+  model?: string;
+  [key: string]: unknown;
+}
+
 export interface Ping {
   /** chosen by the client; the answer (`ack` or `error`) carries it as `ref` */
   id?: string | null;
@@ -309,6 +354,29 @@ export interface PongFrame {
   [key: string]: unknown;
 }
 
+export interface ReasoningCompletedData {
+  reasoning_id: string;
+  /** the whole summary (what was streamed, when cut short) */
+  text: string;
+  /** true: the summary was cut short */
+  aborted?: boolean;
+  [key: string]: unknown;
+}
+
+export interface ReasoningDeltaData {
+  reasoning_id: string;
+  /** summary text to append */
+  delta: string;
+  [key: string]: unknown;
+}
+
+/** The model began a reasoning summary (models that produce one). */
+export interface ReasoningStartedData {
+  reasoning_id: string;
+  agent: string;
+  [key: string]: unknown;
+}
+
 export interface RunCancel {
   /** chosen by the client; the answer (`ack` or `error`) carries it as `ref` */
   id?: string | null;
@@ -317,12 +385,16 @@ export interface RunCancel {
 }
 
 export interface RunCancelledData {
+  /** the run's tokens, all its model calls */
+  usage?: TokenUsage;
   [key: string]: unknown;
 }
 
 export interface RunCompletedData {
   /** JSON-encoded when not a string; "" when none */
   final_output: string;
+  /** the run's tokens, all its model calls */
+  usage?: TokenUsage;
   [key: string]: unknown;
 }
 
@@ -342,6 +414,8 @@ export interface RunError {
 
 export interface RunFailedData {
   error: RunError;
+  /** the run's tokens, all its model calls */
+  usage?: TokenUsage;
   [key: string]: unknown;
 }
 
@@ -436,6 +510,19 @@ export interface ThreadUnsubscribe {
   thread_id: string;
 }
 
+export interface TokenUsage {
+  /** model calls counted (run totals only) */
+  requests?: number;
+  input_tokens: number;
+  output_tokens: number;
+  total_tokens: number;
+  /** input tokens read from the provider's cache */
+  cached_tokens: number;
+  /** output tokens spent reasoning */
+  reasoning_tokens: number;
+  [key: string]: unknown;
+}
+
 export interface ToolCalledData {
   call_id: string;
   tool_name: string;
@@ -527,4 +614,8 @@ export interface EventDataMap {
   "run.failed": RunFailedData;
   "run.cancelled": RunCancelledData;
   "tool.needs_reconciliation": ToolNeedsReconciliationData;
+  "reasoning.started": ReasoningStartedData;
+  "reasoning.delta": ReasoningDeltaData;
+  "reasoning.completed": ReasoningCompletedData;
+  "model.usage": ModelUsageData;
 }
