@@ -17,10 +17,13 @@ import httpx
 import pytest
 
 from gateway.agents.registry import AgentRegistry
+from gateway.frontends.ag_ui.events import Dialect, ThreadProjection
+from gateway.frontends.ag_ui.http import _frame
 from tests.integration.test_cross_process import TOKEN, bus_env, pair
 from tests.support.agents import EffectLog, handoff_graph, nested_graph
 from tests.support.gateway import ROOT, Gateway, GatewayProcess, spawn_gateway
 from tests.support.node_scripts import FRONTEND_PACKAGES, node_or_skip, node_script
+from tests.unit.test_ag_ui_events import reasoning_log, refund_log
 
 VERSIONS = ["1.0", "0.0.59"]
 REFUND = "refund order 42 for 30 dollars"
@@ -131,15 +134,17 @@ async def test_a_run_streams_its_text_to_http_agent(gateway: Gateway, version: s
     assert [m["content"] for m in twin["messages"]][-1] == 'You said: "and again"'
     assert done["types"][:3] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "STEP_STARTED"]
     assert done["types"][-2:] == ["STEP_FINISHED", "RUN_FINISHED"]
-    # The run the client asked for, under the runId it chose.
-    assert done["finished"] == [
-        {
-            "type": "RUN_FINISHED",
-            "timestamp": done["finished"][0]["timestamp"],
-            "threadId": f"text-{version}",
-            "runId": "client-run-1",
-        }
-    ]
+    # The run the client asked for, under the runId it chose, with its model calls' tokens.
+    [finished] = done["finished"]
+    assert finished == {
+        "type": "RUN_FINISHED",
+        "timestamp": finished["timestamp"],
+        "threadId": f"text-{version}",
+        "runId": "client-run-1",
+        "usage": finished["usage"],
+    }
+    [usage] = finished["usage"]
+    assert usage["totalTokens"] == usage["inputTokens"] + usage["outputTokens"] > 0
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -895,3 +900,46 @@ async def test_handoffs_and_agents_as_tools_stream_as_steps_the_client_verifies(
     assert final["content"] in ("refunds finished", "outer done: billing said OK")
     if which == "handoff":
         assert steps[:3] == ["STEP_STARTED", "STEP_FINISHED", "STEP_STARTED"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_a_drop_at_any_stored_event_resumes_to_the_same_messages(version: str) -> None:
+    """Every cursor of logs with a pause, a continuation, a reasoning summary and a message
+    cut by a cancel: @ag-ui/client, dropped after that event and connected again (prelude and
+    tail, as the gateway writes them), holds the messages of a client that never dropped."""
+    cases = []
+    for entries in (refund_log(), reasoning_log(), reasoning_log(cut=True)):
+        full = ThreadProjection("t", Dialect.of("1.0" if version == "1.0" else None))
+        frames = [_frame(e.seq, event) for e in entries for event in full.apply(e)]
+        for cursor in range(1, len(entries)):
+            projection = ThreadProjection("t", full.dialect)
+            cut = [_frame(e.seq, ev) for e in entries[:cursor] for ev in projection.apply(e)]
+            resume = [_frame(cursor, ev) for ev in projection.prelude()] + [
+                _frame(e.seq, ev) for e in entries[cursor:] for ev in projection.apply(e)
+            ]
+            if not any(b"RUN_STARTED" in frame for frame in cut):
+                continue  # nothing applied yet: the client would start from the beginning
+            cases.append(
+                {
+                    "full": b"".join(frames).decode(),
+                    "cut": b"".join(cut).decode(),
+                    "resume": b"".join(resume).decode(),
+                }
+            )
+    node = node_or_skip("@ag-ui/client")
+    process = await asyncio.create_subprocess_exec(
+        node,
+        str(FRONTEND_PACKAGES / "ag_ui_replay.mjs"),
+        cwd=FRONTEND_PACKAGES,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    config = json.dumps({"version": version, "cases": cases}).encode()
+    out, err = await asyncio.wait_for(process.communicate(config), 120)
+    assert process.returncode == 0, err.decode()
+    results = json.loads(out.decode())
+    assert len(results) == len(cases) > 20
+    for result in results:
+        assert json.dumps(result["resumed"]) == json.dumps(result["steady"]), result
+        assert result["steady"], result

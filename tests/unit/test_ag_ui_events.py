@@ -279,3 +279,99 @@ def test_the_newest_pause_records_its_decisions() -> None:
     assert pause is not None and pause.seq == 8
     assert pause.decisions == {"ap_1": "reject"} and pause.open_ids == []
     assert projection.user_message_ids == {"r_1.input"}
+
+
+def reasoning_log(*, cut: bool = False) -> list[LogEntry]:
+    """A run whose model reasons (a summary streamed like a message) before it answers, with
+    its token counts; `cut`: the run is cancelled in the middle of the summary."""
+    head = log(
+        ("r_1", "run.started", {"input": "why?", "agent": "assistant"}),
+        ("r_1", "reasoning.started", {"reasoning_id": "rs_1", "agent": "assistant"}),
+        ("r_1", "reasoning.delta", {"reasoning_id": "rs_1", "delta": "The user asks "}),
+        ("r_1", "reasoning.delta", {"reasoning_id": "rs_1", "delta": "why."}),
+    )
+    if cut:
+        return [*head, LogEntry(5, "r_1", "run.cancelled", "2026-12-05T10:00:05.000Z", {})]
+    usage = {"input_tokens": 10, "output_tokens": 7, "total_tokens": 17, "cached_tokens": 2}
+    tail = [
+        ("r_1", "reasoning.completed", {"reasoning_id": "rs_1", "text": "The user asks why."}),
+        ("r_1", "message.started", {"message_id": "m_1", "agent": "assistant"}),
+        ("r_1", "message.delta", {"message_id": "m_1", "delta": "Because."}),
+        ("r_1", "message.completed", {"message_id": "m_1", "text": "Because."}),
+        (
+            "r_1",
+            "model.usage",
+            {**usage, "reasoning_tokens": 4, "agent": "assistant", "model": "m"},
+        ),
+        (
+            "r_1",
+            "model.usage",
+            {**usage, "reasoning_tokens": 0, "agent": "assistant", "model": "m"},
+        ),
+        ("r_1", "run.completed", {"final_output": "Because."}),
+    ]
+    return log(*[(str(e.run_id), e.type, e.data) for e in head], *tail)
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_a_reasoning_summary_streams_as_reasoning_events_and_tokens_end_the_run(
+    dialect: Dialect,
+) -> None:
+    events = [e for _, e in project(reasoning_log(), dialect)]
+    types = [e["type"] for e in events]
+    assert types[3:8] == [
+        "REASONING_START",
+        "REASONING_MESSAGE_START",
+        "REASONING_MESSAGE_CONTENT",
+        "REASONING_MESSAGE_CONTENT",
+        "REASONING_MESSAGE_END",
+    ]
+    assert types[8] == "REASONING_END"
+    assert {e["messageId"] for e in events if e["type"].startswith("REASONING")} == {"rs_1"}
+    # 0.0.59 knows the reasoning events too.
+    assert set(types) <= LEGACY_TYPES | {
+        "REASONING_START",
+        "REASONING_MESSAGE_START",
+        "REASONING_MESSAGE_CONTENT",
+        "REASONING_MESSAGE_END",
+        "REASONING_END",
+    }
+    assert events[-1]["usage"] == [
+        {
+            "model": "m",
+            "inputTokens": 20,
+            "outputTokens": 14,
+            "totalTokens": 34,
+            "reasoningTokens": 4,
+            "cachedInputTokens": 4,
+        }
+    ]
+    projection = ThreadProjection("t_1", dialect)
+    for entry in reasoning_log():
+        projection.apply(entry)
+    assert projection.messages[1] == {
+        "id": "rs_1",
+        "role": "reasoning",
+        "content": "The user asks why.",
+    }
+
+
+def test_a_summary_open_when_the_run_stops_is_closed_first_and_restated_by_a_prelude() -> None:
+    events = [e["type"] for _, e in project(reasoning_log(cut=True))]
+    assert events[-4:] == [
+        "REASONING_MESSAGE_END",
+        "REASONING_END",
+        "STEP_FINISHED",
+        "RUN_FINISHED",
+    ]
+    projection = ThreadProjection("t_1", Dialect.V1)
+    for entry in reasoning_log()[:3]:
+        projection.apply(entry)
+    prelude = [e["type"] for e in projection.prelude()]
+    assert prelude == [
+        "RUN_STARTED",
+        "MESSAGES_SNAPSHOT",
+        "STEP_STARTED",
+        "REASONING_START",
+        "REASONING_MESSAGE_START",
+    ]

@@ -39,6 +39,11 @@ from ag_ui.core import (
     CustomEvent,
     Interrupt,
     MessagesSnapshotEvent,
+    ReasoningEndEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
     RunErrorEvent,
     RunFinishedEvent,
     RunStartedEvent,
@@ -47,6 +52,7 @@ from ag_ui.core import (
     TextMessageContentEvent,
     TextMessageEndEvent,
     TextMessageStartEvent,
+    TokenUsage,
     ToolCallArgsEvent,
     ToolCallEndEvent,
     ToolCallResultEvent,
@@ -126,6 +132,9 @@ class _Run:
     # call (`@ag-ui/client` then keeps one assistant message for the turn's calls).
     turn_parent: str | None = None
     requested: list[Event] = field(default_factory=list)
+    reasoning_id: str | None = None
+    # This AG-UI run's tokens, per model: usage is not carried across a pause's gap.
+    usage: dict[str, TokenUsage] = field(default_factory=dict)
 
 
 def user_message_id(run_id: str) -> str:
@@ -192,6 +201,8 @@ class ThreadProjection:
             self._snapshot(),
             self._event(StepStartedEvent(step_name=run.step)),
         ]
+        if run.reasoning_id is not None:
+            events += self._reasoning_opened(run.reasoning_id)
         if run.message_id is not None:
             events.append(
                 self._event(TextMessageStartEvent(message_id=run.message_id, role="assistant"))
@@ -223,7 +234,7 @@ class ThreadProjection:
         ]
 
     def _close_run(self, run: _Run) -> list[Event]:
-        events = []
+        events = self._close_reasoning(run)
         if run.message_id is not None:
             events.append(self._event(TextMessageEndEvent(message_id=run.message_id)))
             run.message_id = None
@@ -231,14 +242,37 @@ class ThreadProjection:
         self.run = None
         return events
 
-    def _finished(self, name: str, outcome: Any = None) -> Event:
-        return self._event(RunFinishedEvent(thread_id=self.thread_id, run_id=name, outcome=outcome))
+    def _finished(self, run: _Run, outcome: Any = None) -> Event:
+        return self._event(
+            RunFinishedEvent(
+                thread_id=self.thread_id, run_id=run.name, outcome=outcome, usage=_usage(run)
+            )
+        )
 
-    def _cancelled(self, name: str) -> Event:
+    def _cancelled(self, run: _Run) -> Event:
         if self.dialect is Dialect.LEGACY:
             # 0.x fails on a `cancelled` outcome; an error with its code is an ending it takes.
-            return self._event(RunErrorEvent(message="the run was cancelled", code="cancelled"))
-        return self._finished(name, RunFinishedCancelledOutcome())
+            cancelled = RunErrorEvent(
+                message="the run was cancelled", code="cancelled", usage=_usage(run)
+            )
+            return self._event(cancelled)
+        return self._finished(run, RunFinishedCancelledOutcome())
+
+    def _reasoning_opened(self, reasoning_id: str) -> list[Event]:
+        # The span and the one message in it share the id (AG-UI allows it).
+        return [
+            self._event(ReasoningStartEvent(message_id=reasoning_id)),
+            self._event(ReasoningMessageStartEvent(message_id=reasoning_id, role="reasoning")),
+        ]
+
+    def _close_reasoning(self, run: _Run) -> list[Event]:
+        reasoning_id, run.reasoning_id = run.reasoning_id, None
+        if reasoning_id is None:
+            return []
+        return [
+            self._event(ReasoningMessageEndEvent(message_id=reasoning_id)),
+            self._event(ReasoningEndEvent(message_id=reasoning_id)),
+        ]
 
     def _current(self, run_id: str) -> _Run | None:
         run = self.run
@@ -348,18 +382,76 @@ class ThreadProjection:
         self._insert_tool_message(
             {"id": message_id, "toolCallId": call_id, "role": "tool", "content": content}
         )
+        # The snapshot after the result: `@ag-ui/client` builds a tool message from the
+        # result with its keys in another order than a snapshot's tool message gets from its
+        # schema, so a client that later picks the run up from a prelude would hold the same
+        # message with other bytes. Restated at once, every client holds the snapshot's.
         return [
             self._event(
                 ToolCallResultEvent(
                     message_id=message_id, tool_call_id=call_id, content=content, role="tool"
                 )
-            )
+            ),
+            self._snapshot(),
         ]
 
     def _needs_reconciliation(self, run_id: str, data: dict[str, Any]) -> list[Event]:
         if self._current(run_id) is None:
             return []
         return [self._event(CustomEvent(name=RECONCILIATION, value=data))]
+
+    def _reasoning_started(self, run_id: str, data: dict[str, Any]) -> list[Event]:
+        run = self._current(run_id)
+        if run is None:
+            return []
+        events = self._close_reasoning(run)
+        reasoning_id = str(data["reasoning_id"])
+        run.reasoning_id = reasoning_id
+        self.messages.append({"id": reasoning_id, "role": "reasoning", "content": ""})
+        return [*events, *self._reasoning_opened(reasoning_id)]
+
+    def _reasoning_delta(self, run_id: str, data: dict[str, Any]) -> list[Event]:
+        run = self._current(run_id)
+        delta = data.get("delta") or ""
+        if run is None or run.reasoning_id != data.get("reasoning_id") or not delta:
+            return []
+        message = self._message(run.reasoning_id)
+        if message is not None:
+            message["content"] = (message.get("content") or "") + delta
+        return [self._event(ReasoningMessageContentEvent(message_id=run.reasoning_id, delta=delta))]
+
+    def _reasoning_completed(self, run_id: str, data: dict[str, Any]) -> list[Event]:
+        run = self._current(run_id)
+        if run is None or run.reasoning_id != data.get("reasoning_id"):
+            return []
+        return self._close_reasoning(run)
+
+    def _model_usage(self, run_id: str, data: dict[str, Any]) -> list[Event]:
+        run = self._current(run_id)
+        if run is None:
+            return []
+        model = data.get("model")
+        key = str(model or "")
+        counted = run.usage.get(key) or TokenUsage(
+            model=model,
+            input_tokens=0,
+            output_tokens=0,
+            total_tokens=0,
+            cached_input_tokens=0,
+            reasoning_tokens=0,
+        )
+        run.usage[key] = counted.model_copy(
+            update={
+                "input_tokens": (counted.input_tokens or 0) + int(data.get("input_tokens") or 0),
+                "output_tokens": (counted.output_tokens or 0) + int(data.get("output_tokens") or 0),
+                "total_tokens": (counted.total_tokens or 0) + int(data.get("total_tokens") or 0),
+                "cached_input_tokens": (counted.cached_input_tokens or 0)
+                + int(data.get("cached_tokens") or 0),
+                "reasoning_tokens": (counted.reasoning_tokens or 0)
+                + int(data.get("reasoning_tokens") or 0),
+            }
+        )
+        return []
 
     def _agent_changed(self, run_id: str, data: dict[str, Any]) -> list[Event]:
         agent = str(data.get("agent") or "agent")
@@ -387,7 +479,7 @@ class ThreadProjection:
         outcome = RunFinishedInterruptOutcome(
             interrupts=[Interrupt.model_validate(i) for i in interrupts]
         )
-        return [*self._close_run(run), self._finished(run.name, outcome)]
+        return [*self._close_run(run), self._finished(run, outcome)]
 
     def _approval_decided(self, run_id: str, data: dict[str, Any]) -> list[Event]:
         pause = self.pause
@@ -407,7 +499,7 @@ class ThreadProjection:
         run = self._current(run_id)
         if run is None:
             return []
-        return [*self._close_run(run), self._finished(run.name)]
+        return [*self._close_run(run), self._finished(run)]
 
     def _run_failed(self, run_id: str, data: dict[str, Any]) -> list[Event]:
         run = self._current(run_id)
@@ -417,13 +509,14 @@ class ThreadProjection:
         failed = RunErrorEvent(
             message=str(error.get("message") or "the run failed"),
             code=str(error.get("code") or "run_error"),
+            usage=_usage(run),
         )
         return [*self._close_run(run), self._event(failed)]
 
     def _run_cancelled(self, run_id: str, data: dict[str, Any]) -> list[Event]:
         run = self._current(run_id)
         if run is not None:
-            return [*self._close_run(run), self._cancelled(run.name)]
+            return [*self._close_run(run), self._cancelled(run)]
         pause = self.pause
         if pause is None or pause.run_id != run_id or pause.continued:
             return []
@@ -433,7 +526,7 @@ class ThreadProjection:
         events = self._open_run(run_id, f"{run_id}.cancelled")
         run = self.run
         assert run is not None
-        return [*events, *self._close_run(run), self._cancelled(run.name)]
+        return [*events, *self._close_run(run), self._cancelled(run)]
 
     # -- the client's messages -------------------------------------------------------------
 
@@ -460,6 +553,11 @@ class ThreadProjection:
         while at < len(self.messages) and self.messages[at].get("role") == "tool":
             at += 1
         self.messages.insert(at, message)
+
+
+def _usage(run: _Run) -> list[TokenUsage] | None:
+    """The tokens of the run's model calls, one entry per model (None when none reported)."""
+    return [run.usage[key] for key in sorted(run.usage)] or None
 
 
 def _interrupt(data: dict[str, Any]) -> Event:
@@ -497,6 +595,10 @@ _HANDLERS: Mapping[str, _Handler] = MappingProxyType(
         "tool.called": ThreadProjection._tool_called,
         "tool.output": ThreadProjection._tool_output,
         "tool.needs_reconciliation": ThreadProjection._needs_reconciliation,
+        "reasoning.started": ThreadProjection._reasoning_started,
+        "reasoning.delta": ThreadProjection._reasoning_delta,
+        "reasoning.completed": ThreadProjection._reasoning_completed,
+        "model.usage": ThreadProjection._model_usage,
         "agent.changed": ThreadProjection._agent_changed,
         "approval.requested": ThreadProjection._approval_requested,
         "approval.decided": ThreadProjection._approval_decided,
