@@ -60,8 +60,11 @@ def test_four_eyes_blocks_only_the_requesters_approval() -> None:
 def test_decision_rights_copy_the_view() -> None:
     view: dict[str, Any] = {
         "approval_id": "ap_1",
+        "tool_name": "issue_refund",
         "reviewer_roles": ["finance"],
         "requested_by": "fay",
+        "decided_by": "reviewer",
+        "owner": "fay",
     }
     fay = decision_rights(who("fay", Role.REVIEWER, extra=("finance",)), view, four_eyes=True)
     bob = decision_rights(who("bob", Role.REVIEWER), view, four_eyes=True)
@@ -70,6 +73,78 @@ def test_decision_rights_copy_the_view() -> None:
     assert (bob["can_decide"], bob["can_approve"]) == (False, False)
     assert (flo["can_decide"], flo["can_approve"]) == (True, True)
     assert "can_decide" not in view
+    # Views without the review fields (their run is gone) say nothing about rights.
+    assert decision_rights(who("flo", Role.REVIEWER), {"approval_id": "ap_2"}, four_eyes=False) == {
+        "approval_id": "ap_2"
+    }
+
+
+# who decides (decided_by) -> persona -> (can_decide, can_approve) without four-eyes
+DECIDERS = {
+    "alice": who("alice", Role.USER),  # the thread's owner: the run's own user
+    "carol": who("carol", Role.USER),
+    "bob": who("bob", Role.REVIEWER),
+    "adam": who("adam", Role.ADMIN),
+    "alice_reviewer": who("alice", Role.USER, Role.REVIEWER),
+}
+RIGHTS = {
+    "user": {"alice": True, "carol": False, "bob": False, "adam": False, "alice_reviewer": True},
+    "reviewer": {"alice": False, "carol": False, "bob": True, "adam": True, "alice_reviewer": True},
+    "either": {"alice": True, "carol": False, "bob": True, "adam": True, "alice_reviewer": True},
+}
+
+
+@pytest.mark.parametrize("decided_by", list(RIGHTS))
+@pytest.mark.parametrize("persona", list(DECIDERS))
+def test_decided_by_says_who_may_decide(decided_by: str, persona: str) -> None:
+    view = {
+        "approval_id": "ap_1",
+        "tool_name": "send_email",
+        "reviewer_roles": [],
+        "requested_by": "alice",
+        "decided_by": decided_by,
+        "owner": "alice",
+    }
+    expected = RIGHTS[decided_by][persona]
+    rights = decision_rights(DECIDERS[persona], view, four_eyes=False)
+    assert (rights["can_decide"], rights["can_approve"]) == (expected, expected)
+    # Four-eyes wins: the requester (alice) may still reject, never approve.
+    rights = decision_rights(DECIDERS[persona], view, four_eyes=True)
+    approves = expected and DECIDERS[persona].user != "alice"
+    assert (rights["can_decide"], rights["can_approve"]) == (expected, approves)
+
+
+def test_reviewer_roles_narrow_the_user_too_where_either_decides() -> None:
+    view = {
+        "approval_id": "ap_1",
+        "tool_name": "issue_refund",
+        "reviewer_roles": ["finance"],
+        "requested_by": "alice",
+        "decided_by": "either",
+        "owner": "alice",
+    }
+    assert not decision_rights(who("alice", Role.USER), view, four_eyes=False)["can_decide"]
+    fin = who("alice", Role.USER, extra=("finance",))
+    assert decision_rights(fin, view, four_eyes=False)["can_decide"]
+
+
+def test_a_graph_refuses_an_unknown_decider_and_roles_on_a_user_tool() -> None:
+    def build() -> Agent[Any]:
+        return Agent(name="a")
+
+    with pytest.raises(ValueError, match="decided_by"):
+        AgentGraph(name="g", version="1", build=build, decided_by={"send_email": "owner"})
+    with pytest.raises(ValueError, match="cannot also have reviewer_roles"):
+        AgentGraph(
+            name="g",
+            version="1",
+            build=build,
+            decided_by={"send_email": "user"},
+            reviewer_roles={"send_email": frozenset({"finance"})},
+        )
+    graph = AgentGraph(name="g", version="1", build=build, decided_by={"send_email": "either"})
+    assert graph.decider_for("send_email") == "either"
+    assert graph.decider_for("issue_refund") is None
 
 
 def test_registry_collects_every_reviewer_role() -> None:
