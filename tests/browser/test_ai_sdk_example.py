@@ -5,6 +5,7 @@ in through the development token endpoint, useChat over WebSocketChatTransport a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,22 +33,37 @@ def _expect_timeout() -> None:
     expect.set_options(timeout=TIMEOUT_MS)
 
 
-@pytest.fixture
-def example_gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
-    """Development mode (the page signs in at /v1/dev/token), the owner decides their own
-    approvals, and stories stream slowly enough to reload in the middle of one."""
+def spawn_example_gateway(tmp_path: Path, *, self_approval: bool) -> GatewayProcess:
+    """Development mode (the page signs in at /v1/dev/token), and stories that stream slowly
+    enough to reload or stop in the middle of one."""
     if not (EXAMPLE_DIST / "index.html").is_file():
         unavailable(
             "the useChat example is not built (python3 dev.py test builds it with Node.js and npm)"
         )
-    process = spawn_gateway(
+    return spawn_gateway(
         tmp_path,
         env={
             "GATEWAY_SECRET": "",
-            "GATEWAY_SELF_APPROVAL": "true",
+            "GATEWAY_SELF_APPROVAL": "true" if self_approval else "false",
             "GATEWAY_DEMO_DELAY_MS": "10",
         },
     )
+
+
+@pytest.fixture
+def example_gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
+    """The owner decides their own approvals."""
+    process = spawn_example_gateway(tmp_path, self_approval=True)
+    try:
+        yield process
+    finally:
+        process.terminate()
+
+
+@pytest.fixture
+def reviewed_gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
+    """Only reviewers decide (the gateway's default)."""
+    process = spawn_example_gateway(tmp_path, self_approval=False)
     try:
         yield process
     finally:
@@ -93,12 +109,16 @@ async def page_text(message: Any) -> str:
     return "".join(await message.get_by_test_id("message-text").all_text_contents())
 
 
+async def dev_headers(http: httpx.AsyncClient, user: str, role: str = "user") -> dict[str, str]:
+    token = (await http.post("/v1/dev/token", json={"user": user, "roles": [role]})).json()
+    return {"Authorization": f"Bearer {token['token']}"}
+
+
 async def server_messages(gateway: GatewayProcess, chat: str) -> list[dict[str, Any]]:
     """What the gateway holds for the chat, read as alice with a token of her own."""
     async with httpx.AsyncClient(base_url=base(gateway)) as http:
-        token = (await http.post("/v1/dev/token", json={"user": "alice"})).json()["token"]
         answer = await http.get(
-            f"/v1/ai-sdk/chat/{chat}/messages", headers={"Authorization": f"Bearer {token}"}
+            f"/v1/ai-sdk/chat/{chat}/messages", headers=await dev_headers(http, "alice")
         )
     assert answer.status_code == 200, answer.text
     return list(answer.json()["messages"])
@@ -200,4 +220,62 @@ async def test_a_reload_mid_stream_rejoins_and_ends_as_an_undisturbed_run(
     assert history[1]["metadata"]["status"] == "completed"
     assert text_of(history[1]) == final
     await screenshots(page, "resumed")
+    await context.close()
+
+
+async def test_a_reviewers_call_waits_without_buttons_and_stop_cancels_a_story(
+    browser: Any, reviewed_gateway: GatewayProcess, page_errors: PageErrors
+) -> None:
+    from playwright.async_api import expect
+
+    context = await browser.new_context(viewport=PHONE)
+    page = await context.new_page()
+    page_errors.attach(page, "example")
+    await page.goto(f"{base(reviewed_gateway)}/examples/ai-sdk/")
+    await expect(page.get_by_test_id("signin")).to_be_visible()
+    await page.screenshot(path=str(artifact("ai-sdk-example-signin-phone.png")))
+    await page.get_by_test_id("signin-submit").click()
+    await expect(page.get_by_test_id("chat")).to_have_attribute("data-status", "ready")
+    chat = await chat_id(page)
+
+    await send(page, REFUND)
+    tool = page.get_by_test_id("tool")
+    await expect(tool).to_have_attribute("data-state", "approval-requested")
+    # Only a reviewer may decide: alice sees the call wait, with no buttons to press.
+    await expect(tool.get_by_test_id("waiting-reviewer")).to_be_visible()
+    await expect(tool.get_by_test_id("approve")).to_have_count(0)
+    await expect(page.get_by_test_id("stop")).to_be_visible()
+    await screenshots(page, "waiting")
+    async with httpx.AsyncClient(base_url=base(reviewed_gateway)) as http:
+        bob = await dev_headers(http, "bob", "reviewer")
+        [approval] = (await http.get("/v1/approvals", headers=bob)).json()["approvals"]
+        decided = await http.post(
+            f"/v1/approvals/{approval['approval_id']}/decision",
+            json={"decision": "approve"},
+            headers=bob,
+        )
+    assert decided.status_code == 200, decided.text
+    # The continuation arrives in the open response.
+    await expect(tool).to_have_attribute("data-state", "output-available")
+    await expect(page.get_by_test_id("chat")).to_have_attribute("data-status", "ready")
+    await expect(page.locator(ASSISTANT)).to_have_count(1)
+
+    await send(page, STORY)
+    story = page.locator(ASSISTANT).nth(1)
+    await expect(story.get_by_test_id("message-text")).not_to_have_text("")
+    await page.get_by_test_id("stop").click()
+    await expect(page.get_by_test_id("chat")).to_have_attribute("data-status", "ready")
+    await expect(page.get_by_test_id("send")).to_be_visible()
+    shown = await page_text(story)
+    history = await server_messages(reviewed_gateway, chat)
+    for _ in range(100):
+        if history[-1]["metadata"]["status"] != "running":
+            break
+        await asyncio.sleep(0.05)
+        history = await server_messages(reviewed_gateway, chat)
+    # The run was cancelled on the gateway; what the page shows stays in its message.
+    assert history[-1]["metadata"]["status"] == "cancelled"
+    assert shown and text_of(history[-1]).startswith(shown)
+    assert len(text_of(history[-1])) < 1000  # far from the end of a story
+    await expect(page.get_by_test_id("error")).to_have_count(0)
     await context.close()
