@@ -604,10 +604,27 @@ class SegmentRunner:
     async def _finish_cancelled(
         self, segment: Segment, translator: StreamTranslator, execution: Execution
     ) -> None:
+        kept = translator.stopped_texts()
         events = [self._ev(segment, t, d) for t, d in translator.abort_open("cancelled")]
         events.append(self._ev(segment, EventType.RUN_CANCELLED, run_usage(execution.result)))
         await self._end(segment, RunStatus.CANCELLED, events, audit=execution.cancel_audit)
         execution.cancel_audit = None
+        if kept:
+            await self._keep_stopped(segment, kept)
+
+    async def _keep_stopped(self, segment: Segment, texts: list[str]) -> None:
+        """The text a stop cut short joins the conversation's history, as the assistant's,
+        so the agent's next turn sees what the user saw (the SDK drops a cut turn's output).
+        Best effort: the run is cancelled whether or not this is written."""
+        items: list[Any] = [{"role": "assistant", "content": text} for text in texts]
+        try:
+            await self.session(segment.run.thread_id).add_items(items)
+        except Exception as exc:
+            log.warning(
+                "run %s: the stopped message's text was not added to the history (%s)",
+                segment.run.run_id,
+                describe(exc),
+            )
 
     async def _end(
         self,

@@ -88,10 +88,22 @@ class StreamTranslator:
             )
             for reasoning_id, parts in self.open_reasonings.values()
         ]
+        # A stop keeps what was streamed (docs/protocol.md §6 `message.aborted`): the event
+        # carries it, and the run lifecycle adds it to the conversation's history.
+        keep = reason == "cancelled"
         return aborted + [
-            (EventType.MESSAGE_ABORTED, {"message_id": message_id, "reason": reason})
-            for message_id, _ in self.open_messages.values()
+            (
+                EventType.MESSAGE_ABORTED,
+                {"message_id": message_id, "reason": reason, "text": "".join(parts)}
+                if keep
+                else {"message_id": message_id, "reason": reason},
+            )
+            for message_id, parts in self.open_messages.values()
         ]
+
+    def stopped_texts(self) -> list[str]:
+        """The text each open message streamed so far, for a stop that keeps it."""
+        return [text for _, parts in self.open_messages.values() if (text := "".join(parts))]
 
     def _raw(self, data: Any) -> list[Emitted]:
         kind = getattr(data, "type", None)

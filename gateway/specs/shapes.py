@@ -257,10 +257,16 @@ class MessageCompletedData(_Shape):
 
 
 class MessageAbortedData(_Shape):
-    """A started message that will never complete: drop its partial text."""
+    """A started message that will never complete: drop its partial text, unless it was
+    stopped (`reason` cancelled), whose `text` the gateway keeps."""
 
     message_id: str
     reason: Literal["cancelled", "failed", "paused", "incomplete", "gateway_restart"]
+    text: str | Absent = Field(
+        None,
+        description="reason cancelled: the text streamed before the stop, which stays in the "
+        "conversation (the agent's history included)",
+    )
 
 
 class ToolCalledData(_Shape):
