@@ -189,6 +189,25 @@ async def test_the_user_approves_inline_and_the_same_message_continues(
         assert comparable(history[1]) == comparable(message)
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_user_confirms_a_call_their_tool_leaves_to_them(
+    gateway: Gateway, transport: str
+) -> None:
+    # Self-approval is off, but the demo agent's send_email is decided by "either"
+    # (docs/protocol.md §3 "Who decides"): the response ends for the user to confirm it.
+    chat_id = f"chat-{transport}-email"
+    text = "email ann@example.com about order 3"
+    result = await run_chat(gateway, "approve", transport, chat_id, text=text)
+    assert result["status"] == "ready" and result["error"] is None, result
+    part = tool_part(assistant(result))
+    assert part["type"] == "tool-send_email"
+    assert part["approval"]["descriptor"]["canDecide"] is True
+    assert part["state"] == "output-available"
+    assert part["output"].startswith("Email sent to ann@example.com")
+    decided = [e for e in await events_of(gateway, chat_id) if e["event"] == "approval.decided"]
+    assert [d["data"]["reviewer"] for d in decided] == ["alice"]
+
+
 async def test_a_rejection_reaches_the_model_with_its_reason(
     gateway_factory: Callable[..., Any],
 ) -> None:
