@@ -578,6 +578,9 @@ def _interrupt(data: dict[str, Any]) -> Event:
             "arguments": arguments,
             "agent": data.get("agent"),
             "reviewerRoles": data.get("reviewer_roles", []),
+            # Who decides the call (docs/protocol.md §3 "Who decides"): "user", "reviewer",
+            # "either"; absent in events stored before it existed.
+            "decidedBy": data.get("decided_by"),
             "checkpointVersion": data.get("checkpoint_version"),
         }
     }
