@@ -20,10 +20,10 @@ from gateway.agents.registry import AgentRegistry
 from gateway.frontends.ag_ui.events import Dialect, ThreadProjection
 from gateway.frontends.ag_ui.http import _frame
 from tests.integration.test_cross_process import TOKEN, bus_env, pair
+from tests.support.ag_ui_logs import reasoning_log, refund_log
 from tests.support.agents import EffectLog, handoff_graph, nested_graph
 from tests.support.gateway import ROOT, Gateway, GatewayProcess, spawn_gateway
 from tests.support.node_scripts import FRONTEND_PACKAGES, node_or_skip, node_script
-from tests.unit.test_ag_ui_events import reasoning_log, refund_log
 
 VERSIONS = ["1.0", "0.0.59"]
 REFUND = "refund order 42 for 30 dollars"
