@@ -24,8 +24,9 @@ a day), driven from Node (tests/frontends/node/bench_ai_sdk.mjs, so `npm ci` the
   client reading the same run from seq 0 to its `run.completed`, and (`raw_*`) the two AI SDK
   responses read without a `Chat` by the same process (fetch and `text()`; a `ws` socket with
   the options the transport gets, every frame `JSON.parse`d), which count the chunks. Then
-  (`server_*`) the same responses read from Python (httpx; `websockets` without compression,
-  `orjson` per frame): the server alone. Every time includes the connect. `ws` offers
+  (`server_*`) the same responses, and the same run from seq 0 over `/v1/ws`, read from Python
+  (httpx; `websockets` without compression, `orjson` per frame): the server alone, with the
+  gateway's CPU time over each read. Every time includes the connect. `ws` offers
   permessage-deflate, as browsers do, and the gateway accepts it; `*_ws_plain` are the same
   over a socket that does not offer it.
 - `memory_*`: RSS growth per idle connection at `--connections` connections (bench/memory.py's
@@ -44,6 +45,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import statistics
 import tempfile
 import time
 import uuid
@@ -64,11 +66,13 @@ from bench.common import (
     Backend,
     BenchClient,
     ProtocolError,
+    ServerProcess,
     connect,
     fresh_database,
     gateway_process,
     issue_token,
     latency_summary,
+    process_cpu_seconds,
     raise_fd_limit,
     report_line,
 )
@@ -155,6 +159,59 @@ async def raw_ws_resume(base: str, token: str, chat_id: str) -> tuple[float, int
         chunks = await _answer(ws, "end")
         elapsed = time.perf_counter() - begin
     return elapsed, chunks
+
+
+async def raw_native_replay(ws_url: str, token: str, thread_id: str) -> tuple[float, int]:
+    """The thread read from seq 0 to its first `run.completed` over `/v1/ws` (no compression,
+    `orjson` per frame): seconds (connect and `hello` included), events."""
+    begin = time.perf_counter()
+    ws = await connect(ws_url, token)
+    try:
+        subscribe = {"type": "thread.subscribe", "id": "r", "thread_id": thread_id, "after_seq": 0}
+        await ws.send(orjson.dumps(subscribe).decode())
+        events = 0
+        while True:
+            frame = orjson.loads(await asyncio.wait_for(ws.recv(), TIMEOUT_S))
+            if frame["type"] == "error":
+                raise ProtocolError(f"thread.subscribe: {frame}")
+            if frame["type"] == "event":
+                events += 1
+                if frame["event"] == "run.completed":
+                    break
+        elapsed = time.perf_counter() - begin
+    finally:
+        await ws.close()
+    return elapsed, events
+
+
+async def server_reads(
+    gateway: ServerProcess, token: str, chat_id: str, rounds: int
+) -> dict[str, dict[str, Any]]:
+    """The long run read `rounds` times each way by Python clients, the way most cheaply read
+    (no compression, `orjson`): the wall time, and the gateway's CPU time over each read (it
+    serves nothing else meanwhile)."""
+    base = f"http://127.0.0.1:{gateway.port}"
+    readers = {
+        "http": partial(raw_http_resume, base, token, chat_id),
+        "ws": partial(raw_ws_resume, base, token, chat_id),
+        "native": partial(raw_native_replay, gateway.ws_url, token, chat_id),
+    }
+    seen: dict[str, list[tuple[float, int, float]]] = {kind: [] for kind in readers}
+    for _ in range(rounds):
+        for kind, read in readers.items():
+            cpu_before = process_cpu_seconds(gateway.pid) or 0.0
+            elapsed, items = await read()
+            cpu = (process_cpu_seconds(gateway.pid) or 0.0) - cpu_before
+            seen[kind].append((elapsed, items, cpu))
+    return {
+        kind: {
+            **latency_summary([t for t, _, _ in reads]),
+            "items": sorted({n for _, n, _ in reads}),
+            # /proc counts CPU in clock ticks (10 ms): the mean over all reads, not a median.
+            "cpu_ms_mean": round(statistics.fmean(c for _, _, c in reads) * 1000, 1),
+        }
+        for kind, reads in seen.items()
+    }
 
 
 @contextlib.asynccontextmanager
@@ -309,17 +366,13 @@ async def run(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
                         "rounds": args.resume_rounds,
                     },
                 )
-                # The server alone: the same responses read by Python with no compression.
-                server: dict[str, list[tuple[float, int]]] = {"http": [], "ws": []}
-                for _ in range(args.resume_rounds):
-                    server["http"].append(await raw_http_resume(base, token, chat_id))
-                    server["ws"].append(await raw_ws_resume(base, token, chat_id))
+                server = await server_reads(gateway, token, chat_id, args.resume_rounds)
         figures["resume_run"] = {
             "events": sum(events.values()),
             "by_type": events,
             "chunks": sorted(
                 {r["chunks"] for kind in ("rawWs", "rawHttp", "rawWsPlain") for r in resumed[kind]}
-                | {n for kind in ("http", "ws") for _, n in server[kind]}
+                | {n for kind in ("http", "ws") for n in server[kind]["items"]}
             ),
             "native_events_read": sorted({r["events"] for r in resumed["native"]}),
             "chars": chars,
@@ -331,8 +384,8 @@ async def run(args: argparse.Namespace, backend: Backend) -> dict[str, Any]:
             figures[f"resume_{kind}"] = summarise([r["ms"] for r in rounds])
             figures[f"resume_{kind}_first_change"] = summarise([r["firstMs"] for r in rounds])
             figures[f"raw_{kind}"] = summarise([r["ms"] for r in resumed[raw]])
-        for kind in ("ws", "http"):
-            figures[f"server_{kind}"] = latency_summary([t for t, _ in server[kind]])
+        for kind, read in server.items():
+            figures[f"server_{kind}"] = read
         figures["resume_native"] = summarise([r["ms"] for r in resumed["native"]])
         figures["resume_cold_ms"] = {k: round(v, 1) for k, v in resumed["cold"].items()}
         figures["ratios"] = ratios(figures)
