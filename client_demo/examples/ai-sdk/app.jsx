@@ -51,7 +51,7 @@ async function errorText(answer) {
 function chatIdFromAddress() {
   const url = new URL(location.href);
   const id = url.searchParams.get("chat");
-  return id && /^[A-Za-z0-9_.:-]{1,64}$/.test(id) ? id : null;
+  return id && /^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$/.test(id) ? id : null;
 }
 
 function showChat(id) {
