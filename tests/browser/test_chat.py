@@ -408,7 +408,7 @@ async def test_the_user_confirms_their_own_email_but_waits_for_a_reviewer_on_a_r
     assert "Email sent to ann@example.com" in (final or "")
 
 
-async def test_input_while_busy_is_queued_and_cancel_drops_the_partial_answer(
+async def test_input_while_busy_is_queued_and_cancel_keeps_the_partial_answer(
     browser: Any, gateway: GatewayProcess, page_errors: PageErrors
 ) -> None:
     from playwright.async_api import expect
@@ -426,14 +426,19 @@ async def test_input_while_busy_is_queued_and_cancel_drops_the_partial_answer(
     partial = await story.text_content()
 
     await alice.get_by_test_id("cancel-run").click()
-    # The story's message is aborted (its partial text goes), then the queued input runs.
+    # The story's message is stopped (its partial text stays, marked), then the queued input
+    # runs.
     await expect(alice.get_by_test_id("notice")).to_contain_text("Run cancelled.")
-    await expect(alice.locator(ASSISTANT_TEXT)).to_have_text(['You said: "hello again"'])
+    await expect(alice.locator(ASSISTANT_TEXT).last).to_have_text('You said: "hello again"')
+    await expect(alice.locator(ASSISTANT_TEXT)).to_have_count(2)
+    kept = (await alice.locator(ASSISTANT_TEXT).first.text_content()) or ""
+    assert partial and kept.startswith(partial)
+    await expect(alice.get_by_test_id("message-stopped").first).to_be_visible()
+    await expect(alice.get_by_test_id("message-stopped").locator("visible=true")).to_have_count(1)
     await expect(alice.get_by_test_id("status-badge")).to_have_attribute("data-status", "completed")
     await expect(queued).to_have_count(0)
     users = alice.locator("[data-role=user] [data-testid=message-text]")
     await expect(users).to_have_text(["tell me a story", "hello again"])
-    assert partial and partial not in ((await alice.locator("#items").text_content()) or "")
     await shot(alice, "queued-cancel")
 
 

@@ -24,7 +24,8 @@
  * @property {string | null} runId
  * @property {string} agent
  * @property {string} text
- * @property {"streaming" | "completed" | "aborted"} status
+ * @property {"streaming" | "completed" | "aborted" | "stopped"} status  stopped: cut by a
+ *   cancel, its text kept
  * @property {string} [abortReason]
  * @property {boolean} fromStart      seen from its `message.started` (else its deltas are partial)
  *
@@ -224,7 +225,11 @@ function fold(s, frame) {
     case "message.aborted": {
       const index = find(s, "message", data.message_id);
       if (index < 0) return s;
-      // §6: a message that will never complete; its partial text is dropped.
+      // §6: a message that will never complete; its partial text is dropped, unless it was
+      // stopped (reason cancelled, with the text the gateway keeps).
+      if (data.reason === "cancelled" && typeof data.text === "string") {
+        return update(s, index, { text: data.text, status: "stopped", abortReason: "cancelled" });
+      }
       return update(s, index, { text: "", status: "aborted", abortReason: data.reason ?? null });
     }
     case "tool.called":

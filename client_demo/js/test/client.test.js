@@ -167,17 +167,20 @@ describe("resuming", () => {
     assert.equal(done.mismatches, 0);
   });
 
-  test("cancel stops the run: the open message is aborted and the connection stays", async () => {
+  test("cancel stops the run: the open message keeps its text, stopped, and the connection stays", async () => {
     const alice = client({ WebSocket: trackedWebSocket().WebSocket, token: await gateway.token("alice") });
     await alice.ready();
     const { threadId, runId } = await alice.startRun({ input: "tell me a story" });
-    await waitFor(alice, "event", () => messages(alice.thread(threadId))[0]?.status === "streaming");
+    await waitFor(alice, "event", () => messages(alice.thread(threadId))[0]?.text.length > 0);
     const ack = await alice.cancel(runId);
     assert.equal(ack.run_id, runId);
     const done = await threadDone(alice, threadId);
     assert.equal(done.status, "cancelled");
-    assert.equal(messages(done)[0].status, "aborted");
-    assert.equal(messages(done)[0].text, "");
+    assert.equal(messages(done)[0].status, "stopped");
+    assert.ok(messages(done)[0].text.length > 0);
+    const { events } = await gateway.events(threadId, await gateway.token("alice"));
+    const aborted = events.find((e) => e.event === "message.aborted");
+    assert.equal(messages(done)[0].text, aborted.data.text);
     assert.equal(alice.status, "online");
   });
 

@@ -27,9 +27,10 @@ export interface MessageItem {
   seq: number;
   runId: string | null;
   agent: string;
-  /** grows as deltas arrive; the whole text once completed; "" once aborted */
+  /** grows as deltas arrive; the whole text once completed; "" once aborted; what was
+   * streamed once stopped (cut by a cancel, its text kept) */
   text: string;
-  status: "streaming" | "completed" | "aborted";
+  status: "streaming" | "completed" | "aborted" | "stopped";
   abortReason?: string | null;
   /** seen from its `message.started` (else its deltas are partial) */
   fromStart: boolean;

@@ -128,11 +128,12 @@ export class ChatView {
   _assistantNode(item) {
     const text = h("div", { class: "bubble-text", dataset: { testid: "message-text" } });
     const agent = h("span", { class: "msg-agent" });
+    const stopped = h("span", { class: "msg-stopped", dataset: { testid: "message-stopped" } }, "Stopped");
     const el = h(
       "li",
       { class: "msg msg-assistant", dataset: { testid: "message", role: "assistant", key: item.key } },
       h("div", { class: "avatar", "aria-hidden": "true" }, "AI"),
-      h("div", { class: "msg-body" }, h("div", { class: "msg-meta" }, agent), h("div", { class: "bubble" }, text)),
+      h("div", { class: "msg-body" }, h("div", { class: "msg-meta" }, agent, stopped), h("div", { class: "bubble" }, text)),
     );
     if (item.messageId) el.dataset.messageId = item.messageId;
     return {
@@ -144,6 +145,7 @@ export class ChatView {
         setText(agent, it.agent || "assistant");
         el.classList.toggle("streaming", Boolean(it.streaming));
         el.dataset.streaming = it.streaming ? "true" : "false";
+        stopped.hidden = !it.stopped;
       },
     };
   }
@@ -399,11 +401,13 @@ export function viewItems(state) {
         out.push(cached(`u:${item.seq}`, [item], () => ({ kind: "user", text: item.text, state: USER_STATES[item.status], runId: item.runId })));
         break;
       case "message":
-        // An aborted message will never complete: its partial text goes (docs/protocol.md §6).
+        // An aborted message will never complete: its partial text goes (docs/protocol.md §6);
+        // a stopped one keeps what it streamed.
         if (item.status === "aborted") continue;
         out.push(
           cached(`m:${item.id}`, [item], () => ({
-            kind: "assistant", messageId: item.id, text: item.text, agent: item.agent || null, streaming: item.status === "streaming", runId: item.runId,
+            kind: "assistant", messageId: item.id, text: item.text, agent: item.agent || null, streaming: item.status === "streaming",
+            stopped: item.status === "stopped", runId: item.runId,
           })),
         );
         break;
