@@ -77,7 +77,7 @@ function Harness() {
     onError: (error) => emit({ event: "error", message: String(error?.message ?? error) }),
   });
   held.runtime = useAISDKRuntime(held.chat);
-  return null;
+  return React.createElement(AssistantRuntimeProvider, { runtime: held.runtime });
 }
 
 function until(predicate, timeoutMs = 20000) {
