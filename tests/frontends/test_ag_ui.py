@@ -268,8 +268,9 @@ async def test_stop_cancels_the_run_and_each_client_gets_an_ending_it_accepts(
     else:
         # 0.0.59 fails on a cancelled outcome.
         assert ending["type"] == "RUN_ERROR" and ending["code"] == "cancelled"
-    # The partial message is closed and then dropped, as the native protocol's clients do.
-    assert [m["role"] for m in done["messages"]] == ["user"]
+    # The stopped message is closed and stays as it was streamed, as the gateway keeps it.
+    assert [m["role"] for m in done["messages"]] == ["user", "assistant"]
+    assert 0 < len(done["messages"][1]["content"].split()) < 200
 
 
 async def test_a_reviewer_deciding_elsewhere_shows_on_the_next_connect(gateway: Gateway) -> None:

@@ -298,3 +298,25 @@ def test_a_summary_open_when_the_run_stops_is_closed_first_and_restated_by_a_pre
         "REASONING_START",
         "REASONING_MESSAGE_START",
     ]
+
+
+def test_a_stopped_message_stays_as_it_was_streamed() -> None:
+    entries = refund_log()[:4]
+    entries += [
+        LogEntry(
+            5,
+            "r_1",
+            "message.aborted",
+            "2026-12-05T10:00:05.000Z",
+            {"message_id": "m_1", "reason": "cancelled", "text": "I will refund it."},
+        ),
+        LogEntry(6, "r_1", "run.cancelled", "2026-12-05T10:00:06.000Z", {}),
+    ]
+    projection = ThreadProjection("t_1", Dialect.V1)
+    events = [e for entry in entries for e in projection.apply(entry) if entry.seq >= 5]
+    assert [e["type"] for e in events] == ["TEXT_MESSAGE_END", "STEP_FINISHED", "RUN_FINISHED"]
+    assert projection.messages[-1] == {
+        "id": "m_1",
+        "role": "assistant",
+        "content": "I will refund it.",
+    }

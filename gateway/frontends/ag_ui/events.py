@@ -325,7 +325,9 @@ class ThreadProjection:
 
     def _message_aborted(self, run_id: str, data: dict[str, Any]) -> list[Event]:
         """Closed, then dropped from the conversation (the native protocol's "drop its
-        partial text") unless calls hang on it: a restated snapshot without it."""
+        partial text") unless calls hang on it: a restated snapshot without it. A stopped
+        message (`cancelled`) stays as it was streamed, as the gateway keeps it in the
+        conversation's history."""
         run = self._current(run_id)
         message_id = data.get("message_id")
         events = []
@@ -333,6 +335,8 @@ class ThreadProjection:
             run.message_id = None
             events.append(self._event(TextMessageEndEvent(message_id=message_id)))
         message = self._message(message_id)
+        if data.get("reason") == "cancelled":
+            return events
         if run is None or message is None or message.get("toolCalls"):
             return events
         self.messages.remove(message)
