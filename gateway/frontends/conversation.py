@@ -97,6 +97,30 @@ async def start_turn(
     )
 
 
+async def regenerate(
+    services: Services,
+    principal: Principal,
+    thread_id: str,
+    text: str | None = None,
+    supersedes: str | None = None,
+) -> Started:
+    """A new answer to the conversation's last input (or to `text`, an edit of it), in a run
+    that supersedes the last one (docs/protocol.md §4 `run.regenerate`)."""
+    if await existing_thread(services, principal, thread_id) is None:
+        raise not_found("thread not found")
+
+    def admit() -> None:
+        services.limits.admit_run_start(principal.tenant, principal.user)
+
+    return await services.runs.regenerate(
+        principal,
+        thread_id,
+        text=None if text is None else input_text(services, text),
+        supersedes=supersedes,
+        admit=admit,
+    )
+
+
 async def decide_all(
     services: Services,
     principal: Principal,

@@ -247,7 +247,11 @@ class RunManager:
         requested_by: str | None = None,
         caller: dict[str, Any] | None = None,
         new_thread_id: str | None = None,
+        supersedes: RunRecord | None = None,
     ) -> Started:
+        """`supersedes`: the thread's last run, whose answer this run replaces (regenerate):
+        the conversation's history goes back to where that run began, in the run's own
+        transaction."""
         if thread is not None and await self._ctx.runs.active_for_thread(thread.thread_id):
             raise conflict("the thread already has an active run; send run.input instead")
         if admit is not None:
@@ -290,15 +294,18 @@ class RunManager:
             if created is not None:
                 ThreadRepository.insert_in(conn, created)
             else:
+                if supersedes is not None:
+                    SessionMarks.trim_in(conn, thread_id, supersedes.session_mark)
                 mark = SessionMarks.head_in(conn, thread_id)
             RunRepository.insert_in(conn, replace(record, session_mark=mark))
             if consumed_input_id is not None:
                 InputRepository.consume_in(conn, [consumed_input_id], run_id=run_id)
             return LeaseRepository.acquire_in(conn, run_id, instance_id, ttl_s), mark
 
-        started = self._ctx.log.new_event(
-            thread_id, run_id, EventType.RUN_STARTED, {"input": text, "agent": graph.name}
-        )
+        data: dict[str, Any] = {"input": text, "agent": graph.name}
+        if supersedes is not None:
+            data["supersedes"] = supersedes.run_id
+        started = self._ctx.log.new_event(thread_id, run_id, EventType.RUN_STARTED, data)
         try:
             (lease, mark), logged = await self._ctx.log.commit([started], insert, agent=graph.name)
         except IntegrityError:
@@ -327,6 +334,47 @@ class RunManager:
         return Started(
             thread_id=thread_id, run_id=run_id, first_seq=first_seq, thread=known, events=logged
         )
+
+    async def regenerate(
+        self,
+        principal: Principal,
+        thread_id: str,
+        *,
+        text: str | None = None,
+        supersedes: str | None = None,
+        admit: Callable[[], None] | None = None,
+    ) -> Started:
+        """A new answer to the thread's last input (`text`: an edited input instead), in a new
+        run that supersedes the last one. The log keeps the earlier answer (`run.started`
+        says which run it supersedes); the history the agent sees goes back to where that run
+        began. Only the last run can be superseded, and only once it has finished.
+        `supersedes`: the run the caller means, refused when it is not the last one."""
+        if self._ctx.closing:
+            raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down")
+        thread = await self._ctx.thread_for(principal, thread_id)
+        check_can_act_on_thread(principal, thread_ref(thread))
+        async with self._ctx.lock(thread.thread_id):
+            if await self._ctx.runs.active_for_thread(thread.thread_id) is not None:
+                raise conflict("the thread's run is still active; stop it first")
+            runs = await self._ctx.runs.of_thread(thread.thread_id, limit=1)
+            if not runs:
+                raise conflict("the thread has no answer to regenerate")
+            last = runs[-1]
+            if supersedes is not None and supersedes != last.run_id:
+                raise conflict("only the thread's last answer can be regenerated or edited")
+            graph = self._ctx.graph(last.agent)
+            return await self._start_locked(
+                principal.tenant,
+                thread.owner,
+                thread,
+                graph,
+                last.input if text is None else text,
+                "continue",
+                admit=admit,
+                requested_by=principal.user,
+                caller=stored_caller(principal, graph.context_claims),
+                supersedes=last,
+            )
 
     # -- input ---------------------------------------------------------------------------
 

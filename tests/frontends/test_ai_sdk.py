@@ -13,8 +13,12 @@ from typing import Any
 import httpx
 import pytest
 import websockets
+from agents import Agent
+from agents.testing import ModelStep, ScriptedModel
 
+from gateway.agents.registry import AgentGraph, AgentRegistry
 from tests.integration.test_cross_process import TOKEN, bus_env, pair
+from tests.support.agents import say
 from tests.support.gateway import Gateway, GatewayProcess
 from tests.support.node_scripts import node_or_skip, node_script
 
@@ -470,7 +474,6 @@ def answered(approval_id: str, approved: Any = True) -> dict[str, Any]:
         (body("c", user("   ")), 400, "bad_request"),
         (body("c", user(5)), 400, "bad_request"),
         (body("c", user("x"), trigger="other"), 400, "bad_request"),
-        (body("c", user("x"), trigger="regenerate-message"), 400, "bad_request"),
         (body("c", {"role": "system", "parts": []}), 400, "bad_request"),
         (body("c", answered("ap_x", approved="yes")), 400, "bad_request"),
         (body("c", user("x" * 40_000)), 413, "too_large"),
@@ -808,3 +811,85 @@ async def test_stop_through_another_process_cancels_the_run_where_it_streams(
     assert [line for line in rest if line][-1] == "data: [DONE]"
     events = await process_events(a, "far")
     assert events[-1]["event"] == "run.cancelled"
+
+
+# -- regenerate and edit ------------------------------------------------------------------------
+
+
+def answering(*answers: str) -> tuple[AgentRegistry, ScriptedModel]:
+    model = ScriptedModel([ModelStep(output=[say(answer)]) for answer in answers])
+
+    def build() -> Agent[Any]:
+        return Agent(name="answerer", instructions="test agent", model=model)
+
+    return AgentRegistry([AgentGraph(name="answerer", version="1", build=build)]), model
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_regenerate_and_edit_replace_the_last_answer(
+    gateway_factory: Callable[..., Any], transport: str
+) -> None:
+    registry, model = answering("first answer", "second answer", "third answer")
+    async with gateway_factory(registry=registry) as gateway:
+        chat_id = f"chat-{transport}-again"
+        async with node_script(
+            "ai_sdk_chat.mjs",
+            config(
+                gateway, "regenerate", transport, chat_id, text="question", edited="better question"
+            ),
+        ) as script:
+            answered = await script.until("answered")
+            regenerated = await script.until("regenerated")
+            result = await script.until("done", timeout_s=60)
+        events = await events_of(gateway, chat_id)
+        history = await server_messages(gateway, chat_id)
+    assert [text_of(m) for m in answered["messages"] if m["role"] == "assistant"] == [
+        "first answer"
+    ]
+    assert [text_of(m) for m in regenerated["messages"] if m["role"] == "assistant"] == [
+        "second answer"
+    ]
+    assert result["error"] is None
+    assert [(m["role"], text_of(m)) for m in result["messages"]] == [
+        ("user", "better question"),
+        ("assistant", "third answer"),
+    ]
+    # The log keeps every answer; each later run says which it supersedes.
+    starts = [e for e in events if e["event"] == "run.started"]
+    assert [s["data"]["input"] for s in starts] == ["question", "question", "better question"]
+    assert [s["data"].get("supersedes") for s in starts] == [
+        None,
+        starts[0]["run_id"],
+        starts[1]["run_id"],
+    ]
+    # The agent's history follows the branch chosen: no earlier answer, no earlier question.
+    assert [item.get("role") for item in model.calls[1].input] == ["user"]
+    assert [item.get("content") for item in model.calls[2].input] == ["better question"]
+    # useChat's history is the chosen branch.
+    assert [comparable(m)["parts"] for m in history] == [
+        comparable(m)["parts"] for m in result["messages"]
+    ]
+
+
+async def test_only_the_last_finished_answer_can_be_regenerated(gateway: Gateway) -> None:
+    async with gateway.http() as http:
+        never = body("chat-none", user("x"), trigger="regenerate-message")
+        answer = await http.post("/v1/ai-sdk/chat", json=never, headers=auth(gateway))
+        assert answer.status_code == 404, answer.text
+        first = await http.post(
+            "/v1/ai-sdk/chat", json=body("chat-once", user("one")), headers=auth(gateway)
+        )
+        assert first.status_code == 200
+        old_run = (await events_of(gateway, "chat-once"))[0]["run_id"]
+        await http.post(
+            "/v1/ai-sdk/chat", json=body("chat-once", user("two")), headers=auth(gateway)
+        )
+        stale = body("chat-once", user("one"), trigger="regenerate-message", messageId=old_run)
+        answer = await http.post("/v1/ai-sdk/chat", json=stale, headers=auth(gateway))
+        assert answer.status_code == 409, answer.text
+        edit = body("chat-once", user("uno"), messageId=f"{old_run}-input")
+        answer = await http.post("/v1/ai-sdk/chat", json=edit, headers=auth(gateway))
+        assert answer.status_code == 409, answer.text
+    assert (
+        len([e for e in await events_of(gateway, "chat-once") if e["event"] == "run.started"]) == 2
+    )

@@ -17,6 +17,8 @@ from gateway.protocol.error_codes import GatewayError
 from gateway.protocol.frames import ErrorCode
 
 TRIGGERS = ("submit-message", "regenerate-message")
+# The suffix of a user message's id in the gateway's history (ui_messages.user_message).
+INPUT_SUFFIX = "-input"
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,11 @@ class ChatRequest:
     decisions: list[Decision] = field(default_factory=list)
     # The assistant message continued (useChat's `messageId` on a follow-up).
     message_id: str | None = None
+    # A new answer to the last input (`regenerate()`), or to an edited one (`sendMessage`
+    # with the edited user message's id): the chat's last run is superseded.
+    regenerate: bool = False
+    # The run whose answer is replaced, when the request names it.
+    supersedes: str | None = None
 
 
 def bad_request(message: str) -> GatewayError:
@@ -39,11 +46,12 @@ def chat_request(body: dict[str, Any]) -> ChatRequest:
     trigger = body.get("trigger", "submit-message")
     if trigger not in TRIGGERS:
         raise bad_request(f"trigger must be one of {', '.join(TRIGGERS)}")
-    if trigger == "regenerate-message":
-        raise bad_request("regenerating an answer is not supported: send a new message")
     message_id = body.get("messageId")
     if message_id is not None and not isinstance(message_id, str):
         raise bad_request("messageId must be a string")
+    if trigger == "regenerate-message":
+        # useChat sends the history up to the answer it regenerates, and that answer's id.
+        return ChatRequest(chat_id, None, regenerate=True, supersedes=message_id)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("messages must be a non-empty list")
@@ -59,6 +67,13 @@ def chat_request(body: dict[str, Any]) -> ChatRequest:
         text = "".join(str(t) for t in texts)
         if not text.strip():
             raise bad_request("the newest message has no text")
+        if message_id is not None:
+            # An edited user message: its answer is regenerated from the new text. The
+            # gateway's history names user messages `<run id>-input`.
+            run_id = (
+                message_id.removesuffix(INPUT_SUFFIX) if message_id.endswith(INPUT_SUFFIX) else None
+            )
+            return ChatRequest(chat_id, text, regenerate=True, supersedes=run_id)
         return ChatRequest(chat_id, text)
     if role == "assistant":
         decisions = [_decision(part) for part in parts if part.get("state") == "approval-responded"]

@@ -101,11 +101,17 @@ async def messages(request: Request, services: Services) -> Response:
     fresh = await services.runs.threads.get(thread.thread_id) or thread
     entries = await read_span(services, principal, thread.thread_id, 0, fresh.head_seq)
     by_run: dict[str, list] = {}
+    # Answers a regenerate or an edit replaced: the chat shows the branch chosen last.
+    superseded: set[str] = set()
     for entry in entries:
         if entry.run_id is not None:
             by_run.setdefault(entry.run_id, []).append(entry)
+        if entry.type == "run.started" and isinstance(entry.data.get("supersedes"), str):
+            superseded.add(entry.data["supersedes"])
     out: list[dict] = []
     for run in await services.runs.runs_of_thread(thread.thread_id):
+        if run.run_id in superseded:
+            continue
         projection = RunChunks(
             thread.thread_id,
             run.run_id,

@@ -33,7 +33,7 @@ from gateway.frontends.thread_log import follow, read_span
 from gateway.protocol.error_codes import conflict, not_found
 from gateway.protocol.frames import EventType
 from gateway.resources import Services
-from gateway.run_lifecycle.manager import RunRecord, ThreadRecord
+from gateway.run_lifecycle.manager import RunRecord, Started, ThreadRecord
 from gateway.storage.health import StorageUnavailable
 
 
@@ -49,11 +49,23 @@ async def respond(services: Services, principal: Principal, request: ChatRequest
     approvals allow. Raises GatewayError, having changed nothing, when it cannot be served."""
     if request.decisions:
         return await _answer_approvals(services, principal, request)
+    if request.regenerate:
+        started = await conversation.regenerate(
+            services, principal, request.chat_id, request.text, request.supersedes
+        )
+        return await _started_response(services, principal, started)
     assert request.text is not None
     thread = await conversation.existing_thread(services, principal, request.chat_id)
     if thread is not None and await services.runs.active_run(thread.thread_id) is not None:
         raise conflict("a response is already active for this chat; stop it or resume it")
     started = await conversation.start_turn(services, principal, request.chat_id, request.text)
+    return await _started_response(services, principal, started)
+
+
+async def _started_response(
+    services: Services, principal: Principal, started: Started
+) -> ChatResponse:
+    """A new run's message, from its `run.started`."""
     run = await services.runs.active_run(started.thread_id)
     response = await _response(
         services, principal, started.thread, started.run_id, run, emit_after=started.first_seq - 1

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.frontends.ai_sdk.chat_requests import INPUT_SUFFIX
 from gateway.frontends.ai_sdk.ui_chunks import Chunk, RunChunks
 
 Part = dict[str, Any]
 
 
 def user_message(run_id: str, text: str) -> dict[str, Any]:
-    return {"id": f"{run_id}-input", "role": "user", "parts": [{"type": "text", "text": text}]}
+    return {
+        "id": f"{run_id}{INPUT_SUFFIX}",
+        "role": "user",
+        "parts": [{"type": "text", "text": text}],
+    }
 
 
 class MessageFold:

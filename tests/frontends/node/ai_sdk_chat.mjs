@@ -240,6 +240,20 @@ const scenarios = {
     done();
   },
 
+  async regenerate() {
+    // regenerate() replaces the last answer; sendMessage with a user message's id edits it.
+    await chat.sendMessage({ text: config.text });
+    await finished();
+    emit({ event: "answered", messages: chat.messages });
+    await chat.regenerate();
+    await finished();
+    emit({ event: "regenerated", messages: chat.messages });
+    const user = chat.messages.find((m) => m.role === "user");
+    await chat.sendMessage({ text: config.edited, messageId: user.id });
+    await finished();
+    done();
+  },
+
   async resumeIdle() {
     // Nothing active: resumeStream() changes nothing.
     await chat.resumeStream();
