@@ -258,9 +258,10 @@ async def test_stop_cancels_the_run_and_each_client_gets_an_ending_it_accepts(
             version=version,
             input=STORY,
         )
-        _, statuses = await thread_state(gateway, f"stop-{version}")
+        head, statuses = await thread_state(gateway, f"stop-{version}")
     assert done.get("error") is None, done
     assert done["stopped"] is True
+    assert int(done["lastEventId"]) == head  # the stop's answer did not disturb the cursor
     assert statuses == ["cancelled"]
     [ending] = done["finished"]
     if version == "1.0":

@@ -100,10 +100,12 @@ export function makeGatewayAgent(agui) {
     }
 
     _tracked(response) {
-      this._unapplied = [];
       const type = response.headers.get("content-type") || "";
+      // Only an event stream starts a new queue: a stopRun() answered while a run streams
+      // must not disturb that run's.
       if (!response.ok || !response.body || !type.startsWith("text/event-stream")) return response;
-      const unapplied = this._unapplied;
+      const unapplied = [];
+      this._unapplied = unapplied;
       const decoder = new TextDecoder();
       let pending = "";
       const scan = new TransformStream({

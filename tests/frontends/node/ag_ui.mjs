@@ -169,12 +169,12 @@ const scenarios = {
   },
 
   async stop() {
+    // Stopped by the agent that streams the run: its cursor keeps following the stream.
     const runner = agent();
-    const stopper = agent();
     say(runner, config.input);
     let stopped;
     contentCounter(runner, 5, () => {
-      stopped = stopper.stopRun();
+      stopped = runner.stopRun();
     });
     const outcome = await settle(runner.runAgent());
     emit("done", { ...summary(runner), ...outcome, stopped: await stopped });
