@@ -128,6 +128,7 @@ async def test_a_run_streams_its_text_to_http_agent(gateway: Gateway, version: s
         ("user", "hello there"),
         ("assistant", 'You said: "hello there"'),
     ]
+    assert done["switched"].get("error") is None, done["switched"]
     twin = done["twin"]
     assert twin.get("error") is None and twin["cursor"] == done["lastEventId"]
     assert int(twin["after"]) > int(twin["cursor"]) and done["runnerAfter"] == done["lastEventId"]

@@ -21,6 +21,8 @@ export function makeGatewayAgent(agui) {
       super(config);
       /** The seq of the last event applied (a string, as SSE ids are), or null. */
       this.lastEventId = config.lastEventId == null ? null : String(config.lastEventId);
+      // The conversation the cursor belongs to: a seq means nothing in another thread.
+      this._cursorThread = this.threadId;
       this._track(this.fetch);
     }
 
@@ -34,7 +36,10 @@ export function makeGatewayAgent(agui) {
       this._tracker = {
         onEvent: () => {
           const id = this._unapplied.shift();
-          if (id !== undefined && id !== null) this.lastEventId = id;
+          if (id !== undefined && id !== null) {
+            this.lastEventId = id;
+            this._cursorThread = this.threadId;
+          }
           this._appliedSinceConnect += 1;
         },
       };
@@ -47,6 +52,7 @@ export function makeGatewayAgent(agui) {
       const cloned = super.clone();
       cloned.subscribers = cloned.subscribers.filter((s) => s !== this._tracker);
       cloned.lastEventId = this.lastEventId;
+      cloned._cursorThread = this._cursorThread;
       cloned._track(this._send);
       return cloned;
     }
@@ -58,7 +64,7 @@ export function makeGatewayAgent(agui) {
 
     connect(input) {
       const init = this.requestInit(input);
-      if (this.lastEventId !== null) {
+      if (this.lastEventId !== null && this._cursorThread === this.threadId) {
         init.headers = { ...init.headers, "Last-Event-ID": this.lastEventId };
       }
       return transformHttpEventStream(

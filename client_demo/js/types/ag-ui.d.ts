@@ -13,7 +13,8 @@ export declare class GatewayAgent extends HttpAgent {
   lastEventId: string | null;
   /** `<url>/connect`. */
   readonly connectUrl: string;
-  /** Follow the conversation from `lastEventId` (the whole conversation when null), then live. */
+  /** Follow the conversation from `lastEventId` (the whole conversation when null, or when
+   * `threadId` has changed since), then live. */
   connectAgent(parameters?: RunAgentParameters, subscriber?: AgentSubscriber): Promise<RunAgentResult>;
   /** Cancel the conversation's run on the gateway; whether a run was active. */
   stopRun(): Promise<boolean>;

@@ -81,9 +81,13 @@ const scenarios = {
     const twinCursor = twin.lastEventId;
     say(twin, "and again");
     const again = await settle(twin.runAgent());
+    // Another conversation: the cursor of this one is not sent along.
+    runner.threadId = `${config.threadId}-elsewhere`;
+    const switched = await settle(runner.connectAgent());
     emit("done", {
       ...ran,
       ...outcome,
+      switched,
       twin: { cursor: twinCursor, after: twin.lastEventId, error: again.error, messages: twin.messages },
       runnerAfter: runner.lastEventId,
     });
