@@ -16,6 +16,7 @@ from typing import Any, cast
 import orjson
 from agents import Agent
 
+from gateway.agents.approval_rules import ApprovalRule
 from gateway.agents.run_caller import RunCaller
 from gateway.agents.run_settings import RunSettings
 from gateway.auth.access import DecidedBy
@@ -82,7 +83,9 @@ class AgentGraph:
     already waiting. `decided_by` maps a tool name to who decides its calls: `"user"` (the run's
     own user confirms, as in "send this email?"), `"reviewer"` or `"either"`; tools not listed
     follow GATEWAY_SELF_APPROVAL (gateway/auth/access.py `DecidedBy`). It is policy too. A tool
-    only its user decides takes no reviewer roles.
+    only its user decides takes no reviewer roles. `approval_rules` maps a tool name to a rule
+    that decides its calls by itself before the run pauses, on the real arguments and the caller
+    (gateway/agents/approval_rules.py); policy as well.
 
     The run context (docs/agents.md "Context"): `make_context(caller)` builds the context of
     each new run from its `RunCaller` (gateway/agents/run_caller.py); without it the context is the
@@ -107,6 +110,7 @@ class AgentGraph:
     sensitive_arguments: Mapping[str, frozenset[str]] = field(default_factory=dict, hash=False)
     reviewer_roles: Mapping[str, frozenset[str]] = field(default_factory=dict, hash=False)
     decided_by: Mapping[str, DecidedBy | str] = field(default_factory=dict, hash=False)
+    approval_rules: Mapping[str, ApprovalRule] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         for tool_name, who in self.decided_by.items():
@@ -224,11 +228,15 @@ class AgentRegistry:
         return sorted(self._graphs)
 
     def reviewer_role_names(self) -> frozenset[str]:
-        """Every role a graph names for its tools: tokens carrying them must be accepted."""
+        """Every role a graph names for its tools (reviewer roles, and the caller roles its
+        approval rules read): tokens carrying them must be accepted."""
         return frozenset(
             role
             for graph in self._graphs.values()
-            for roles in graph.reviewer_roles.values()
+            for roles in [
+                *graph.reviewer_roles.values(),
+                *(rule.caller_roles for rule in graph.approval_rules.values()),
+            ]
             for role in roles
         )
 

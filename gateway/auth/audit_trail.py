@@ -136,6 +136,33 @@ def decision_entry(
     )
 
 
+def rule_decision_entry(
+    *,
+    tenant: str,
+    approval_id: str,
+    decision: str,
+    rule: str,
+    run_id: str,
+    thread_id: str,
+    tool_name: str,
+    arguments_digest: str,
+) -> AuditEntry:
+    """A call a graph's approval rule decided by itself: actor `system`, the rule named."""
+    return system_entry(
+        AuditAction.APPROVAL_DECIDED,
+        tenant=tenant,
+        target=approval_id,
+        details={
+            "decision": decision,
+            "rule": rule,
+            "run_id": run_id,
+            "thread_id": thread_id,
+            "tool_name": tool_name,
+            "arguments_digest": arguments_digest,
+        },
+    )
+
+
 def cancellation_entry(
     principal: Principal,
     *,

@@ -131,6 +131,15 @@ class GatewayMetrics:
             registry=reg,
         )
         self._outcomes = Bounded(self.approval_decisions, OUTCOMES)
+        # A rule's decisions are also among `gateway_approval_decisions` (their events).
+        self.approval_rules = Counter(
+            "gateway_approval_rule_evaluations",
+            "Calls a graph's approval rule was asked about, by outcome (approve, reject, "
+            "undecided: left to a person, error: it raised, a person decides) and rule.",
+            ["outcome", "rule"],
+            registry=reg,
+        )
+        self._rule_outcomes = Bounded(self.approval_rules)
         # Read from the database at scrape time (`refresh`): one process cannot count the
         # approvals another one created or decided. The scraped process has the newest value.
         self.approvals_pending = Gauge(
@@ -304,6 +313,9 @@ class GatewayMetrics:
     def checkpoint_stored(self, size: int, seconds: float) -> None:
         self.checkpoint_bytes.observe(size)
         self.checkpoint_seconds.observe(seconds)
+
+    def rule_evaluated(self, rule: str, outcome: str) -> None:
+        self._rule_outcomes.get(outcome, rule).inc()
 
     def reviewed(self, waited_s: float) -> None:
         self.review_wait.observe(max(0.0, waited_s))

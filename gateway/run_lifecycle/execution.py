@@ -30,15 +30,18 @@ from agents.exceptions import (
     ModelBehaviorError,
     OutputGuardrailTripwireTriggered,
 )
+from agents.items import ToolApprovalItem
 from agents.models.interface import ModelProvider
 from agents.run_state import CURRENT_SCHEMA_VERSION, RunState
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
+from gateway.agents.approval_rules import RuleDecision, evaluate
 from gateway.agents.exactly_once import LedgerScope, current_scope
 from gateway.agents.registry import AgentGraph
 from gateway.agents.run_caller import RunCaller
 from gateway.agents.run_settings import run_config
+from gateway.auth.audit_trail import rule_decision_entry
 from gateway.event_log.writer import EventLog
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.run_hooks import MetricsHooks
@@ -47,6 +50,7 @@ from gateway.protocol.frames import MODEL_USAGE, TOOL_NEEDS_RECONCILIATION, Even
 from gateway.run_lifecycle.approval_binding import (
     arguments_digest,
     interruption_arguments,
+    interruption_digest,
     interruption_tool_name,
 )
 from gateway.run_lifecycle.lease_keeper import LeaseKeeper
@@ -236,47 +240,45 @@ class SegmentRunner:
             if segment.prepare is not None:
                 segment.prepare()
             settings = segment.graph.settings_for(segment.caller)
-            result = Runner.run_streamed(
-                segment.agent,
-                segment.start,
-                session=self.session(run.thread_id),
-                run_config=run_config(
-                    settings, segment.caller, provider=self._provider, tracing=self._tracing
-                ),
-                # The metrics' hooks pass every callback on to the graph's own.
-                hooks=(
-                    MetricsHooks(self._metrics, settings.hooks)
-                    if self._metrics is not None
-                    else settings.hooks
-                ),
-                max_turns=segment.graph.max_turns,
-                # On a restored state, replaces only the application context the SDK keeps.
-                context=segment.context,
-            )
-            execution.result = result
-            if segment.lease is not None:
-                self._leases.hold(segment.lease, partial(_stop_on_lost_lease, run, result))
-            turn_state: str | None = None
-            async for sdk_event in result.stream_events():
-                if _is_tool_output(sdk_event):
-                    # A consistent point (docs/architecture.md "SDK behaviours"): the turn's tools
-                    # have run.
-                    turn_state = self._serialize(segment, result)
-                elif turn_state is not None and _is_response_start(sdk_event):
-                    # The next model call has started, so the SDK has written the finished
-                    # turn to the session: only now is the session mark right for that state.
-                    await self._save_turn(segment, turn_state)
-                    turn_state = None
-                emitted = translator.translate(sdk_event)
-                spans.observe(sdk_event, emitted)
-                for type_, data in emitted:
-                    await self._log.append(run.thread_id, run.run_id, type_, data, segment.lease)
-                    if type_ == MODEL_USAGE and self._metrics is not None:
-                        self._metrics.tokens(data["agent"], data)
+            start = segment.start
+            decided: dict[str, RuleDecision] = {}
+            while True:
+                result = Runner.run_streamed(
+                    segment.agent,
+                    start,
+                    session=self.session(run.thread_id),
+                    run_config=run_config(
+                        settings, segment.caller, provider=self._provider, tracing=self._tracing
+                    ),
+                    # The metrics' hooks pass every callback on to the graph's own.
+                    hooks=(
+                        MetricsHooks(self._metrics, settings.hooks)
+                        if self._metrics is not None
+                        else settings.hooks
+                    ),
+                    max_turns=segment.graph.max_turns,
+                    # On a restored state, replaces only the application context the SDK keeps.
+                    context=segment.context,
+                )
+                execution.result = result
+                if segment.lease is not None:
+                    self._leases.hold(segment.lease, partial(_stop_on_lost_lease, run, result))
+                await self._stream(segment, result, translator, spans)
+                if execution.cancel_requested or not result.interruptions:
+                    break
+                decided = self._ask_rules(segment, result.interruptions)
+                if len(decided) < len(result.interruptions):
+                    break
+                # Rules decided every call: the run goes on in this segment, without a pause
+                # (docs/protocol.md §4 "Rules that decide").
+                await storage_retry(partial(self._record_rules, segment, result, decided))
+                if execution.cancel_requested:
+                    break  # cancelled meanwhile: the calls are not run
+                start = with_rule_decisions(result, decided)
             if execution.cancel_requested:
                 await self._finish_cancelled(segment, translator, execution)
             elif result.interruptions:
-                await storage_retry(lambda: self._pause(segment, result, translator))
+                await storage_retry(partial(self._pause, segment, result, translator, decided))
             elif (reason := execution.stop_reason) is not None and result.final_output is None:
                 # Stopped with cancel("after_turn"): the state is at a turn boundary
                 # (NextStepRunAgain), so resuming repeats nothing.
@@ -328,6 +330,117 @@ class SegmentRunner:
 
     async def close(self) -> None:
         await self._leases.close()
+
+    async def _stream(
+        self,
+        segment: Segment,
+        result: RunResultStreaming,
+        translator: StreamTranslator,
+        spans: Any,
+    ) -> None:
+        """Log one SDK stream's events, with turn checkpoints between its turns."""
+        run = segment.run
+        turn_state: str | None = None
+        async for sdk_event in result.stream_events():
+            if _is_tool_output(sdk_event):
+                # A consistent point (docs/architecture.md "SDK behaviours"): the turn's tools
+                # have run.
+                turn_state = self._serialize(segment, result)
+            elif turn_state is not None and _is_response_start(sdk_event):
+                # The next model call has started, so the SDK has written the finished
+                # turn to the session: only now is the session mark right for that state.
+                await self._save_turn(segment, turn_state)
+                turn_state = None
+            emitted = translator.translate(sdk_event)
+            spans.observe(sdk_event, emitted)
+            for type_, data in emitted:
+                await self._log.append(run.thread_id, run.run_id, type_, data, segment.lease)
+                if type_ == MODEL_USAGE and self._metrics is not None:
+                    self._metrics.tokens(data["agent"], data)
+
+    # -- approval rules (gateway/agents/approval_rules.py) -------------------------------
+
+    def _ask_rules(
+        self, segment: Segment, items: Sequence[ToolApprovalItem]
+    ) -> dict[str, RuleDecision]:
+        """What the graph's approval rules decide about the pause's calls, by call id, on the
+        real arguments and the run's caller; calls they leave (or fail on) are absent."""
+        decided: dict[str, RuleDecision] = {}
+        for item in items:
+            tool_name = interruption_tool_name(item)
+            rule = segment.graph.approval_rules.get(tool_name)
+            if rule is None:
+                continue
+            decision, outcome = evaluate(
+                rule, tool_name, interruption_arguments(item), segment.caller
+            )
+            if self._metrics is not None:
+                self._metrics.rule_evaluated(rule.name, outcome)
+            if decision is not None:
+                decided[str(item.call_id or "")] = decision
+        return decided
+
+    def _rule_events(
+        self,
+        segment: Segment,
+        items: Sequence[ToolApprovalItem],
+        decided: dict[str, RuleDecision],
+    ) -> tuple[list[NewEvent], list[AuditEntry], dict[str, str]]:
+        """`approval.decided` and the audit entry of each call a rule decided, and the approval
+        id each got (by call id). The id is new: the call never became an approval anyone
+        waits for, so the event names the call."""
+        run = segment.run
+        now = utc_ts(utcnow())
+        events: list[NewEvent] = []
+        entries: list[AuditEntry] = []
+        ids: dict[str, str] = {}
+        for item in items:
+            call_id = str(item.call_id or "")
+            decision = decided.get(call_id)
+            if decision is None:
+                continue
+            approval_id = ids[call_id] = new_id("ap")
+            tool_name = interruption_tool_name(item)
+            data = {
+                "approval_id": approval_id,
+                "call_id": call_id,
+                "tool_name": tool_name,
+                "decision": decision.decision,
+                "reason": decision.reason,
+                "reviewer": None,
+                "rule": decision.rule,
+                "decided_at": now,
+            }
+            events.append(self._ev(segment, EventType.APPROVAL_DECIDED, data))
+            entries.append(
+                rule_decision_entry(
+                    tenant=run.tenant,
+                    approval_id=approval_id,
+                    decision=decision.decision,
+                    rule=decision.rule,
+                    run_id=run.run_id,
+                    thread_id=run.thread_id,
+                    tool_name=tool_name,
+                    arguments_digest=interruption_digest(item),
+                )
+            )
+        return events, entries, ids
+
+    async def _record_rules(
+        self, segment: Segment, result: RunResultStreaming, decided: dict[str, RuleDecision]
+    ) -> None:
+        """Rules decided every call of the pause: their decisions and audit entries, in one
+        transaction, before the run goes on with them."""
+        events, entries, _ = self._rule_events(segment, result.interruptions, decided)
+        lease = segment.lease
+
+        def store(conn: Connection) -> None:
+            if lease is not None:
+                LeaseRepository.fence_in(conn, lease)
+            for entry in entries:
+                AuditRepository.insert_in(conn, entry)
+
+        await self._commit(segment, events, store, None)
 
     def _serialize(
         self, segment: Segment, result: RunResultStreaming, *, final: bool = False
@@ -434,9 +547,17 @@ class SegmentRunner:
         )
 
     async def _pause(
-        self, segment: Segment, result: RunResultStreaming, translator: StreamTranslator
+        self,
+        segment: Segment,
+        result: RunResultStreaming,
+        translator: StreamTranslator,
+        decided: dict[str, RuleDecision],
     ) -> None:
-        """Checkpoint + approvals + `approval.requested` x k + `run.paused`, one transaction."""
+        """Checkpoint + approvals + `approval.requested` x k + `run.paused`, one transaction.
+
+        Calls the graph's rules decided (`decided`, some of the pause's) are requested from
+        nobody: their `approval.decided` comes first and their rows are stored decided, so the
+        continuation applies them together with the people's decisions."""
         run = segment.run
         checkpoint = await self._checkpoint(segment, result, "approval")
         now = checkpoint.created_at
@@ -468,13 +589,21 @@ class SegmentRunner:
                 )
             )
         events = [self._ev(segment, type_, data) for type_, data in translator.abort_open("paused")]
+        ruled, audit, rule_ids = self._rule_events(segment, result.interruptions, decided)
+        events.extend(ruled)
+        # The rows of the rules' decisions, under the ids their events gave them.
+        records = [
+            r if r.call_id not in rule_ids else _ruled(r, rule_ids[r.call_id], decided[r.call_id])
+            for r in records
+        ]
+        pending = [r for r in records if r.status is ApprovalStatus.PENDING]
         reviews = {
             r.approval_id: review_context(
                 run, r.tool_name, segment.graph, self_approval=self._self_approval
             )
-            for r in records
+            for r in pending
         }
-        for record in records:
+        for record in pending:
             data: dict[str, Any] = {
                 "approval_id": record.approval_id,
                 "call_id": record.call_id,
@@ -493,12 +622,12 @@ class SegmentRunner:
             data = masked_call_data(data, record.tool_name, segment.graph.sensitive_arguments)
             events.append(self._ev(segment, EventType.APPROVAL_REQUESTED, data))
         stored = await self._store_pause(
-            segment, checkpoint, RunStatus.WAITING_FOR_REVIEW, events, records=records
+            segment, checkpoint, RunStatus.WAITING_FOR_REVIEW, events, records=records, audit=audit
         )
         if self._on_paused is not None:
             self._on_paused(stored, segment.graph)
         self._on_inbox_added(
-            run.tenant, [approval_view(r, reviews[r.approval_id]) for r in records]
+            run.tenant, [approval_view(r, reviews[r.approval_id]) for r in pending]
         )
 
     async def _suspend(
@@ -520,6 +649,7 @@ class SegmentRunner:
         status: RunStatus,
         events: list[NewEvent],
         records: list[ApprovalRecord] | None = None,
+        audit: Sequence[AuditEntry] = (),
     ) -> CheckpointRecord:
         """Returns the checkpoint as stored (with the session mark read in the transaction)."""
         events.append(
@@ -538,6 +668,8 @@ class SegmentRunner:
             )
             if records:
                 ApprovalRepository.insert_in(conn, records)
+            for entry in audit:
+                AuditRepository.insert_in(conn, entry)
             if lease is not None:
                 # A paused run holds no lease: whichever process wins the continuation does.
                 LeaseRepository.release_in(conn, lease)
@@ -661,6 +793,34 @@ class SegmentRunner:
 # Set in a final state whose `original_input` lost its session-history prefix: how many items
 # were left out. They are the thread's session items up to the run's `session_mark`.
 ELIDED_HISTORY_KEY = "gateway_elided_history_items"
+
+
+def with_rule_decisions(
+    result: RunResultStreaming, decided: dict[str, RuleDecision]
+) -> RunState[Any, Any]:
+    """The state after `result`'s pause with the rules' decisions applied: the run goes on
+    from it as from a continuation's restored state."""
+    state = result.to_state()
+    for item in state.get_interruptions():
+        decision = decided[str(item.call_id or "")]
+        if decision.decision == "approve":
+            state.approve(item)
+        else:
+            state.reject(item, rejection_message=decision.reason)
+    return state
+
+
+def _ruled(record: ApprovalRecord, approval_id: str, decision: RuleDecision) -> ApprovalRecord:
+    """A pause's approval row as a rule decided it (no reviewer; the rule is in its event)."""
+    status = ApprovalStatus.APPROVED if decision.decision == "approve" else ApprovalStatus.REJECTED
+    return replace(
+        record,
+        approval_id=approval_id,
+        status=status,
+        reason=decision.reason,
+        decided_at=record.requested_at,
+        expires_at=None,
+    )
 
 
 def elide_session_history(data: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from agents import Agent
 from agents.testing import ModelStep, ScriptedModel
 
+from gateway.agents.approval_rules import ApprovalRule
 from gateway.agents.registry import AgentGraph
 from tests.support.agents import EffectLog, call, effect_tool, say
 
@@ -23,6 +24,7 @@ def gated_graph(
     tool: str = "charge",
     reviewer_roles: dict[str, frozenset[str]] | None = None,
     decided_by: dict[str, str] | None = None,
+    approval_rules: dict[str, ApprovalRule] | None = None,
     calls: int = 1,
 ) -> AgentGraph:
     """Each input gets `calls` approval-gated `tool` calls in one model response, with the
@@ -59,4 +61,5 @@ def gated_graph(
         build=build,
         reviewer_roles=reviewer_roles or {},
         decided_by=decided_by or {},
+        approval_rules=approval_rules or {},
     )

@@ -17,7 +17,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -57,8 +57,10 @@ from openai.types.responses import (
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
+from gateway.agents.approval_rules import ApprovalRule, Verdict
 from gateway.agents.exactly_once import Policy, run_once
 from gateway.agents.registry import AgentGraph
+from gateway.agents.run_caller import RunCaller
 from gateway.auth.access import DecidedBy
 
 DEMO_AGENT_NAME = "assistant"
@@ -646,6 +648,21 @@ def build_demo_agent(model: str | Model | None = None) -> Agent[Any]:
     )
 
 
+def _small_refund_by_support(arguments: Mapping[str, Any], caller: RunCaller) -> Verdict | None:
+    """Support staff may refund up to 50 without a reviewer; anything else waits for one."""
+    amount = arguments.get("amount")
+    if "support" not in caller.roles or not isinstance(amount, int | float):
+        return None
+    return "approve" if 0 < amount <= SUPPORT_REFUND_LIMIT else None
+
+
+# The demo's approval rule (docs/protocol.md §9): refunds up to 50 asked for by a `support` user.
+SUPPORT_REFUND_LIMIT = 50
+REFUND_UP_TO_50 = ApprovalRule(
+    "refund_up_to_50", _small_refund_by_support, caller_roles=frozenset({"support"})
+)
+
+
 def demo_graph(model: str | Model | None = None) -> AgentGraph:
     return AgentGraph(
         name=DEMO_AGENT_NAME,
@@ -654,4 +671,5 @@ def demo_graph(model: str | Model | None = None) -> AgentGraph:
         # The "send this email?" confirmation: the run's own user may confirm it, and so may a
         # reviewer (docs/protocol.md §9).
         decided_by={"send_email": DecidedBy.EITHER},
+        approval_rules={"issue_refund": REFUND_UP_TO_50},
     )
