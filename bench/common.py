@@ -355,7 +355,9 @@ def gateway_command(name: str) -> list[str]:
             stamp = datetime.now(UTC).strftime("%H%M%S")
             target = Path(folder) / f"{name}-{stamp}-{os.getpid()}.{suffix}"
             wrapper = Path(__file__).with_name(script)
-            return [sys.executable, str(wrapper), str(target), "serve", "--port", "0"]
+            # -P: the wrapper's folder (bench/) stays off sys.path, where bench/ag_ui.py would
+            # shadow the `ag_ui` package the gateway imports.
+            return [sys.executable, "-P", str(wrapper), str(target), "serve", "--port", "0"]
     return [sys.executable, "-m", "gateway", "serve", "--port", "0"]
 
 
