@@ -200,6 +200,16 @@ class RunResume(_Frame):
     run_id: Id
 
 
+class RunRegenerate(_Frame):
+    """A new answer to the thread's last input, or to `input`, an edit of it (§4)."""
+
+    type: Literal["run.regenerate"] = "run.regenerate"
+    thread_id: Id
+    input: UserInput | None = None
+    # The run the client means to replace: refused unless it is the thread's last.
+    run_id: Id | None = None
+
+
 class InboxSubscribe(_Frame):
     type: Literal["inbox.subscribe"] = "inbox.subscribe"
 
@@ -222,6 +232,7 @@ ClientFrame = Annotated[
     | ApprovalDecide
     | RunCancel
     | RunResume
+    | RunRegenerate
     | InboxSubscribe
     | Ping
     | Pong,
@@ -240,6 +251,7 @@ _FRAME_MODELS: dict[str, type[_Frame]] = {
         ApprovalDecide,
         RunCancel,
         RunResume,
+        RunRegenerate,
         InboxSubscribe,
         Ping,
         Pong,

@@ -75,6 +75,8 @@ class Started:
     # events of that commit: a connection subscribes its caller without reading either again.
     thread: ThreadRecord
     events: list[LoggedEvent]
+    # The run whose answer this one replaces (regenerate), if any.
+    supersedes: str | None = None
 
 
 class RunManager:
@@ -332,7 +334,12 @@ class RunManager:
         first_seq = logged[0].seq
         known = replace(base, head_seq=logged[-1].seq)
         return Started(
-            thread_id=thread_id, run_id=run_id, first_seq=first_seq, thread=known, events=logged
+            thread_id=thread_id,
+            run_id=run_id,
+            first_seq=first_seq,
+            thread=known,
+            events=logged,
+            supersedes=supersedes.run_id if supersedes is not None else None,
         )
 
     async def regenerate(

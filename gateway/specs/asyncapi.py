@@ -52,6 +52,7 @@ CLIENT_FRAMES: Mapping[str, tuple[str, tuple[str, ...]]] = MappingProxyType(
         "approval.decide": ("Approve or reject a pending tool call", ("ack",)),
         "run.cancel": ("Cancel a run", ("ack",)),
         "run.resume": ("Continue a suspended run", ("ack",)),
+        "run.regenerate": ("A new answer to the thread's last input (or an edit of it)", ("ack",)),
         "inbox.subscribe": (
             "The tenant's pending approvals, then updates (reviewers and admins)",
             ("ack", "inbox", "inbox.update"),

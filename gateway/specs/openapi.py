@@ -347,6 +347,23 @@ def _paths() -> dict[str, dict[str, Any]]:
                 notes={429: "over the run-start or pending-input limit"},
             )
         },
+        "/v1/threads/{thread_id}/regenerate": {
+            "post": _operation(
+                "regenerate",
+                "A new answer to the thread's last input, or to an edit of it",
+                description=(
+                    "The WebSocket's `run.regenerate` over HTTP: a new run that supersedes the "
+                    "thread's last one (finished), its history going back to where that run "
+                    "began."
+                ),
+                tag="runs",
+                parameters=[_path_id("thread_id")],
+                body="RegenerateRequest",
+                ok=("the new run", "Regenerated"),
+                errors=(400, 401, 403, 404, 409, 413, 415, 429, 500, 503),
+                notes={409: "the thread's run is active, it has none, or `run_id` is not its last"},
+            )
+        },
         "/v1/runs/{run_id}": {
             "get": _operation(
                 "getRun",

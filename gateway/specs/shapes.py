@@ -156,7 +156,10 @@ class AckFrame(_Shape):
         None, description="thread.create, thread.subscribe, thread.unsubscribe, run.start"
     )
     epoch: str | Absent = Field(None, description="thread.create")
-    run_id: str | Absent = Field(None, description="run.start, run.input, run.cancel, run.resume")
+    run_id: str | Absent = Field(
+        None, description="run.start, run.input, run.cancel, run.resume, run.regenerate"
+    )
+    supersedes: str | Absent = Field(None, description="run.regenerate: the run replaced")
     disposition: Literal["started", "staged", "queued"] | Absent = Field(
         None, description="run.input"
     )
@@ -568,6 +571,25 @@ class InputAccepted(_Shape):
     )
 
 
+class RegenerateRequest(BaseModel):
+    input: str | None = Field(
+        None,
+        min_length=1,
+        pattern=r"\S",
+        description="an edit of the thread's last input; absent: the same input again",
+    )
+    run_id: str | None = Field(
+        None, description="the run the caller means to replace (409 unless it is the last)"
+    )
+
+
+class Regenerated(_Shape):
+    thread_id: str
+    run_id: str = Field(description="the new run")
+    supersedes: str = Field(description="the run whose answer it replaces")
+    first_seq: int = Field(ge=1, description="seq of the new run's `run.started` event")
+
+
 class ApprovalList(_Shape):
     approvals: list[Approval]
 
@@ -649,6 +671,8 @@ HTTP_BODIES: tuple[type[BaseModel], ...] = (
     RunStarted,
     InputRequest,
     InputAccepted,
+    RegenerateRequest,
+    Regenerated,
     ApprovalList,
     ApprovalEnvelope,
     ThreadList,

@@ -78,6 +78,32 @@ async def send_input(request: Request, services: Services) -> Response:
     return JSONBody(result)
 
 
+@endpoint
+async def regenerate(request: Request, services: Services) -> Response:
+    """`run.regenerate` over HTTP: a new answer to the thread's last input (or to `input`)."""
+    principal = await authenticate(request, services)
+    thread_id = path_id(request, "thread_id")
+    body = await read_json_body(request)
+    if "thread_id" in body:
+        raise GatewayError(ErrorCode.BAD_REQUEST, "thread_id is the path's, not a body field")
+    frame = await _validated(services, "run.regenerate", {**body, "thread_id": thread_id})
+    started = await services.runs.regenerate(
+        principal,
+        frame.thread_id,
+        text=frame.input,
+        supersedes=frame.run_id,
+        admit=_admit(services, principal),
+    )
+    return JSONBody(
+        {
+            "thread_id": started.thread_id,
+            "run_id": started.run_id,
+            "supersedes": started.supersedes,
+            "first_seq": started.first_seq,
+        }
+    )
+
+
 async def _validated(services: Services, kind: str, body: dict[str, Any]) -> Any:
     """The body as the frame `kind`, through the WebSocket's frame parser."""
     for name in FRAME_ONLY:

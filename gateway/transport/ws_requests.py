@@ -17,6 +17,7 @@ from gateway.protocol import frames as protocol
 from gateway.protocol.error_codes import GatewayError, storage_unavailable
 from gateway.protocol.frames import ErrorCode, ProtocolError
 from gateway.resources import Services
+from gateway.run_lifecycle.manager import Started
 from gateway.storage.health import StorageUnavailable
 from gateway.transport.ws_watches import Outlet, Watches
 
@@ -59,19 +60,7 @@ class ClientRequests:
                     await outlet.send_or_queue(
                         protocol.ack(ref, thread_id=started.thread_id, run_id=started.run_id)
                     )
-                if not watches.watching(started.thread_id):
-                    # The run's first commit gave the thread and `run.started`: nothing to read
-                    # before the caller sees its run begin.
-                    await watches.subscribe(
-                        principal,
-                        started.thread_id,
-                        started.first_seq - 1,
-                        None,
-                        None,
-                        quiet=True,
-                        known=started.thread,
-                        initial=started.events,
-                    )
+                await self._watch_started(principal, started)
                 return None
             case protocol.RunInput():
                 result = await runs.submit_input(
@@ -102,10 +91,46 @@ class ClientRequests:
             case protocol.RunResume():
                 await runs.resume(principal, frame.run_id)
                 return protocol.ack(ref, run_id=frame.run_id)
+            case protocol.RunRegenerate():
+                started = await runs.regenerate(
+                    principal,
+                    frame.thread_id,
+                    text=frame.input,
+                    supersedes=frame.run_id,
+                    admit=self._admit_run(principal, frame.thread_id),
+                )
+                if ref is not None:
+                    await outlet.send_or_queue(
+                        protocol.ack(
+                            ref,
+                            thread_id=started.thread_id,
+                            run_id=started.run_id,
+                            supersedes=started.supersedes,
+                        )
+                    )
+                await self._watch_started(principal, started)
+                return None
             case protocol.InboxSubscribe():
                 await watches.subscribe_inbox(principal, ref)
                 return None
         raise ProtocolError(ErrorCode.BAD_REQUEST, "unsupported frame", ref)
+
+    async def _watch_started(self, principal: Principal, started: Started) -> None:
+        """Subscribe the caller to a run it started, unless it watches the thread already.
+        The run's first commit gave the thread and `run.started`: nothing to read before the
+        caller sees its run begin."""
+        if self._watches.watching(started.thread_id):
+            return
+        await self._watches.subscribe(
+            principal,
+            started.thread_id,
+            started.first_seq - 1,
+            None,
+            None,
+            quiet=True,
+            known=started.thread,
+            initial=started.events,
+        )
 
     def _admit_run(self, principal: Principal, thread_id: str | None) -> Callable[[], None]:
         """Vets a run start once the request is valid (see `RunManager.start_run`)."""

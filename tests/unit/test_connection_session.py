@@ -53,6 +53,7 @@ FRAMES: dict[str, p.ClientFrame] = {
     "approval.decide": p.ApprovalDecide(id="d", approval_id="a_1", decision="approve"),
     "run.cancel": p.RunCancel(id="x", run_id="r_1"),
     "run.resume": p.RunResume(id="y", run_id="r_1"),
+    "run.regenerate": p.RunRegenerate(id="g", thread_id="t_1"),
     "inbox.subscribe": p.InboxSubscribe(id="b"),
     "ping": p.Ping(id="p"),
     "pong": p.Pong(),

@@ -115,6 +115,7 @@ def test_frame_types_cover_protocol_table() -> None:
         "approval.decide",
         "run.cancel",
         "run.resume",
+        "run.regenerate",
         "inbox.subscribe",
         "ping",
         "pong",
