@@ -1,4 +1,4 @@
-"""Rules that decide a tool's calls by themselves (docs/agents.md "Rules that decide").
+"""Rules that decide a tool's calls by themselves (docs/agents.md "Access and masking").
 
 A graph may give a tool a rule: a Python function of the call's real (unmasked) arguments and
 the run's caller that approves, rejects, or leaves the call to a person (None). The gateway asks

@@ -15,11 +15,13 @@ import sys
 import time
 import types
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gateway.agents.run_caller import RunCaller
 from tests.support.gateway import ROOT, GatewayProcess, spawn_gateway
 
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
@@ -33,7 +35,7 @@ COVERED = {
     ("README.md", 0): "tests/unit/test_readme_example.py",
     **{
         (DOCS + "agents.md", index): "test_the_agents_guide_blocks_run_in_order"
-        for index in range(6)
+        for index in range(8)
     },
     (DOCS + "clients.md", 0): "test_the_protocol_by_hand_script_prints_what_the_page_shows",
     (DOCS + "protocol.md", 0): "test_the_webhook_signature_check_accepts_only_signed_bodies",
@@ -77,6 +79,13 @@ def test_the_agents_guide_blocks_run_in_order(monkeypatch: pytest.MonkeyPatch) -
     agent = registry.get("support").build()
     assert [tool.name for tool in agent.tools] == ["lookup_invoice", "cancel_subscription"]
     assert module.issue_refund.needs_approval is True
+    # The rule that decides by itself ("Access and masking"); the graphs there are built
+    # as the blocks run, so a wrong `decided_by` would have raised.
+    rule = module.small_refunds_by_support
+    support = RunCaller("sam", "acme", frozenset({"support"}), {}, "t_1", "r_1", "support")
+    assert rule({"order_id": 1, "amount": 50}, support) == "approve"
+    assert rule({"order_id": 1, "amount": 51}, support) is None
+    assert rule({"order_id": 1, "amount": 5}, replace(support, roles=frozenset())) is None
 
 
 def test_the_webhook_signature_check_accepts_only_signed_bodies() -> None:
