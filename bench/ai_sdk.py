@@ -29,12 +29,13 @@ a day), driven from Node (tests/frontends/node/bench_ai_sdk.mjs, so `npm ci` the
   gateway's CPU time over each read. Every time includes the connect. `ws` offers
   permessage-deflate, as browsers do, and the gateway accepts it; `*_ws_plain` are the same
   over a socket that does not offer it.
-- `memory_*`: RSS growth per idle connection at `--connections` connections (bench/memory.py's
+- `memory`: RSS growth per idle connection at `--connections` connections (bench/memory.py's
   method, a fresh gateway for each kind): native after `hello`, and after `hello` and one run
   of a one-word message (`run.start` "hi", read to `run.completed`); `/v1/ai-sdk/ws` after one
   `resume` answered `no-active` (what a useChat page with `resume: true` sends on load, on a
   chat with nothing active), and after one `send` of the same one-word message, its response
   read to its `end`. Each AI SDK kind is divided by its native twin.
+- `ratios`: the same run's figures side by side (`ratios()`).
 
 Prints one JSON line.
 """
