@@ -529,3 +529,22 @@ async def test_development_sign_in_form(
         await shot(page, "dev-signin")
     finally:
         gateway.terminate()
+
+
+async def test_regenerate_keeps_the_earlier_answer_as_a_version(
+    browser: Any, gateway: GatewayProcess, page_errors: PageErrors
+) -> None:
+    from playwright.async_api import expect
+
+    _, alice = await open_chat(browser, gateway, page_errors, "alice", "user")
+    await send(alice, "hello there")
+    await expect(alice.get_by_test_id("status-badge")).to_have_attribute("data-status", "completed")
+    await expect(alice.get_by_test_id("regenerate")).to_be_visible()
+    await alice.get_by_test_id("regenerate").click()
+    answers = alice.locator(ASSISTANT_TEXT)
+    await expect(answers).to_have_text(['You said: "hello there"', 'You said: "hello there"'])
+    await expect(alice.get_by_test_id("message-replaced").locator("visible=true")).to_have_count(1)
+    first = alice.locator("[data-role=assistant]").first
+    await expect(first.get_by_test_id("message-replaced")).to_be_visible()
+    await expect(alice.get_by_test_id("status-badge")).to_have_attribute("data-status", "completed")
+    await shot(alice, "regenerated")

@@ -166,6 +166,22 @@ export class GatewayClient extends Emitter {
     return { disposition: ack.disposition, runId: ack.run_id };
   }
 
+  /**
+   * A new answer to the thread's last input, or to `input`, an edit of it (§4
+   * `run.regenerate`): a run that supersedes the last one, which must have finished.
+   * @param {string} threadId
+   * @param {{input?: string, runId?: string}} [options] runId: the run meant (refused unless last)
+   * @returns {Promise<{threadId: string, runId: string, supersedes: string}>}
+   */
+  async regenerate(threadId, { input, runId } = {}) {
+    this._entry(threadId).subscribed = true;
+    const frame = { thread_id: threadId };
+    if (input !== undefined) frame.input = input;
+    if (runId) frame.run_id = runId;
+    const ack = await this.connection.request("run.regenerate", frame);
+    return { threadId: ack.thread_id, runId: ack.run_id, supersedes: ack.supersedes };
+  }
+
   /** Stop a run (not the connection). @param {string} runId */
   cancel(runId) {
     return this.connection.request("run.cancel", { run_id: runId });

@@ -100,6 +100,8 @@
  * @property {string | null} pausedReason
  * @property {string | null} lastText  the run's last completed message
  * @property {TokenUsage | null} usage  the run's tokens so far (its totals once it ended)
+ * @property {string | null} supersedes    the run whose answer this one replaced (regenerate)
+ * @property {string | null} supersededBy  the run that replaced this one's answer
  *
  * @typedef {object} ThreadState
  * @property {string} threadId
@@ -174,7 +176,9 @@ function fold(s, frame) {
   const seq = frame.seq;
   switch (frame.event) {
     case "run.started": {
-      s = setRun(s, runId, { status: "running", agent: data.agent ?? null, input: data.input ?? null });
+      s = setRun(s, runId, { status: "running", agent: data.agent ?? null, input: data.input ?? null, supersedes: data.supersedes ?? null });
+      // A regenerated or edited answer: the earlier run stays, marked as replaced (§4).
+      if (data.supersedes) s = setRun(s, data.supersedes, { supersededBy: runId });
       s.runId = runId;
       if (s.title === null && typeof data.input === "string") s.title = data.input;
       // A queued input becomes this run's input: show it once, where its run starts.
@@ -350,6 +354,7 @@ function setRun(s, runId, fields) {
   if (!runId) return s;
   const run = s.runs[runId] ?? {
     runId, status: "running", agent: null, input: null, finalOutput: null, error: null, pausedReason: null, lastText: null, usage: null,
+    supersedes: null, supersededBy: null,
   };
   const runs = { ...s.runs, [runId]: { ...run, ...fields } };
   return { ...s, runs, runId: s.runId ?? runId };

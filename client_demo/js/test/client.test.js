@@ -269,3 +269,25 @@ describe("requests", () => {
     await assert.rejects(alice.sendInput(threadId, "too late"), { code: "offline" });
   });
 });
+
+describe("versions", () => {
+  test("regenerate supersedes the last answer and keeps the earlier one as a version", async () => {
+    const alice = client({ WebSocket: trackedWebSocket().WebSocket, token: await gateway.token("alice") });
+    await alice.ready();
+    const { threadId, runId } = await alice.startRun({ input: "hello there" });
+    await threadDone(alice, threadId);
+    const again = await alice.regenerate(threadId, { input: "hello again", runId });
+    assert.equal(again.supersedes, runId);
+    const done = await waitFor(alice, "thread", () => {
+      const s = alice.thread(threadId);
+      return s.runs[again.runId]?.status === "completed" && s;
+    });
+    assert.equal(done.runs[runId].supersededBy, again.runId);
+    assert.equal(done.runs[again.runId].supersedes, runId);
+    assert.deepEqual(messages(done).map((m) => [m.runId, m.text]), [
+      [runId, 'You said: "hello there"'],
+      [again.runId, 'You said: "hello again"'],
+    ]);
+    await assert.rejects(alice.regenerate(threadId, { runId }), /only the thread's last answer/);
+  });
+});

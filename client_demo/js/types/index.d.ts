@@ -126,6 +126,10 @@ export interface RunInfo {
   lastText: string | null;
   /** the run's tokens so far (`model.usage` summed; the run's totals once it ended) */
   usage: TokenUsage | null;
+  /** the run whose answer this one replaced (`run.regenerate`) */
+  supersedes: string | null;
+  /** the run that replaced this one's answer: its items are an earlier version */
+  supersededBy: string | null;
 }
 
 /** One thread's events folded into plain data; a new object whenever something changed. */
@@ -288,6 +292,11 @@ export declare class GatewayClient {
     onDisconnect?: "continue" | "suspend";
   }): Promise<{ threadId: string; runId: string }>;
   sendInput(threadId: string, input: string): Promise<{ disposition: "started" | "staged" | "queued"; runId: string }>;
+  /** A new answer to the thread's last input, or to an edit of it (§4 `run.regenerate`). */
+  regenerate(
+    threadId: string,
+    options?: { input?: string; runId?: string },
+  ): Promise<{ threadId: string; runId: string; supersedes: string }>;
   cancel(runId: string): Promise<unknown>;
   resume(runId: string): Promise<unknown>;
   decide(approvalId: string, decision: "approve" | "reject", reason?: string): Promise<Approval>;

@@ -11,8 +11,10 @@ export interface AckFrame {
   thread_id?: string;
   /** thread.create */
   epoch?: string;
-  /** run.start, run.input, run.cancel, run.resume */
+  /** run.start, run.input, run.cancel, run.resume, run.regenerate */
   run_id?: string;
+  /** run.regenerate: the run replaced */
+  supersedes?: string;
   /** run.input */
   disposition?: "started" | "staged" | "queued";
   /** approval.decide */
@@ -285,10 +287,15 @@ export interface InputData {
   [key: string]: unknown;
 }
 
-/** A started message that will never complete: drop its partial text. */
+/**
+ * A started message that will never complete: drop its partial text, unless it was
+ * stopped (`reason` cancelled), whose `text` the gateway keeps.
+ */
 export interface MessageAbortedData {
   message_id: string;
   reason: "cancelled" | "failed" | "paused" | "incomplete" | "gateway_restart";
+  /** reason cancelled: the text streamed before the stop, which stays in the conversation (the agent's history included) */
+  text?: string;
   [key: string]: unknown;
 }
 
@@ -440,6 +447,17 @@ export interface RunRecoveredData {
   [key: string]: unknown;
 }
 
+/** A new answer to the thread's last input, or to `input`, an edit of it (§4). */
+export interface RunRegenerate {
+  /** chosen by the client; the answer (`ack` or `error`) carries it as `ref` */
+  id?: string | null;
+  type: "run.regenerate";
+  thread_id: string;
+  /** not blank; at most GATEWAY_MAX_INPUT_CHARS characters (default 32000), longer is `too_large` */
+  input?: string | null;
+  run_id?: string | null;
+}
+
 export interface RunResume {
   /** chosen by the client; the answer (`ack` or `error`) carries it as `ref` */
   id?: string | null;
@@ -577,6 +595,7 @@ export type ClientFrame =
   | ApprovalDecide
   | RunCancel
   | RunResume
+  | RunRegenerate
   | InboxSubscribe
   | Ping
   | Pong;

@@ -57,6 +57,7 @@ const el = {
   sub: $("#chat-sub"),
   badge: $("#status-badge"),
   cancel: $("#cancel-run"),
+  regenerate: $("#regenerate"),
   conn: $("#conn"),
   connLabel: $("#conn-label"),
   log: $("#log"),
@@ -712,6 +713,21 @@ el.cancel.addEventListener("click", () => {
     });
 });
 
+el.regenerate.addEventListener("click", () => {
+  const threadId = app.current;
+  if (!threadId || app.regenerating) return;
+  app.regenerating = true;
+  render();
+  // A new answer to the last message; the current one stays, shown as an earlier version.
+  app.client
+    .regenerate(threadId)
+    .catch((err) => toast(`Could not regenerate: ${err.message}`))
+    .finally(() => {
+      app.regenerating = false;
+      render();
+    });
+});
+
 async function decide(approvalId, decision, reason) {
   if (!online()) throw new Error("Not connected; try again when the indicator shows online.");
   try {
@@ -771,6 +787,8 @@ function render({ full = false } = {}) {
   el.cancel.hidden = !(activeRun && canCompose(app.current));
   el.cancel.disabled = app.cancelling || !online();
   setText(el.cancel, app.cancelling ? "Cancelling…" : "Cancel run");
+  el.regenerate.hidden = !(state?.runId && !activeRun && canCompose(app.current));
+  el.regenerate.disabled = Boolean(app.regenerating) || !online();
 
   // Conversation
   if (full) chat.invalidateApprovals();

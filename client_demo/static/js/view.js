@@ -129,11 +129,12 @@ export class ChatView {
     const text = h("div", { class: "bubble-text", dataset: { testid: "message-text" } });
     const agent = h("span", { class: "msg-agent" });
     const stopped = h("span", { class: "msg-stopped", dataset: { testid: "message-stopped" } }, "Stopped");
+    const replaced = h("span", { class: "msg-stopped", dataset: { testid: "message-replaced" } }, "Earlier version");
     const el = h(
       "li",
       { class: "msg msg-assistant", dataset: { testid: "message", role: "assistant", key: item.key } },
       h("div", { class: "avatar", "aria-hidden": "true" }, "AI"),
-      h("div", { class: "msg-body" }, h("div", { class: "msg-meta" }, agent, stopped), h("div", { class: "bubble" }, text)),
+      h("div", { class: "msg-body" }, h("div", { class: "msg-meta" }, agent, stopped, replaced), h("div", { class: "bubble" }, text)),
     );
     if (item.messageId) el.dataset.messageId = item.messageId;
     return {
@@ -146,6 +147,8 @@ export class ChatView {
         el.classList.toggle("streaming", Boolean(it.streaming));
         el.dataset.streaming = it.streaming ? "true" : "false";
         stopped.hidden = !it.stopped;
+        replaced.hidden = !it.replaced;
+        el.classList.toggle("replaced", Boolean(it.replaced));
       },
     };
   }
@@ -405,9 +408,10 @@ export function viewItems(state) {
         // a stopped one keeps what it streamed.
         if (item.status === "aborted") continue;
         out.push(
-          cached(`m:${item.id}`, [item], () => ({
+          cached(`m:${item.id}`, [item, item.runId ? state.runs[item.runId]?.supersededBy : null], () => ({
             kind: "assistant", messageId: item.id, text: item.text, agent: item.agent || null, streaming: item.status === "streaming",
             stopped: item.status === "stopped", runId: item.runId,
+            replaced: Boolean(item.runId && state.runs[item.runId]?.supersededBy),
           })),
         );
         break;
