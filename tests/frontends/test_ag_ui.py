@@ -906,27 +906,34 @@ async def test_handoffs_and_agents_as_tools_stream_as_steps_the_client_verifies(
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-async def test_a_drop_at_any_stored_event_resumes_to_the_same_messages(version: str) -> None:
-    """Every cursor of logs with a pause, a continuation, a reasoning summary and a message
-    cut by a cancel: @ag-ui/client, dropped after that event and connected again (prelude and
-    tail, as the gateway writes them), holds the messages of a client that never dropped."""
+async def test_a_drop_anywhere_resumes_to_the_same_messages(version: str) -> None:
+    """Logs with a pause, a continuation, a reasoning summary and a run cancelled mid-summary,
+    cut after every frame (inside one stored event's events too): @ag-ui/client, through
+    GatewayAgent, connects again from the cursor it kept (the prelude and the tail the gateway
+    writes for it) and holds the messages of a client that never dropped."""
     cases = []
     for entries in (refund_log(), reasoning_log(), reasoning_log(cut=True)):
-        full = ThreadProjection("t", Dialect.of("1.0" if version == "1.0" else None))
-        frames = [_frame(e.seq, event) for e in entries for event in full.apply(e)]
-        for cursor in range(1, len(entries)):
-            projection = ThreadProjection("t", full.dialect)
-            cut = [_frame(e.seq, ev) for e in entries[:cursor] for ev in projection.apply(e)]
-            resume = [_frame(cursor, ev) for ev in projection.prelude()] + [
-                _frame(e.seq, ev) for e in entries[cursor:] for ev in projection.apply(e)
-            ]
-            if not any(b"RUN_STARTED" in frame for frame in cut):
+        dialect = Dialect.of("1.0" if version == "1.0" else None)
+        full = ThreadProjection("t", dialect)
+        frames = [(e.seq, ev) for e in entries for ev in full.apply(e)]
+        for count in range(1, len(frames)):
+            cut = frames[:count]
+            if not any(ev["type"] == "RUN_STARTED" for _, ev in cut):
                 continue  # nothing applied yet: the client would start from the beginning
+            cursor = kept_cursor(cut)
+            projection = ThreadProjection("t", dialect)
+            for entry in entries:
+                if entry.seq <= cursor:
+                    projection.apply(entry)
+            resume = [_frame(cursor, ev) for ev in projection.prelude()] + [
+                _frame(e.seq, ev) for e in entries if e.seq > cursor for ev in projection.apply(e)
+            ]
             cases.append(
                 {
-                    "full": b"".join(frames).decode(),
-                    "cut": b"".join(cut).decode(),
+                    "full": b"".join(_frame(seq, ev) for seq, ev in frames).decode(),
+                    "cut": b"".join(_frame(seq, ev) for seq, ev in cut).decode(),
                     "resume": b"".join(resume).decode(),
+                    "cursor": str(cursor) if cursor else None,
                 }
             )
     node = node_or_skip("@ag-ui/client")
@@ -942,7 +949,21 @@ async def test_a_drop_at_any_stored_event_resumes_to_the_same_messages(version: 
     out, err = await asyncio.wait_for(process.communicate(config), 120)
     assert process.returncode == 0, err.decode()
     results = json.loads(out.decode())
-    assert len(results) == len(cases) > 20
-    for result in results:
+    assert len(results) == len(cases) > 40
+    for case, result in zip(cases, results, strict=True):
+        assert result["cursor"] == case["cursor"], (case["cut"][-300:], result)
         assert json.dumps(result["resumed"]) == json.dumps(result["steady"]), result
         assert result["steady"], result
+
+
+def kept_cursor(received: list[tuple[int, dict[str, Any]]]) -> int:
+    """The cursor GatewayAgent keeps after these frames: the newest stored event all of whose
+    events it applied (a run's last event ends its stored event's events)."""
+    group, kept = None, 0
+    for seq, event in received:
+        if group is not None and seq != group:
+            kept = group
+        group = seq
+        if event["type"] in ("RUN_FINISHED", "RUN_ERROR"):
+            kept = seq
+    return kept

@@ -2,8 +2,8 @@
 //
 // The gateway frames every AG-UI event with the seq of the stored event it comes from (the SSE
 // `id:` line, which `@ag-ui/client`'s parser drops). This agent reads those ids below the
-// parser and keeps, as `lastEventId`, the id of the last event it has applied, so
-// `connectAgent()` picks the conversation up exactly there: after a dropped connection, a
+// parser and keeps, as `lastEventId`, the id of the newest stored event all of whose AG-UI
+// events it has applied, so `connectAgent()` picks the conversation up exactly there: after a dropped connection, a
 // reload (persist `lastEventId` with the messages), or from another device (no cursor: the
 // whole conversation). Works with `@ag-ui/client` 1.0 and 0.0.x (CopilotKit's) alike: pass the
 // module in, or import `GatewayAgent` from `agents-ws-gateway-client/ag-ui`.
@@ -26,24 +26,40 @@ export function makeGatewayAgent(agui) {
       this._track(this.fetch);
     }
 
-    /** Reads the ids of this agent's own responses: its fetch, and a subscriber of its own. */
+    /**
+     * Reads the ids of this agent's own responses: its fetch, and a subscriber of its own.
+     *
+     * One stored event can give several AG-UI events, all with its id. The cursor moves to an
+     * id only once every event of it has been applied: when the next id begins, or when a
+     * run's last event (which ends its stored event's events) is applied. A connection cut
+     * inside one stored event's events resumes from the one before; the prelude's snapshot
+     * then restates what was half applied.
+     */
     _track(send) {
-      // Ids of the frames received and not yet applied, in order: one per event.
+      // {id, type} of the frames received and not yet applied, in order: one per event.
       this._unapplied = [];
+      this._group = null;
       this._appliedSinceConnect = 0;
       this._send = send;
       this.fetch = async (url, init) => this._tracked(await send(url, init));
       this._tracker = {
-        onEvent: () => {
-          const id = this._unapplied.shift();
-          if (id !== undefined && id !== null) {
-            this.lastEventId = id;
-            this._cursorThread = this.threadId;
-          }
+        onEvent: ({ event }) => {
           this._appliedSinceConnect += 1;
+          // Events the client makes itself (the RUN_ERROR of an abort) have no frame.
+          if (this._unapplied[0]?.type !== event.type) return;
+          const { id } = this._unapplied.shift();
+          if (id === null) return;
+          if (this._group !== null && this._group !== id) this._advance(this._group);
+          this._group = id;
+          if (event.type === "RUN_FINISHED" || event.type === "RUN_ERROR") this._advance(id);
         },
       };
       this.subscribe(this._tracker);
+    }
+
+    _advance(id) {
+      this.lastEventId = id;
+      this._cursorThread = this.threadId;
     }
 
     clone() {
@@ -112,6 +128,7 @@ export function makeGatewayAgent(agui) {
       if (!response.ok || !response.body || !type.startsWith("text/event-stream")) return response;
       const unapplied = [];
       this._unapplied = unapplied;
+      this._group = null;
       const decoder = new TextDecoder();
       let pending = "";
       const scan = new TransformStream({
@@ -122,9 +139,11 @@ export function makeGatewayAgent(agui) {
             const lines = pending.slice(0, end).split("\n");
             pending = pending.slice(end + 2);
             // A message with data is one event; comments (heartbeats) are none.
-            if (!lines.some((line) => line.startsWith("data:"))) continue;
+            const data = lines.find((line) => line.startsWith("data:"));
+            if (data === undefined) continue;
             const idLine = lines.find((line) => line.startsWith("id:"));
-            unapplied.push(idLine === undefined ? null : idLine.slice(3).trim());
+            const type = /"type":"([A-Z_]+)"/.exec(data)?.[1];
+            unapplied.push({ id: idLine === undefined ? null : idLine.slice(3).trim(), type });
           }
           controller.enqueue(chunk);
         },

@@ -9,7 +9,8 @@ export interface GatewayAgentConfig extends HttpAgentConfig {
 
 export declare class GatewayAgent extends HttpAgent {
   constructor(config: GatewayAgentConfig);
-  /** The seq of the last event this agent applied, or null before the first. */
+  /** The seq of the newest stored event all of whose AG-UI events this agent applied, or
+   * null before the first. */
   lastEventId: string | null;
   /** `<url>/connect`. */
   readonly connectUrl: string;

@@ -38,6 +38,9 @@ for (const item of config.cases) {
   await settle(dropped.runAgent());
   const cursor = dropped.lastEventId;
   const resumeError = await settle(dropped.connectAgent());
+  if (resumeError === null && dropped.lastEventId !== steady.lastEventId) {
+    throw new Error(`cursor ${dropped.lastEventId} after the connect, ${steady.lastEventId} undisturbed`);
+  }
   results.push({
     steady: steady.messages,
     resumed: dropped.messages,
