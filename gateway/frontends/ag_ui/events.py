@@ -16,7 +16,9 @@ How the gateway's run maps onto AG-UI's:
   way to the gateway's own), and a step named after the agent; a handoff closes that step and
   opens the next;
 - pauses that are not for approvals (a suspension, a graceful shutdown) and recoveries leave
-  the AG-UI run open: to the client the run simply goes on.
+  the AG-UI run open: to the client the run simply goes on;
+- reasoning summaries are reasoning messages, and each AG-UI run ends with the tokens of its
+  own model calls.
 
 The projection also keeps the messages a client holds after applying these events (the same
 shapes and key order as `@ag-ui/client`'s reducer builds), which is what a connect from the
