@@ -21,7 +21,8 @@ from tests.support.client import Client
 from tests.support.gateway import ROOT, TEST_SECRET, GatewayProcess, spawn_gateway
 
 TIMEOUT_MS = 30_000
-VERIFIER = TokenVerifier(TEST_SECRET)
+# `support`: the role the demo agent's approval rule reads (docs/protocol.md §9).
+VERIFIER = TokenVerifier(TEST_SECRET, custom_roles={"support"})
 UPDATE_DOCS_SCREENSHOT = os.environ.get("GATEWAY_UPDATE_SCREENSHOTS") == "1"
 
 ASSISTANT_TEXT = "[data-role=assistant] [data-testid=message-text]"
@@ -548,3 +549,22 @@ async def test_regenerate_keeps_the_earlier_answer_as_a_version(
     await expect(first.get_by_test_id("message-replaced")).to_be_visible()
     await expect(alice.get_by_test_id("status-badge")).to_have_attribute("data-status", "completed")
     await shot(alice, "regenerated")
+
+
+async def test_a_small_refund_by_support_is_approved_by_the_demos_rule(
+    browser: Any, gateway: GatewayProcess, page_errors: PageErrors
+) -> None:
+    # `refund_up_to_50` decides the call by itself: no buttons, no waiting, the rule named.
+    from playwright.async_api import expect
+
+    _, sam = await open_chat(browser, gateway, page_errors, "sam", "user", "support")
+    await send(sam, "refund order 6 for 20")
+    await expect(sam.get_by_test_id("status-badge")).to_have_attribute("data-status", "completed")
+    card = sam.get_by_test_id("approval-card")
+    await expect(card).to_have_attribute("data-status", "approved")
+    await expect(card.get_by_test_id("approval-decision")).to_contain_text(
+        "by the rule refund_up_to_50"
+    )
+    await expect(card.get_by_test_id("approve-button")).to_be_hidden()
+    await expect(sam.locator(ASSISTANT_TEXT).last).to_contain_text(refund_text(6, 20.0))
+    await shot(sam, "rule-approves-refund")

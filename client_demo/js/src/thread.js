@@ -268,6 +268,8 @@ function fold(s, frame) {
     }
     case "approval.decided": {
       const index = find(s, "approval", data.approval_id);
+      // A call the graph's rule decided by itself was never requested (§4 "Rules that decide").
+      if (index < 0 && data.rule) return push(s, ruleDecision(frame, data));
       if (index < 0) return s;
       const status = data.expired ? "expired" : data.decision === "approve" ? "approved" : "rejected";
       return update(s, index, {
@@ -317,6 +319,17 @@ function fold(s, frame) {
     default:
       return s; // an event type added after this client was written: §6 allows additions
   }
+}
+
+/** The approval item of a call a rule decided: decided from the start, by no one. */
+function ruleDecision(frame, data) {
+  const status = data.decision === "approve" ? "approved" : "rejected";
+  return {
+    kind: "approval", id: data.approval_id, seq: frame.seq, runId: frame.run_id ?? null, callId: data.call_id ?? "",
+    toolName: data.tool_name ?? "", arguments: {}, agent: "", status, reviewer: null, reason: data.reason ?? null,
+    expiresAt: null, requestedAt: data.decided_at ?? frame.ts ?? null, decidedAt: data.decided_at ?? frame.ts ?? null,
+    checkpointVersion: null, outcome: null, decidedBy: null, reviewerRoles: [], rule: data.rule,
+  };
 }
 
 function find(s, kind, id) {

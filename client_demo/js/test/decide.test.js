@@ -42,3 +42,16 @@ test("reviewer, and approvals from a gateway without decided_by: reviewers and a
     assert.deepEqual([alice, bob, admin].map((reader) => mayDecide(approval, reader)), [false, true, true]);
   }
 });
+
+test("a call a rule decided by itself becomes a decided approval item naming the rule", () => {
+  let state = emptyThread("t");
+  state = applyEvent(state, frame(1, "run.started", { input: "refund", agent: "assistant" }));
+  const decided = { approval_id: "ap_9", call_id: "c9", tool_name: "issue_refund", decision: "approve", reason: null, reviewer: null, rule: "refund_up_to_50", decided_at: "2026-01-01T00:00:00Z" };
+  state = applyEvent(state, frame(2, "approval.decided", decided));
+  const [item] = state.items.filter((i) => i.kind === "approval");
+  assert.deepEqual([item.id, item.callId, item.toolName, item.status, item.rule, item.reviewer], ["ap_9", "c9", "issue_refund", "approved", "refund_up_to_50", null]);
+  assert.deepEqual(pendingApprovals(state), []);
+  // A person's decision on an approval this client never saw requested stays ignored.
+  state = applyEvent(state, frame(3, "approval.decided", { ...decided, approval_id: "ap_10", rule: undefined, reviewer: "bob" }));
+  assert.equal(state.items.filter((i) => i.kind === "approval").length, 1);
+});

@@ -336,7 +336,7 @@ export class ChatView {
         } else {
           decision.append(
             h("strong", {}, a.status === "approved" ? "Approved" : "Rejected"),
-            a.reviewer ? ` by ${a.reviewer}` : "",
+            a.reviewer ? ` by ${a.reviewer}` : a.rule ? ` by the rule ${a.rule}` : "",
             a.decidedAt ? " at " : "",
             a.decidedAt ? timeEl(a.decidedAt) : "",
           );
@@ -437,7 +437,7 @@ export function viewItems(state) {
             approvals: members.map((a) => ({
               approvalId: a.id, callId: a.callId, toolName: a.toolName, args: a.arguments, agent: a.agent || null,
               requestedAt: a.requestedAt, status: a.status, reason: a.reason, reviewer: a.reviewer, decidedAt: a.decidedAt,
-              outcome: a.outcome, decidedBy: a.decidedBy ?? null, reviewerRoles: a.reviewerRoles ?? [],
+              outcome: a.outcome, decidedBy: a.decidedBy ?? null, reviewerRoles: a.reviewerRoles ?? [], rule: a.rule ?? null,
             })),
           })),
         );
