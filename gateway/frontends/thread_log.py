@@ -14,11 +14,10 @@ from typing import Any
 import orjson
 
 from gateway.auth.access import Principal
-from gateway.event_log.logged_event import LoggedEvent
-from gateway.event_log.subscription import Subscription
 from gateway.resources import Services
 from gateway.run_lifecycle.sensitive_arguments import frame_for
 from gateway.storage.health import StorageUnavailable
+from gateway.transport.sse import queued_subscription
 
 READ_PAGE = 500
 
@@ -43,30 +42,7 @@ async def follow(
     """The thread's events after `after_seq`, then live ones as they are stored, until the
     caller stops iterating. Raises StorageUnavailable when the log cannot be read (the caller
     resumes from the last seq it saw)."""
-    # Bounded like a WebSocket's outgoing queue: a reader that falls behind makes the
-    # subscription read the table at its pace instead of growing this queue.
-    queue: asyncio.Queue[str] = asyncio.Queue(maxsize=services.settings.send_queue_size)
-
-    def send_live(frame: str, _committed: float) -> bool:
-        try:
-            queue.put_nowait(frame)
-        except asyncio.QueueFull:
-            return False
-        return True
-
-    async def reveal(event: LoggedEvent) -> str:
-        return await frame_for(principal, event, services.runs.approvals)
-
-    subscription = Subscription(
-        thread_id=thread_id,
-        after_seq=after_seq,
-        bus=services.bus,
-        log=services.log,
-        send_replay=queue.put,
-        send_live=send_live,
-        reveal=reveal,
-        metrics=services.metrics,
-    )
+    queue, subscription = queued_subscription(services, principal, thread_id, after_seq)
     subscription.start()
     task = subscription.task
     assert task is not None

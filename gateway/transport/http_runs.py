@@ -63,11 +63,7 @@ async def start_run(request: Request, services: Services) -> Response:
 @endpoint
 async def send_input(request: Request, services: Services) -> Response:
     principal = await authenticate(request, services)
-    thread_id = path_id(request, "thread_id")
-    body = await read_json_body(request)
-    if "thread_id" in body:
-        raise GatewayError(ErrorCode.BAD_REQUEST, "thread_id is the path's, not a body field")
-    frame = await _validated(services, "run.input", {**body, "thread_id": thread_id})
+    frame = await _thread_frame(request, services, "run.input")
     result = await services.runs.submit_input(
         principal,
         frame.thread_id,
@@ -82,11 +78,7 @@ async def send_input(request: Request, services: Services) -> Response:
 async def regenerate(request: Request, services: Services) -> Response:
     """`run.regenerate` over HTTP: a new answer to the thread's last input (or to `input`)."""
     principal = await authenticate(request, services)
-    thread_id = path_id(request, "thread_id")
-    body = await read_json_body(request)
-    if "thread_id" in body:
-        raise GatewayError(ErrorCode.BAD_REQUEST, "thread_id is the path's, not a body field")
-    frame = await _validated(services, "run.regenerate", {**body, "thread_id": thread_id})
+    frame = await _thread_frame(request, services, "run.regenerate")
     started = await services.runs.regenerate(
         principal,
         frame.thread_id,
@@ -102,6 +94,14 @@ async def regenerate(request: Request, services: Services) -> Response:
             "first_seq": started.first_seq,
         }
     )
+
+
+async def _thread_frame(request: Request, services: Services, kind: str) -> Any:
+    """The body as the frame `kind` about the path's thread (`thread_id` is the path's)."""
+    body = await read_json_body(request)
+    if "thread_id" in body:
+        raise GatewayError(ErrorCode.BAD_REQUEST, "thread_id is the path's, not a body field")
+    return await _validated(services, kind, {**body, "thread_id": path_id(request, "thread_id")})
 
 
 async def _validated(services: Services, kind: str, body: dict[str, Any]) -> Any:

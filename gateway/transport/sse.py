@@ -138,11 +138,13 @@ async def thread_stream(request: Request, services: Services) -> Response:
     return FeedResponse(_feed(services, principal, thread_id, cursor, subscribed), slot)
 
 
-async def _feed(
-    services: Services, principal: Principal, thread_id: str, cursor: int, subscribed: str
-) -> AsyncIterator[bytes]:
-    # Bounded like a WebSocket's outgoing queue: a reader that falls behind makes the
-    # subscription read the table at its pace instead of growing this queue.
+def queued_subscription(
+    services: Services, principal: Principal, thread_id: str, after_seq: int
+) -> tuple[asyncio.Queue[str], Subscription]:
+    """A subscription from `after_seq` whose frames (as `principal` may see them) go into a
+    queue the caller drains; not started. Bounded like a WebSocket's outgoing queue: a reader
+    that falls behind makes the subscription read the table at its pace instead of growing
+    the queue."""
     queue: asyncio.Queue[str] = asyncio.Queue(maxsize=services.settings.send_queue_size)
 
     def send_live(frame: str, _committed: float) -> bool:
@@ -155,10 +157,9 @@ async def _feed(
     async def reveal(event: LoggedEvent) -> str:
         return await frame_for(principal, event, services.runs.approvals)
 
-    yield f"retry: {RETRY_MS}\n".encode() + sse_message(subscribed, event="subscribed")
     subscription = Subscription(
         thread_id=thread_id,
-        after_seq=cursor,
+        after_seq=after_seq,
         bus=services.bus,
         log=services.log,
         send_replay=queue.put,
@@ -166,6 +167,14 @@ async def _feed(
         reveal=reveal,
         metrics=services.metrics,
     )
+    return queue, subscription
+
+
+async def _feed(
+    services: Services, principal: Principal, thread_id: str, cursor: int, subscribed: str
+) -> AsyncIterator[bytes]:
+    yield f"retry: {RETRY_MS}\n".encode() + sse_message(subscribed, event="subscribed")
+    queue, subscription = queued_subscription(services, principal, thread_id, cursor)
     subscription.start()
     task = subscription.task
     assert task is not None

@@ -664,12 +664,21 @@ def process_config(
     }
 
 
-async def process_events(process: GatewayProcess, thread_id: str) -> list[dict[str, Any]]:
+async def process_get(process: GatewayProcess, path: str, key: str) -> list[dict[str, Any]]:
+    """`key` of what alice reads at `path` on `process`."""
     headers = {"Authorization": f"Bearer {TOKEN.issue('alice', 'acme', ['user'])}"}
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{process.port}", timeout=10) as http:
-        answer = await http.get(f"/v1/threads/{thread_id}/events", headers=headers)
+        answer = await http.get(path, headers=headers)
     assert answer.status_code == 200, answer.text
-    return list(answer.json()["events"])
+    return list(answer.json()[key])
+
+
+async def process_events(process: GatewayProcess, thread_id: str) -> list[dict[str, Any]]:
+    return await process_get(process, f"/v1/threads/{thread_id}/events", "events")
+
+
+async def server_messages_of(process: GatewayProcess, chat_id: str) -> list[dict[str, Any]]:
+    return await process_get(process, f"/v1/ai-sdk/chat/{chat_id}/messages", "messages")
 
 
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
@@ -759,14 +768,6 @@ async def test_a_run_taken_over_after_a_crash_resumes_with_the_undisturbed_text(
     assert text_of(message) == text_of(assistant(undisturbed))
     assert [p["type"] for p in message["parts"]] == ["step-start", "text"]
     assert comparable((await server_messages_of(b, chat_id))[1]) == comparable(message)
-
-
-async def server_messages_of(process: GatewayProcess, chat_id: str) -> list[dict[str, Any]]:
-    headers = {"Authorization": f"Bearer {TOKEN.issue('alice', 'acme', ['user'])}"}
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{process.port}", timeout=10) as http:
-        answer = await http.get(f"/v1/ai-sdk/chat/{chat_id}/messages", headers=headers)
-    assert answer.status_code == 200, answer.text
-    return list(answer.json()["messages"])
 
 
 async def test_a_frame_over_the_body_limit_closes_the_socket(
