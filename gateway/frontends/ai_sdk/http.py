@@ -41,8 +41,11 @@ DONE = b"data: [DONE]\n\n"
 async def _sse(
     services: Services, principal: Principal, response: responses.ChatResponse
 ) -> AsyncIterator[bytes]:
-    async for chunk in responses.paced(services, principal, response.chunks):
-        yield KEEP_ALIVE if chunk is None else b"data: " + orjson.dumps(chunk) + b"\n\n"
+    async for batch in responses.paced(services, principal, response.chunks):
+        if batch is None:
+            yield KEEP_ALIVE
+            continue
+        yield b"".join(b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in batch)
     yield DONE
 
 

@@ -36,6 +36,9 @@ from gateway.resources import Services
 from gateway.run_lifecycle.manager import RunRecord, Started, ThreadRecord
 from gateway.storage.health import StorageUnavailable
 
+# Chunks written together at most, and held between the response and its transport.
+BATCH = 64
+
 
 @dataclass
 class ChatResponse:
@@ -207,15 +210,16 @@ async def _stream(
 
 async def paced(
     services: Services, principal: Principal, chunks: AsyncIterator[Chunk]
-) -> AsyncIterator[Chunk | None]:
-    """The chunks, and None whenever `GATEWAY_HEARTBEAT_S` passes without one (a keep-alive for
-    the transport to send), ending with an `error` chunk at the token's `exp` (plus leeway):
-    the client resumes with a fresh token."""
+) -> AsyncIterator[list[Chunk] | None]:
+    """The chunks in batches of those ready together (a replay, a commit's events), so a
+    transport writes each batch at once; None whenever `GATEWAY_HEARTBEAT_S` passes without
+    one (a keep-alive for the transport to send). Ends with an `error` chunk at the token's
+    `exp` (plus leeway): the client resumes with a fresh token."""
     heartbeat_s = services.settings.heartbeat_s
     deadline = None
     if principal.expires_at is not None:
         deadline = principal.expires_at + services.verifier.leeway_s
-    queue: asyncio.Queue[Chunk | BaseException | None] = asyncio.Queue(maxsize=64)
+    queue: asyncio.Queue[Chunk | BaseException | None] = asyncio.Queue(maxsize=BATCH)
 
     async def produce() -> None:
         try:
@@ -231,21 +235,33 @@ async def paced(
         while True:
             left = heartbeat_s if deadline is None else min(heartbeat_s, deadline - time.time())
             if left <= 0:
-                yield {
-                    "type": "error",
-                    "errorText": "token has expired: resume the stream with a fresh token",
-                }
+                yield [
+                    {
+                        "type": "error",
+                        "errorText": "token has expired: resume the stream with a fresh token",
+                    }
+                ]
                 return
             try:
                 item = await asyncio.wait_for(queue.get(), left)
             except TimeoutError:
                 yield None
                 continue
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+            batch: list[Chunk] = []
+            while True:
+                if item is None:
+                    if batch:
+                        yield batch
+                    return
+                if isinstance(item, BaseException):
+                    if batch:
+                        yield batch
+                    raise item
+                batch.append(item)
+                if queue.empty() or len(batch) >= BATCH:
+                    break
+                item = queue.get_nowait()
+            yield batch
     finally:
         producer.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -106,10 +106,13 @@ class _Session:
     async def _send(self, frame: dict[str, Any]) -> None:
         """Queue a frame; a client that reads too slowly for `GATEWAY_SEND_TIMEOUT_S` is
         closed (`too_slow`, as on the native endpoint) and resumes."""
+        encoded = orjson.dumps(frame).decode()
+        if not self._outbox.full():
+            self._outbox.put_nowait(encoded)
+            return
         try:
             await asyncio.wait_for(
-                self._outbox.put(orjson.dumps(frame).decode()),
-                self._services.settings.send_timeout_s,
+                self._outbox.put(encoded), self._services.settings.send_timeout_s
             )
         except TimeoutError:
             self._closed.set()
@@ -211,11 +214,10 @@ class _Session:
             await self._error(request_id, "unavailable: storage unavailable, try again")
             return
         sequence = 0
-        async for chunk in responses.paced(services, principal, response.chunks):
-            if chunk is None:
-                continue
-            await self._send(
-                {"type": "chunk", "requestId": request_id, "sequence": sequence, "chunk": chunk}
-            )
-            sequence += 1
+        async for batch in responses.paced(services, principal, response.chunks):
+            for chunk in batch or ():
+                await self._send(
+                    {"type": "chunk", "requestId": request_id, "sequence": sequence, "chunk": chunk}
+                )
+                sequence += 1
         await self._send({"type": "end", "requestId": request_id})
