@@ -242,6 +242,9 @@ class SegmentRunner:
             settings = segment.graph.settings_for(segment.caller)
             start = segment.start
             decided: dict[str, RuleDecision] = {}
+            # Calls rules decided in this segment: one asking again is left to a person, so a
+            # call the SDK keeps re-interrupting cannot loop here.
+            ruled: set[str] = set()
             while True:
                 result = Runner.run_streamed(
                     segment.agent,
@@ -266,9 +269,10 @@ class SegmentRunner:
                 await self._stream(segment, result, translator, spans)
                 if execution.cancel_requested or not result.interruptions:
                     break
-                decided = self._ask_rules(segment, result.interruptions)
+                decided = self._ask_rules(segment, result.interruptions, skip=ruled)
                 if len(decided) < len(result.interruptions):
                     break
+                ruled |= decided.keys()
                 # Rules decided every call: the run goes on in this segment, without a pause
                 # (docs/protocol.md §4 "Rules that decide").
                 await storage_retry(partial(self._record_rules, segment, result, decided))
@@ -361,15 +365,16 @@ class SegmentRunner:
     # -- approval rules (gateway/agents/approval_rules.py) -------------------------------
 
     def _ask_rules(
-        self, segment: Segment, items: Sequence[ToolApprovalItem]
+        self, segment: Segment, items: Sequence[ToolApprovalItem], skip: set[str]
     ) -> dict[str, RuleDecision]:
         """What the graph's approval rules decide about the pause's calls, by call id, on the
-        real arguments and the run's caller; calls they leave (or fail on) are absent."""
+        real arguments and the run's caller; calls they leave (or fail on), and those of
+        `skip`, are absent."""
         decided: dict[str, RuleDecision] = {}
         for item in items:
             tool_name = interruption_tool_name(item)
             rule = segment.graph.approval_rules.get(tool_name)
-            if rule is None:
+            if rule is None or str(item.call_id or "") in skip:
                 continue
             decision, outcome = evaluate(
                 rule, tool_name, interruption_arguments(item), segment.caller
