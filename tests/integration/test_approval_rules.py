@@ -25,6 +25,8 @@ from tests.support.agents import EffectLog
 from tests.support.client import Client, clients
 from tests.support.gated import gated_graph
 
+pytestmark = pytest.mark.both_backends
+
 
 def first_only(arguments: Mapping[str, Any], caller: RunCaller) -> Verdict | None:
     """Approves the first call of a batch (n == 0), rejects "no", leaves the rest."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gateway.agents.registry import AgentRegistry
 from tests.integration.test_reviewer_rules import completed, pause, ws_decide
 from tests.support.agents import EffectLog
@@ -18,6 +20,8 @@ from tests.support.approvals import http_decide, refused
 from tests.support.client import Client, clients
 from tests.support.gated import gated_graph
 from tests.support.gateway import Gateway
+
+pytestmark = pytest.mark.both_backends
 
 
 async def rights(gw: Gateway, run_id: str, user: str, *roles: str) -> tuple[bool, bool]:
