@@ -239,7 +239,8 @@ class Settings(BaseSettings):
         False,
         description=(
             "Whether a thread's owner may decide the approvals of their own runs. Reviewers and "
-            "admins always can."
+            "admins always can. The default only: a tool whose agent graph says who decides it "
+            "(`decided_by`: the run's own user, reviewers or either) follows that instead."
         ),
     )
     four_eyes: bool = Field(
