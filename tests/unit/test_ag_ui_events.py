@@ -4,11 +4,17 @@ sent only what it accepts, and a prelude restates a run met mid-way."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from gateway.frontends.ag_ui.events import RESPONSE_SCHEMA, Dialect, ThreadProjection
+from gateway.frontends.ag_ui.events import (
+    METADATA_KEY,
+    RESPONSE_SCHEMA,
+    Dialect,
+    ThreadProjection,
+)
 from gateway.frontends.thread_log import LogEntry
 from tests.support.ag_ui_logs import reasoning_log, refund_log
 
@@ -320,3 +326,17 @@ def test_a_stopped_message_stays_as_it_was_streamed() -> None:
         "role": "assistant",
         "content": "I will refund it.",
     }
+
+
+@pytest.mark.parametrize("decided_by", ["user", "either", None])
+def test_an_interrupt_says_who_decides_the_call(decided_by: str | None) -> None:
+    # docs/protocol.md §12: `decidedBy` is the approval's `decided_by` (absent in older logs).
+    entries = [
+        replace(entry, data={**entry.data, "decided_by": decided_by})
+        if entry.type == "approval.requested" and decided_by is not None
+        else entry
+        for entry in refund_log()
+    ]
+    first, _ = runs([e for _, e in project(entries)])
+    [interrupt] = first[-1]["outcome"]["interrupts"]
+    assert interrupt["metadata"][METADATA_KEY]["decidedBy"] == decided_by
