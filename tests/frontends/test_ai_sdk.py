@@ -894,3 +894,23 @@ async def test_only_the_last_finished_answer_can_be_regenerated(gateway: Gateway
     assert (
         len([e for e in await events_of(gateway, "chat-once") if e["event"] == "run.started"]) == 2
     )
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_failed_run_ends_the_response_with_an_error(
+    gateway_factory: Callable[..., Any], transport: str
+) -> None:
+    model = ScriptedModel([ModelStep.raise_error(RuntimeError("the provider fell over"))])
+
+    def build() -> Agent[Any]:
+        return Agent(name="fragile", instructions="test agent", model=model)
+
+    registry = AgentRegistry([AgentGraph(name="fragile", version="1", build=build)])
+    async with gateway_factory(registry=registry) as gateway:
+        chat_id = f"chat-{transport}-fails"
+        result = await run_chat(gateway, "stream", transport, chat_id, text="hi")
+        events = await events_of(gateway, chat_id)
+    # The AI SDK's one way to say a stream failed: an `error` chunk, never a silent end.
+    assert result["status"] == "error"
+    assert result["error"].startswith("run_error: RuntimeError")
+    assert events[-1]["event"] == "run.failed"
