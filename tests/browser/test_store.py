@@ -2,8 +2,9 @@
 /js/gateway-client/) and the page's view of it, run in Chromium on a real log.
 
 A real thread log (two approvals in one pause, a rejection, a stopped stream whose
-`message.aborted` keeps its text, a queued input) is folded whole, twice, resumed from a half-way stored
-state with an overlapping replay, and after a reset: every way ends in the same state.
+`message.aborted` keeps its text, a queued input) is folded whole, twice, resumed from a
+half-way stored state with an overlapping replay, and after a reset: every way ends in the
+same state.
 """
 
 from __future__ import annotations
