@@ -294,7 +294,14 @@ class ChatApp:
             case "message.aborted":
                 if self.messages.pop(str(data.get("message_id")), None) is not None:
                     self.end_message()
-                    self.out.line("[interrupted]")
+                    # A stop keeps what was streamed; any other cut drops it (docs/protocol.md §6).
+                    kept = data.get("reason") == "cancelled" and "text" in data
+                    self.out.line("[stopped]" if kept else "[interrupted]")
+            case "reasoning.completed":
+                self.out.line(f"-- thinking: {data.get('text')}")
+            case "reasoning.started" | "reasoning.delta" | "model.usage":
+                # A summary is shown once whole; token counts are the operator's business.
+                pass
             case "tool.called":
                 self.out.line(
                     f"-- tool call: {data.get('tool_name')} {compact_json(data.get('arguments'))}"
