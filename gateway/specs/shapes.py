@@ -579,7 +579,10 @@ class RegenerateRequest(BaseModel):
         description="an edit of the thread's last input; absent: the same input again",
     )
     run_id: str | None = Field(
-        None, description="the run the caller means to replace (409 unless it is the last)"
+        None,
+        min_length=1,
+        max_length=MAX_ID_CHARS,
+        description="the run the caller means to replace (409 unless it is the last)",
     )
 
 
