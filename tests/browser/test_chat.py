@@ -568,3 +568,22 @@ async def test_a_small_refund_by_support_is_approved_by_the_demos_rule(
     await expect(card.get_by_test_id("approve-button")).to_be_hidden()
     await expect(sam.locator(ASSISTANT_TEXT).last).to_contain_text(refund_text(6, 20.0))
     await shot(sam, "rule-approves-refund")
+
+
+async def test_the_models_reasoning_shows_folded_above_its_answer(
+    browser: Any, gateway: GatewayProcess, page_errors: PageErrors
+) -> None:
+    from playwright.async_api import expect
+
+    _, alice = await open_chat(browser, gateway, page_errors, "alice", "user")
+    await send(alice, "think about cats")
+    await expect(alice.get_by_test_id("status-badge")).to_have_attribute("data-status", "completed")
+    reasoning = alice.get_by_test_id("reasoning")
+    await expect(reasoning).to_have_count(1)
+    await expect(reasoning.locator("summary")).to_have_text("Thought it over")
+    await reasoning.locator("summary").click()
+    await expect(reasoning.get_by_test_id("reasoning-text")).to_have_text(
+        "The user asks me to think about: think about cats\n\nQuoting it back will do."
+    )
+    await expect(alice.locator(ASSISTANT_TEXT)).to_have_text(['You said: "think about cats"'])
+    await shot(alice, "reasoning")

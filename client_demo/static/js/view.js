@@ -95,6 +95,8 @@ export class ChatView {
         return this._assistantNode(item);
       case "tool":
         return this._toolNode(item);
+      case "reasoning":
+        return this._reasoningNode(item);
       case "approvals":
         return this._approvalsNode(item);
       default:
@@ -149,6 +151,26 @@ export class ChatView {
         stopped.hidden = !it.stopped;
         replaced.hidden = !it.replaced;
         el.classList.toggle("replaced", Boolean(it.replaced));
+      },
+    };
+  }
+
+  _reasoningNode(item) {
+    // The model's reasoning summary, folded away under its label unless the reader opens it.
+    const text = h("div", { class: "reasoning-text", dataset: { testid: "reasoning-text" } });
+    const label = h("summary", { class: "reasoning-label" });
+    const el = h(
+      "li",
+      { class: "msg msg-reasoning", dataset: { testid: "reasoning", key: item.key } },
+      h("details", { class: "reasoning" }, label, text),
+    );
+    return {
+      kind: "reasoning",
+      el,
+      v: 0,
+      patch: (it) => {
+        setText(text, it.text);
+        setText(label, it.streaming ? "Thinking…" : "Thought it over");
       },
     };
   }
@@ -414,6 +436,9 @@ export function viewItems(state) {
             replaced: Boolean(item.runId && state.runs[item.runId]?.supersededBy),
           })),
         );
+        break;
+      case "reasoning":
+        out.push(cached(`r:${item.id}`, [item], () => ({ kind: "reasoning", text: item.text, streaming: item.status === "streaming", runId: item.runId })));
         break;
       case "tool": {
         const approval = approvalsByCall.get(item.id) ?? null;

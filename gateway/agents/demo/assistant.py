@@ -55,6 +55,23 @@ from openai.types.responses import (
     ResponseUsage,
 )
 from openai.types.responses.response_prompt_param import ResponsePromptParam
+from openai.types.responses.response_reasoning_item import ResponseReasoningItem, Summary
+from openai.types.responses.response_reasoning_summary_part_added_event import (
+    Part as AddedPart,
+)
+from openai.types.responses.response_reasoning_summary_part_added_event import (
+    ResponseReasoningSummaryPartAddedEvent,
+)
+from openai.types.responses.response_reasoning_summary_part_done_event import Part as DonePart
+from openai.types.responses.response_reasoning_summary_part_done_event import (
+    ResponseReasoningSummaryPartDoneEvent,
+)
+from openai.types.responses.response_reasoning_summary_text_delta_event import (
+    ResponseReasoningSummaryTextDeltaEvent,
+)
+from openai.types.responses.response_reasoning_summary_text_done_event import (
+    ResponseReasoningSummaryTextDoneEvent,
+)
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
 from gateway.agents.approval_rules import ApprovalRule, Verdict
@@ -247,6 +264,8 @@ def _email_args(text: str) -> dict[str, Any]:
 class _Plan:
     text: str
     calls: list[tuple[str, dict[str, Any]]]
+    # A reasoning summary streamed before the answer, a paragraph a summary part.
+    reasoning: tuple[str, ...] = ()
 
 
 def _final_answer(outputs: Sequence[tuple[str, str]]) -> str:
@@ -295,6 +314,9 @@ def _plan(turn: _Turn) -> _Plan:
         return _Plan(_final_answer(turn.outputs), [])
     if "story" in lowered:
         return _Plan(_story(text), [])
+    if "think" in lowered:
+        summary = (f"The user asks me to think about: {text.strip()}", "Quoting it back will do.")
+        return _Plan(f'You said: "{text}"', [], summary)
     return _Plan(f'You said: "{text}"', [])
 
 
@@ -396,6 +418,9 @@ def _new_id(prefix: str) -> str:
 
 def _output_items(plan: _Plan) -> list[TResponseOutputItem]:
     items: list[TResponseOutputItem] = []
+    if plan.reasoning:
+        summary = [Summary(type="summary_text", text=text) for text in plan.reasoning]
+        items.append(ResponseReasoningItem(id=_new_id("rs"), type="reasoning", summary=summary))
     if plan.text:
         items.append(assistant_message(plan.text, item_id=_new_id("msg")))
     for name, args in plan.calls:
@@ -417,7 +442,18 @@ def _count_tokens(
             out_tokens += sum(len(getattr(c, "text", "").split()) for c in item.content)
         elif isinstance(item, ResponseFunctionToolCall):
             out_tokens += len(item.arguments.split()) + 1
+        elif isinstance(item, ResponseReasoningItem):
+            out_tokens += sum(len(part.text.split()) for part in item.summary)
     return in_tokens, out_tokens
+
+
+def _reasoning_tokens(items: list[TResponseOutputItem]) -> int:
+    return sum(
+        len(part.text.split())
+        for item in items
+        if isinstance(item, ResponseReasoningItem)
+        for part in item.summary
+    )
 
 
 class OfflineDemoModel(Model):
@@ -452,7 +488,9 @@ class OfflineDemoModel(Model):
                 output_tokens=out_tokens,
                 total_tokens=in_tokens + out_tokens,
                 input_tokens_details=InputTokensDetails(cached_tokens=0, cache_write_tokens=0),
-                output_tokens_details=OutputTokensDetails(reasoning_tokens=0),
+                output_tokens_details=OutputTokensDetails(
+                    reasoning_tokens=_reasoning_tokens(items)
+                ),
             ),
         )
 
@@ -501,7 +539,7 @@ class OfflineDemoModel(Model):
         delay = self.delay_ms / 1000
         deltas = 0
         for event in _stream_events(response):
-            if isinstance(event, ResponseTextDeltaEvent):
+            if isinstance(event, ResponseTextDeltaEvent | ResponseReasoningSummaryTextDeltaEvent):
                 deltas += 1
                 # Pace only the text, like a real model; structural events come back to back.
                 if delay:
@@ -527,8 +565,51 @@ def _stream_events(response: Response) -> Iterator[TResponseStreamEvent]:
             yield from _message_events(item, index, seq)
         elif isinstance(item, ResponseFunctionToolCall):
             yield from _function_call_events(item, index, seq)
+        elif isinstance(item, ResponseReasoningItem):
+            yield from _reasoning_events(item, index, seq)
     yield ResponseCompletedEvent(
         type="response.completed", response=response, sequence_number=next(seq)
+    )
+
+
+def _reasoning_events(
+    item: ResponseReasoningItem, index: int, seq: Iterator[int]
+) -> Iterator[TResponseStreamEvent]:
+    yield ResponseOutputItemAddedEvent(
+        type="response.output_item.added",
+        item=item.model_copy(update={"summary": []}),
+        output_index=index,
+        sequence_number=next(seq),
+    )
+    for summary_index, part in enumerate(item.summary):
+        where = {"item_id": item.id, "output_index": index, "summary_index": summary_index}
+        yield ResponseReasoningSummaryPartAddedEvent(
+            type="response.reasoning_summary_part.added",
+            part=AddedPart(type="summary_text", text=""),
+            sequence_number=next(seq),
+            **where,
+        )
+        for delta in _split_deltas(part.text):
+            yield ResponseReasoningSummaryTextDeltaEvent(
+                type="response.reasoning_summary_text.delta",
+                delta=delta,
+                sequence_number=next(seq),
+                **where,
+            )
+        yield ResponseReasoningSummaryTextDoneEvent(
+            type="response.reasoning_summary_text.done",
+            text=part.text,
+            sequence_number=next(seq),
+            **where,
+        )
+        yield ResponseReasoningSummaryPartDoneEvent(
+            type="response.reasoning_summary_part.done",
+            part=DonePart(type="summary_text", text=part.text),
+            sequence_number=next(seq),
+            **where,
+        )
+    yield ResponseOutputItemDoneEvent(
+        type="response.output_item.done", item=item, output_index=index, sequence_number=next(seq)
     )
 
 
