@@ -42,8 +42,6 @@ BATCH = 64
 
 @dataclass
 class ChatResponse:
-    thread_id: str
-    run_id: str
     chunks: AsyncIterator[Chunk]
 
 
@@ -164,11 +162,7 @@ async def _response(
             chunks.extend(step.closing)
             ended = True
             break
-    return ChatResponse(
-        thread_id,
-        run_id,
-        _stream(services, principal, projection, chunks, None if ended else head),
-    )
+    return ChatResponse(_stream(services, principal, projection, chunks, None if ended else head))
 
 
 def _ended_long_ago(services: Services, ts: str) -> bool:

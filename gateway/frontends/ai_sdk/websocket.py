@@ -25,7 +25,7 @@ import orjson
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from gateway.auth.access import AuthError, Principal
+from gateway.auth.access import Principal
 from gateway.frontends import conversation
 from gateway.frontends.ai_sdk import responses
 from gateway.frontends.ai_sdk.chat_requests import chat_request
@@ -171,10 +171,9 @@ class _Session:
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise GatewayError(ErrorCode.UNAUTHORIZED, "missing bearer token")
-        try:
-            principal = await self._services.verifier.authenticate(token.strip())
-        except AuthError:
-            raise
+        # Refused (`unauthorized`, or `unavailable` without the JWKS): an AuthError, answered as
+        # any GatewayError is.
+        principal = await self._services.verifier.authenticate(token.strip())
         client = self._ws.client
         return dataclasses.replace(principal, source=client.host if client else None)
 
