@@ -313,10 +313,14 @@ class ThreadProjection:
         delta = data.get("delta") or ""
         if run is None or run.message_id != data.get("message_id") or not delta:
             return []
-        message = self._message(run.message_id)
+        self._grow(run.message_id, delta)
+        return [self._event(TextMessageContentEvent(message_id=run.message_id, delta=delta))]
+
+    def _grow(self, message_id: str, delta: str) -> None:
+        """The snapshot's copy of a streaming message (text or reasoning) grows with it."""
+        message = self._message(message_id)
         if message is not None:
             message["content"] = (message.get("content") or "") + delta
-        return [self._event(TextMessageContentEvent(message_id=run.message_id, delta=delta))]
 
     def _message_completed(self, run_id: str, data: dict[str, Any]) -> list[Event]:
         run = self._current(run_id)
@@ -421,9 +425,7 @@ class ThreadProjection:
         delta = data.get("delta") or ""
         if run is None or run.reasoning_id != data.get("reasoning_id") or not delta:
             return []
-        message = self._message(run.reasoning_id)
-        if message is not None:
-            message["content"] = (message.get("content") or "") + delta
+        self._grow(run.reasoning_id, delta)
         return [self._event(ReasoningMessageContentEvent(message_id=run.reasoning_id, delta=delta))]
 
     def _reasoning_completed(self, run_id: str, data: dict[str, Any]) -> list[Event]:
