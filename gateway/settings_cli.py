@@ -170,6 +170,14 @@ ENVIRONMENT_ONLY: Mapping[str, str] = MappingProxyType(
 SWITCH_OFF_FLAGS: Mapping[str, str] = MappingProxyType(
     {"demo_ui": "--no-demo", "migrate": "--no-migrate"}
 )
+# What such a flag does, in its own words: the setting's description says what the setting
+# does when on, which under `--no-…` would read as the opposite of the flag.
+SWITCH_OFF_HELP: Mapping[str, str] = MappingProxyType(
+    {
+        "demo_ui": "Do not serve the browser demo and the client package's modules at /.",
+        "migrate": "Do not migrate the schema at start-up (it must be at this gateway's revision).",
+    }
+)
 # Defaults worked out at start-up: described, as the field's own default says nothing.
 DESCRIBED_DEFAULTS: Mapping[str, str] = MappingProxyType(
     {
@@ -238,9 +246,12 @@ def add_setting_flag(parser: argparse._ActionsContainer, name: str) -> None:
     variable = environment_variable(name)
     kind = value_type(Settings.model_fields[name])
     switch_off = name in SWITCH_OFF_FLAGS
-    if kind is bool:
-        variable = f"sets {variable}={'false' if switch_off else 'true'}"
-    help_text = f"{summary(name)} [{variable}, default: {shown_default(name)}]"
+    if switch_off:
+        help_text = f"{SWITCH_OFF_HELP[name]} [sets {variable}=false; without it: true]"
+    elif kind is bool:
+        help_text = f"{summary(name)} [sets {variable}=true, default: {shown_default(name)}]"
+    else:
+        help_text = f"{summary(name)} [{variable}, default: {shown_default(name)}]"
     # Help is plain text, and argparse formats it with %.
     help_text = _MARKUP.sub("", help_text).replace("%", "%%")
     if kind is bool:

@@ -251,3 +251,13 @@ def test_help_lists_each_flag_with_its_variable_and_default(capsys) -> None:
     assert "--lease-ttl-s" in text and "GATEWAY_LEASE_TTL_S, default: 15]" in text
     assert "sets GATEWAY_DEMO_UI=false" in text
     assert "--secret" not in text
+
+
+def test_switch_off_flags_say_what_they_switch_off(capsys) -> None:
+    with pytest.raises(SystemExit):
+        parser().parse_args(["serve", "--help"])
+    # argparse wraps help at the terminal's width: compare the words, not the lines.
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--no-demo Do not serve the browser demo" in text
+    assert "--no-migrate Do not migrate the schema at start-up" in text
+    assert "[sets GATEWAY_MIGRATE=false; without it: true]" in text
