@@ -47,6 +47,14 @@ class RunRecord:
     # What the run's context keeps of the token that asked for it: {"roles", "claims"}
     # (gateway/agents/run_caller.py); None for runs created before it was recorded.
     caller: dict[str, Any] | None = None
+    # The scope its side effects are recorded under in the operation ledger, when it is not
+    # the run's own id: a retry shares the scope of the failed run it continues.
+    ledger_scope: str | None = None
+
+    @property
+    def operations_scope(self) -> str:
+        """The scope of the run's entries in the operation ledger."""
+        return self.ledger_scope or self.run_id
 
     def values(self) -> dict[str, Any]:
         """The row to insert for a new run."""
@@ -67,6 +75,7 @@ class RunRecord:
             "updated_at": self.updated_at,
             "requested_by": self.requested_by,
             "caller": self.caller,
+            "ledger_scope": self.ledger_scope,
         }
 
     @classmethod
@@ -88,6 +97,7 @@ class RunRecord:
             updated_at=as_utc(row["updated_at"]) or utcnow(),
             requested_by=row.get("requested_by"),
             caller=row.get("caller"),
+            ledger_scope=row.get("ledger_scope"),
         )
 
 

@@ -38,6 +38,11 @@ threads = Table(
     Column("head_seq", BigInteger, nullable=False, default=0),
     # Every event up to this seq was removed by retention; the log starts after it.
     Column("truncated_seq", BigInteger, nullable=False, default=0, server_default="0"),
+    # What lists show: the first input unless renamed (null until the first run).
+    Column("title", String(200), nullable=True),
+    Column("archived_at", DateTime(timezone=True), nullable=True),
+    # A deleted thread's row stays (its id is never reused), its conversation gone.
+    Column("deleted_at", DateTime(timezone=True), nullable=True),
     Index("ix_threads_tenant_owner", "tenant", "owner"),
 )
 
@@ -74,6 +79,10 @@ runs = Table(
     # The roles and chosen token claims of whoever asked for the run, for its run context
     # (gateway/agents/run_caller.py): a continuation in any process describes the same caller.
     Column("caller", JSON, nullable=True),
+    # The operation-ledger scope of the run's side effects (gateway/agents/exactly_once.py):
+    # null for the run's own id; a retry of a failed run shares that run's scope, so what the
+    # failed run already did is not done again.
+    Column("ledger_scope", ID, nullable=True),
     Index("ix_runs_thread", "thread_id"),
     Index("ix_runs_status", "status"),
     Index(

@@ -224,7 +224,7 @@ class SegmentRunner:
         )
         scope = current_scope.set(
             LedgerScope(
-                scope=run.run_id,
+                scope=run.operations_scope,
                 repository=OperationRepository(self._store),
                 on_reconcile=partial(self._needs_reconciliation, segment),
             )

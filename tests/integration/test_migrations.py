@@ -17,7 +17,7 @@ from tests.support.gateway import ROOT, spawn_gateway
 
 pytestmark = pytest.mark.both_backends
 ALEMBIC = Path(sys.executable).with_name("alembic")
-HEAD = "0008"
+HEAD = "0010"
 
 
 def command(database_url: str, *argv: str) -> str:
