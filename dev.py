@@ -6,7 +6,8 @@
                                    example app it serves at /examples/ai-sdk/)
     python3 dev.py test [args]     create .venv if needed, then run the whole test suite
                                    (with Node.js and npm present, it first installs the
-                                   JavaScript client's dev dependencies, so its tests run too)
+                                   JavaScript client's dev dependencies, so its tests run too;
+                                   not for a selection without JavaScript tests, e.g. tests/unit)
     python3 dev.py lint            ruff (lint + format check) and the layer rules (import-linter)
 
 The virtual environment is rebuilt when pyproject.toml changes, so the two quick-start
@@ -35,6 +36,14 @@ EXAMPLE_SOURCES = ("app.jsx", "app.css", "index.html", "build.mjs", "package-loc
 # The JavaScript client package, the frontend libraries the adapters are tested with, and the
 # example app's build dependencies.
 JS_PACKAGES = (ROOT / "client_demo" / "js", ROOT / "tests" / "frontends" / "node", EXAMPLE)
+# The tests that run Node.js or the example app: `dev.py test` installs the packages above
+# only when the tests it runs include one of them.
+JS_TESTS = (
+    "tests/frontends",
+    "tests/browser",
+    "tests/integration/test_js_client.py",
+    "tests/integration/test_reasoning_and_usage.py",
+)
 
 
 def fingerprint() -> str:
@@ -121,6 +130,31 @@ def run(*args: str) -> int:
     return subprocess.call([str(PYTHON), *args], cwd=ROOT)
 
 
+def become(*args: str) -> int:
+    """Run the command in this process's place (POSIX): a signal sent to `dev.py` (SIGTERM
+    from a process manager, SIGINT) then reaches the gateway itself, which shuts down
+    gracefully, instead of ending only `dev.py` and leaving the gateway holding the port."""
+    if os.name != "posix":
+        return run(*args)
+    os.chdir(ROOT)
+    sys.stdout.flush()
+    os.execv(PYTHON, [str(PYTHON), *args])
+
+
+def needs_js(args: list[str]) -> bool:
+    """Whether the tests `args` select use the JavaScript packages: the whole suite, or a
+    path inside a directory or file that runs Node.js or the example app."""
+    paths = [arg.split("::")[0] for arg in args if not arg.startswith("-")]
+    if not paths:
+        return True
+    return any(
+        (ROOT / path).resolve().is_relative_to(ROOT / js)
+        or (ROOT / js).is_relative_to((ROOT / path).resolve())
+        for path in paths
+        for js in JS_TESTS
+    )
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"serve", "test", "lint"}:
         print(__doc__)
@@ -130,10 +164,11 @@ def main(argv: list[str]) -> int:
     if command == "serve":
         ensure_js_packages((EXAMPLE,))
         ensure_example()
-        return run("-m", "gateway", "serve", *rest)
+        return become("-m", "gateway", "serve", *rest)
     if command == "test":
-        ensure_js_packages()
-        ensure_example()
+        if needs_js(rest):
+            ensure_js_packages()
+            ensure_example()
         return run("-m", "pytest", *rest)
     status = run("-m", "ruff", "check", "gateway", "persistence", "client_demo", "tests", "bench")
     status |= run(
