@@ -58,6 +58,7 @@ from gateway.storage.health import (
 from gateway.storage.retention_sweeps import Retention
 from gateway.transport.http_api import routes as http_routes
 from gateway.transport.http_runs import regenerate, send_input, start_run
+from gateway.transport.http_threads import routes as thread_routes
 from gateway.transport.sse import inbox_stream, thread_stream
 from gateway.transport.static_files import demo_app, demo_fallback
 from gateway.transport.ws_endpoint import GatewaySocket
@@ -375,6 +376,7 @@ def create_app(
             await telemetry.close()
 
     app_routes = [
+        *thread_routes(),
         *http_routes(),
         Route("/v1/threads/{thread_id}/stream", thread_stream, methods=["GET"]),
         Route("/v1/approvals/stream", inbox_stream, methods=["GET"]),

@@ -77,6 +77,11 @@ class SessionMarks:
         """Remove the session's messages after `mark`, inside the caller's transaction."""
         return _TRIM.rowcount(conn, {"b_session": session_id, "b_mark": mark})
 
+    @staticmethod
+    def drop_in(conn: Connection, session_id: str) -> int:
+        """Remove every message of the session (its thread was deleted)."""
+        return _TRIM.rowcount(conn, {"b_session": session_id, "b_mark": 0})
+
 
 _HEAD = Prepared(
     select(func.max(_messages.c.id)).where(_messages.c.session_id == bindparam("b_session"))

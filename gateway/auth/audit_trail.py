@@ -46,6 +46,10 @@ class AuditAction(StrEnum):
     RUN_CANCELLED = "run.cancelled"
     TOKEN_REJECTED = "auth.token_rejected"
     ACCESS_DENIED = "access.denied"
+    THREAD_RENAMED = "thread.renamed"
+    THREAD_ARCHIVED = "thread.archived"
+    THREAD_UNARCHIVED = "thread.unarchived"
+    THREAD_DELETED = "thread.deleted"
 
 
 class Outcome(StrEnum):

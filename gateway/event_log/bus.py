@@ -29,6 +29,26 @@ WatchListener = Callable[[str, int], None]
 RemoteInboxListener = Callable[[str, list[str], list[str]], None]
 # Told a message of a kind registered with `on_message`, as another process published it.
 MessageListener = Callable[[dict[str, Any]], None]
+# Told the ids of threads whose place in a thread list changed (title, archive, deletion, a run's
+# status, pending approvals), here or in another process; None when changes may have been
+# missed (the relay was down), so every list should be read again.
+ThreadsListener = Callable[[Sequence[str] | None], None]
+
+# The events that change what a thread list shows of a thread: its newest run's status and its
+# pending approvals. Deltas and tool calls do not, so they wake no list.
+LISTED_EVENTS = frozenset(
+    {
+        "run.started",
+        "run.paused",
+        "run.resumed",
+        "run.recovered",
+        "run.completed",
+        "run.failed",
+        "run.cancelled",
+        "approval.requested",
+        "approval.decided",
+    }
+)
 
 # How often a process repeats, over a shared relay, which threads it has watchers on. The
 # others forget a process's watchers once they have not heard of them for `WATCH_EXPIRY_S`
@@ -50,6 +70,7 @@ class EventBus:
         self._handlers: dict[str, MessageListener] = {}
         self._threads: dict[str, set[EventListener]] = {}
         self._inboxes: dict[str, set[InboxListener]] = {}
+        self._thread_lists: set[ThreadsListener] = set()
         self._watch_listeners: list[WatchListener] = []
         # The newest seq published here per watched thread: the log watch wakes subscribers
         # only for growth beyond it (events another process wrote).
@@ -117,6 +138,7 @@ class EventBus:
     def _relay_back(self) -> None:
         """The relay is back after an outage: messages may have been missed both ways."""
         self.wake_all()
+        self._deliver_threads(None)
         self._tell_watching(list(self._threads))
 
     async def _refresh_watching(self) -> None:
@@ -139,6 +161,8 @@ class EventBus:
         grown": listeners read it from the table)."""
         if events and self._relay.shared:
             self._relay.publish({"kind": "wake", "threads": {thread_id: events[-1].seq}})
+        if any(event.type in LISTED_EVENTS for event in events):
+            self.threads_changed([thread_id])
         listeners = self._threads.get(thread_id)
         if not listeners:
             return
@@ -189,6 +213,8 @@ class EventBus:
                 self.wake(thread_id, int(head))
         elif kind == "watch":
             self._heard_watching(message)
+        elif kind == "threads":
+            self._deliver_threads([str(thread_id) for thread_id in message.get("threads", [])])
         elif isinstance(kind, str) and kind in self._handlers:
             self._handlers[kind](message)
         elif kind == "inbox" and self._remote_inbox is not None:
@@ -211,6 +237,20 @@ class EventBus:
                 elsewhere.pop(process, None)
                 if not elsewhere:
                     del self._watched_elsewhere[str(thread_id)]
+
+    def subscribe_thread_changes(self, listener: ThreadsListener) -> Callable[[], None]:
+        self._thread_lists.add(listener)
+        return lambda: self._thread_lists.discard(listener)
+
+    def threads_changed(self, thread_ids: Sequence[str]) -> None:
+        """Tell the thread lists here and in the other processes that these threads changed."""
+        if self._relay.shared:
+            self._relay.publish({"kind": "threads", "threads": list(thread_ids)})
+        self._deliver_threads(thread_ids)
+
+    def _deliver_threads(self, thread_ids: Sequence[str] | None) -> None:
+        for listener in list(self._thread_lists):
+            listener(thread_ids)
 
     def watched_threads(self) -> list[str]:
         return list(self._threads)

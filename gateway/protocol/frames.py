@@ -214,6 +214,28 @@ class InboxSubscribe(_Frame):
     type: Literal["inbox.subscribe"] = "inbox.subscribe"
 
 
+class ThreadUpdate(_Frame):
+    """Rename a thread and/or archive it (or bring it back): its owner or an admin (§4)."""
+
+    type: Literal["thread.update"] = "thread.update"
+    thread_id: Id
+    # Checked by the thread list (gateway/run_lifecycle/thread_titles.py), as over HTTP.
+    title: str | None = None
+    archived: bool | None = None
+
+
+class ThreadDelete(_Frame):
+    type: Literal["thread.delete"] = "thread.delete"
+    thread_id: Id
+
+
+class ThreadsSubscribe(_Frame):
+    """The caller's thread list, then its changes (§4); `archived` lists archived threads."""
+
+    type: Literal["threads.subscribe"] = "threads.subscribe"
+    archived: bool = False
+
+
 class Ping(_Frame):
     type: Literal["ping"] = "ping"
 
@@ -234,6 +256,9 @@ ClientFrame = Annotated[
     | RunResume
     | RunRegenerate
     | InboxSubscribe
+    | ThreadUpdate
+    | ThreadDelete
+    | ThreadsSubscribe
     | Ping
     | Pong,
     Field(discriminator="type"),
@@ -253,6 +278,9 @@ _FRAME_MODELS: dict[str, type[_Frame]] = {
         RunResume,
         RunRegenerate,
         InboxSubscribe,
+        ThreadUpdate,
+        ThreadDelete,
+        ThreadsSubscribe,
         Ping,
         Pong,
     )
@@ -461,6 +489,18 @@ def inbox_update(added: Sequence[Mapping[str, Any]], removed: Sequence[str]) -> 
     return {
         "type": "inbox.update",
         "added": [dict(a) for a in added],
+        "removed": list(removed),
+    }
+
+
+def threads(views: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    return {"type": "threads", "threads": [dict(v) for v in views]}
+
+
+def threads_update(views: Sequence[Mapping[str, Any]], removed: Sequence[str]) -> dict[str, Any]:
+    return {
+        "type": "threads.update",
+        "threads": [dict(v) for v in views],
         "removed": list(removed),
     }
 

@@ -49,6 +49,8 @@ from gateway.run_lifecycle.execution import Segment, SegmentRunner
 from gateway.run_lifecycle.read_views import Views
 from gateway.run_lifecycle.recovery import Recovery
 from gateway.run_lifecycle.restored_checkpoints import restore_state
+from gateway.run_lifecycle.thread_list import ThreadList
+from gateway.run_lifecycle.thread_titles import default_title
 from gateway.storage.health import log_failure
 from persistence.audit import AuditEntry, AuditRepository
 from persistence.checkpoints import CheckpointRecord
@@ -126,6 +128,7 @@ class RunManager:
         )
         self.recovery = Recovery(ctx, self._continuer, lease_scan_s)
         self.views = Views(ctx, four_eyes=four_eyes, self_approval=self_approval)
+        self.thread_list = ThreadList(ctx)
         # Read by the transports: a thread's head and epoch, an approval's real arguments.
         self.threads = ctx.threads
         self.approvals = ctx.approvals
@@ -261,7 +264,13 @@ class RunManager:
         run_id = new_id("r")
         # A new thread is made here and inserted by the run's transaction.
         created = (
-            ThreadRecord.new(tenant=tenant, owner=owner, metadata=None, thread_id=new_thread_id)
+            ThreadRecord.new(
+                tenant=tenant,
+                owner=owner,
+                metadata=None,
+                thread_id=new_thread_id,
+                title=default_title(text),
+            )
             if thread is None
             else None
         )
@@ -299,6 +308,8 @@ class RunManager:
                 if supersedes is not None:
                     SessionMarks.trim_in(conn, thread_id, supersedes.session_mark)
                 mark = SessionMarks.head_in(conn, thread_id)
+                if base.title is None:
+                    ThreadRepository.name_first_in(conn, thread_id, default_title(text))
             RunRepository.insert_in(conn, replace(record, session_mark=mark))
             if consumed_input_id is not None:
                 InputRepository.consume_in(conn, [consumed_input_id], run_id=run_id)

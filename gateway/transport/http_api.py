@@ -292,33 +292,6 @@ async def get_run(request: Request, services: Services) -> Response:
     return JSONBody({"run": view})
 
 
-@endpoint
-async def list_threads(request: Request, services: Services) -> Response:
-    principal = await authenticate(request, services)
-    limit = int_param(request, "limit", 100, low=1, high=500)
-    sees_tenant = principal.has_any(Role.REVIEWER, Role.VIEWER, Role.ADMIN)
-    if not sees_tenant and not principal.has(Role.USER):
-        raise GatewayError(ErrorCode.FORBIDDEN, "listing threads needs a role")
-    threads = await services.runs.threads.list_for(
-        tenant=principal.tenant, owner=None if sees_tenant else principal.user, limit=limit
-    )
-    return JSONBody(
-        {
-            "threads": [
-                {
-                    "thread_id": t.thread_id,
-                    "owner": t.owner,
-                    "created_at": utc_ts(t.created_at),
-                    "metadata": t.metadata,
-                    "epoch": t.epoch,
-                    "head_seq": t.head_seq,
-                }
-                for t in threads
-            ]
-        }
-    )
-
-
 # -- audit trail --------------------------------------------------------------------------------
 
 
@@ -402,7 +375,6 @@ def routes() -> list[Route]:
         Route("/v1/dev/token", dev_token, methods=["POST"]),
         Route("/v1/approvals", list_approvals, methods=["GET"]),
         Route("/v1/approvals/{approval_id}/decision", decide, methods=["POST"]),
-        Route("/v1/threads", list_threads, methods=["GET"]),
         Route("/v1/threads/{thread_id}/events", thread_events, methods=["GET"]),
         Route("/v1/runs/{run_id}", get_run, methods=["GET"]),
         Route("/v1/audit", list_audit, methods=["GET"]),

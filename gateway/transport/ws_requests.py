@@ -113,6 +113,18 @@ class ClientRequests:
             case protocol.InboxSubscribe():
                 await watches.subscribe_inbox(principal, ref)
                 return None
+            case protocol.ThreadUpdate():
+                view = await runs.thread_list.change(
+                    principal, frame.thread_id, title=frame.title, archived=frame.archived
+                )
+                return protocol.ack(ref, thread=view)
+            case protocol.ThreadDelete():
+                return protocol.ack(
+                    ref, **await runs.thread_list.delete(principal, frame.thread_id)
+                )
+            case protocol.ThreadsSubscribe():
+                await watches.subscribe_threads(principal, frame.archived, ref)
+                return None
         raise ProtocolError(ErrorCode.BAD_REQUEST, "unsupported frame", ref)
 
     async def _watch_started(self, principal: Principal, started: Started) -> None:

@@ -48,6 +48,7 @@ class Watches:
         self._session = session
         self._subscriptions: dict[str, Subscription] = {}
         self._inbox_unsubscribe: Callable[[], None] | None = None
+        self._threads_unsubscribe: Callable[[], None] | None = None
 
     def watching(self, thread_id: str | None) -> bool:
         return thread_id in self._subscriptions
@@ -135,6 +136,37 @@ class Watches:
             await outlet.send_or_queue(protocol.inbox_update(added, removed))
         ready = True
 
+    async def subscribe_threads(
+        self, principal: Principal, archived: bool, ref: str | None
+    ) -> None:
+        """The thread list as `principal` may see it, then its changes (`threads.subscribe`)."""
+        if self._threads_unsubscribe is not None:
+            self._threads_unsubscribe()
+            self._threads_unsubscribe = None
+        outlet = self._outlet
+        buffered: list[dict[str, Any]] = []
+        ready = False
+
+        def send(frame: dict[str, Any]) -> None:
+            if not ready:
+                buffered.append(frame)
+            elif not outlet.try_send(protocol.encode(frame)):
+                outlet.close_soon(CloseCode.TOO_SLOW)
+
+        snapshot, stop = await self._services.runs.thread_list.watch(
+            principal,
+            archived=archived,
+            on_update=lambda views, removed: send(protocol.threads_update(views, removed)),
+            on_snapshot=lambda views: send(protocol.threads(views)),
+        )
+        self._threads_unsubscribe = stop
+        if ref is not None:
+            await outlet.send_or_queue(protocol.ack(ref))
+        await outlet.send_or_queue(protocol.threads(snapshot))
+        for frame in buffered:
+            await outlet.send_or_queue(frame)
+        ready = True
+
     async def drop_lost_access(self, principal: Principal) -> None:
         """New roles apply to what is already watched: end what they no longer allow."""
         outlet = self._outlet
@@ -178,6 +210,8 @@ class Watches:
         self._subscriptions.clear()
         if self._inbox_unsubscribe is not None:
             self._inbox_unsubscribe()
+        if self._threads_unsubscribe is not None:
+            self._threads_unsubscribe()
 
     def _subscription_ended(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():

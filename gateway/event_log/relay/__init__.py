@@ -10,6 +10,8 @@ Messages (JSON objects, `kind` first):
 - `wake`: `{"threads": {thread_id: head_seq}}`, after a commit grew those threads' logs;
 - `inbox`: `{"tenant", "added": [approval_id], "removed": [approval_id]}`: approval ids only,
   so no tool arguments cross the relay; receivers read the rows;
+- `threads`: `{"threads": [thread_id]}`: threads whose place in a thread list changed (a title,
+  an archive or deletion, a run's status, pending approvals); receivers read the rows;
 - `watch`: `{"threads": [thread_id], "gone": [thread_id]}`: the threads the sender has
   watchers on (repeated every few seconds, forgotten when not repeated) and those it no longer
   has: a run with `on_disconnect: "suspend"` is suspended only when no process has a watcher;
