@@ -57,7 +57,7 @@ from gateway.storage.health import (
 )
 from gateway.storage.retention_sweeps import Retention
 from gateway.transport.http_api import routes as http_routes
-from gateway.transport.http_runs import regenerate, send_input, start_run
+from gateway.transport.http_runs import regenerate, retry, send_input, start_run
 from gateway.transport.http_threads import routes as thread_routes
 from gateway.transport.sse import inbox_stream, thread_stream
 from gateway.transport.static_files import demo_app, demo_fallback
@@ -383,6 +383,7 @@ def create_app(
         Route("/v1/runs", start_run, methods=["POST"]),
         Route("/v1/threads/{thread_id}/input", send_input, methods=["POST"]),
         Route("/v1/threads/{thread_id}/regenerate", regenerate, methods=["POST"]),
+        Route("/v1/runs/{run_id}/retry", retry, methods=["POST"]),
         *ag_ui_routes(),
         *spec_routes(),
         WebSocketRoute("/v1/ws", GatewaySocket(), name="websocket"),

@@ -26,6 +26,10 @@ from persistence.tables import checkpoints, runs
 if TYPE_CHECKING:
     from persistence.store import Store
 
+# The reasons of the states a run ended with (kept for inspection, never resumed): every other
+# checkpoint is a boundary a run can go on from.
+FINAL_REASONS = ("completed", "error")
+
 
 @dataclass(frozen=True)
 class CheckpointRecord:
@@ -110,14 +114,24 @@ class CheckpointRepository:
 
     @staticmethod
     def add_final_in(
-        conn: Connection, checkpoint: CheckpointRecord, *, session_of: str | None = None
+        conn: Connection,
+        checkpoint: CheckpointRecord,
+        *,
+        session_of: str | None = None,
+        keep_previous: bool = False,
     ) -> CheckpointRecord:
         """Store the state a run ended with, in the transaction that ends the run.
 
         The run's status is set by that transaction; this only advances the version, under
         the same rule as `save_in`: never over a newer checkpoint. `session_of` as in `save_in`.
+        `keep_previous`: the checkpoint before this one stays (a failed run's last boundary,
+        which a retry goes on from).
         """
-        return _advance(conn, checkpoint, _ADVANCE, {}, session_of)
+        return _advance(conn, checkpoint, _ADVANCE, {}, session_of, keep=1 if keep_previous else 0)
+
+    async def latest_resumable(self, run_id: str) -> CheckpointRecord | None:
+        """The run's newest checkpoint that is not a final state: where a retry goes on."""
+        return await self._store.read(lambda conn: _one(conn, _LATEST_RESUMABLE, {"b_run": run_id}))
 
     @staticmethod
     def drop_in(conn: Connection, run_id: str) -> None:
@@ -130,13 +144,26 @@ class CheckpointRepository:
 
     @staticmethod
     def latest_in(conn: Connection, run_id: str) -> CheckpointRecord | None:
-        row = _LATEST.record(conn, {"b_run": run_id})
-        return CheckpointRecord.from_row(row) if row else None
+        return _one(conn, _LATEST, {"b_run": run_id})
+
+
+def _one(conn: Connection, query: Prepared, params: dict[str, Any]) -> CheckpointRecord | None:
+    row = query.record(conn, params)
+    return CheckpointRecord.from_row(row) if row else None
 
 
 _LATEST = Prepared(
     select(checkpoints)
     .where(checkpoints.c.run_id == bindparam("b_run"))
+    .order_by(checkpoints.c.version.desc())
+    .limit(1)
+)
+_LATEST_RESUMABLE = Prepared(
+    select(checkpoints)
+    .where(
+        checkpoints.c.run_id == bindparam("b_run"),
+        *(checkpoints.c.reason != reason for reason in FINAL_REASONS),
+    )
     .order_by(checkpoints.c.version.desc())
     .limit(1)
 )
@@ -171,9 +198,11 @@ def _advance(
     move: Prepared,
     params: dict[str, Any],
     session_of: str | None,
+    keep: int = 0,
 ) -> CheckpointRecord:
     """Move the run from `checkpoint.version - 1` to `checkpoint.version` (`move`, with
-    `params`) and insert the checkpoint; `StaleWrite` if the run is elsewhere."""
+    `params`) and insert the checkpoint; `StaleWrite` if the run is elsewhere. `keep`: how
+    many of the versions before it stay."""
     if session_of is not None:
         checkpoint = replace(checkpoint, session_mark=SessionMarks.head_in(conn, session_of))
     version = {"b_run": checkpoint.run_id, "b_version": checkpoint.version}
@@ -184,5 +213,5 @@ def _advance(
     # Nothing resumes from an older version once this one is durable (a continuation, a
     # recovery and a decision's binding check all read the run's current version), and each
     # older state repeats the conversation so far: dropped in the same transaction.
-    _PRUNE.rowcount(conn, version)
+    _PRUNE.rowcount(conn, {**version, "b_version": checkpoint.version - keep})
     return checkpoint

@@ -210,6 +210,13 @@ class RunRegenerate(_Frame):
     run_id: Id | None = None
 
 
+class RunRetry(_Frame):
+    """A failed run, retried from its last checkpoint in a new run (§4)."""
+
+    type: Literal["run.retry"] = "run.retry"
+    run_id: Id
+
+
 class InboxSubscribe(_Frame):
     type: Literal["inbox.subscribe"] = "inbox.subscribe"
 
@@ -255,6 +262,7 @@ ClientFrame = Annotated[
     | RunCancel
     | RunResume
     | RunRegenerate
+    | RunRetry
     | InboxSubscribe
     | ThreadUpdate
     | ThreadDelete
@@ -277,6 +285,7 @@ _FRAME_MODELS: dict[str, type[_Frame]] = {
         RunCancel,
         RunResume,
         RunRegenerate,
+        RunRetry,
         InboxSubscribe,
         ThreadUpdate,
         ThreadDelete,

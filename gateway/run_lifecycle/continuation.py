@@ -179,11 +179,11 @@ class Continuer:
                 decided.append((approval, item))
         if staged is None:
             staged = await self._staged(run)
-        prepare: Callable[[], None] | None = partial(_apply, state, decided, staged)
+        prepare: Callable[[], None] | None = partial(apply_decisions, state, decided, staged)
         if staged:
             # The SDK may refuse input (docs/architecture.md "SDK behaviours"): refused here, before
             # anything is stored, the run stays as it was.
-            _apply(state, decided, staged)
+            apply_decisions(state, decided, staged)
             prepare = None
         # Before anything is stored, like the staged input: a context the graph's deserializer
         # cannot rebuild leaves the run as it was.
@@ -279,7 +279,7 @@ def claim_if_decided_in(conn: Connection, run: RunRecord) -> tuple[PauseInputs, 
     return inputs, all_decided(inputs[0]) and claim_in(conn, run)
 
 
-def _apply(
+def apply_decisions(
     state: RunState[Any, Any],
     decided: list[tuple[ApprovalRecord, ToolApprovalItem]],
     staged: list[PendingInput],

@@ -103,6 +103,9 @@ class Segment:
     # In-memory work on `start` left to the segment (a continuation's decisions): done first,
     # and if it fails the run fails like any run that raises.
     prepare: Callable[[], None] | None = None
+    # The state taken at a turn's tool outputs, stored as a turn checkpoint once the next
+    # model call starts (the session mark is right only then), or when that call fails.
+    unsaved_turn: str | None = None
 
 
 @dataclass
@@ -344,17 +347,17 @@ class SegmentRunner:
     ) -> None:
         """Log one SDK stream's events, with turn checkpoints between its turns."""
         run = segment.run
-        turn_state: str | None = None
+        segment.unsaved_turn = None
         async for sdk_event in result.stream_events():
             if _is_tool_output(sdk_event):
                 # A consistent point (docs/architecture.md "SDK behaviours"): the turn's tools
                 # have run.
-                turn_state = self._serialize(segment, result)
-            elif turn_state is not None and _is_response_start(sdk_event):
+                segment.unsaved_turn = self._serialize(segment, result)
+            elif segment.unsaved_turn is not None and _is_response_start(sdk_event):
                 # The next model call has started, so the SDK has written the finished
                 # turn to the session: only now is the session mark right for that state.
-                await self._save_turn(segment, turn_state)
-                turn_state = None
+                await self._save_turn(segment, segment.unsaved_turn)
+                segment.unsaved_turn = None
             emitted = translator.translate(sdk_event)
             spans.observe(sdk_event, emitted)
             for type_, data in emitted:
@@ -708,6 +711,10 @@ class SegmentRunner:
         result: RunResultStreaming | None,
     ) -> None:
         error = failure(exc)
+        if segment.unsaved_turn is not None:
+            # The next model call failed after the SDK wrote the finished turn to the
+            # session: that turn's boundary is stored, for a retry to go on from.
+            await self._save_unsaved_turn(segment)
         events = [self._ev(segment, t, d) for t, d in translator.abort_open("failed")]
         events.append(
             self._ev(segment, EventType.RUN_FAILED, {"error": error, **run_usage(result)})
@@ -716,6 +723,19 @@ class SegmentRunner:
         await storage_retry(
             lambda: self._end(segment, RunStatus.FAILED, events, error=error, checkpoint=checkpoint)
         )
+
+    async def _save_unsaved_turn(self, segment: Segment) -> None:
+        """Best effort, like the final checkpoint: the run fails whether or not it is stored."""
+        assert segment.unsaved_turn is not None
+        try:
+            await storage_retry(partial(self._save_turn, segment, segment.unsaved_turn))
+        except Exception:
+            log.warning(
+                "run %s: its last turn checkpoint was not stored",
+                segment.run.run_id,
+                exc_info=True,
+            )
+        segment.unsaved_turn = None
 
     async def _final_checkpoint(
         self, segment: Segment, result: RunResultStreaming | None, reason: str
@@ -780,9 +800,14 @@ class SegmentRunner:
             )
             if not moved:
                 raise StaleWrite(run.run_id)
+            # A failed run keeps its last boundary too: a retry goes on from there
+            # (docs/protocol.md §4 `run.retry`).
+            failed = status is RunStatus.FAILED
             if checkpoint is not None:
-                CheckpointRepository.add_final_in(conn, checkpoint, session_of=run.thread_id)
-            else:
+                CheckpointRepository.add_final_in(
+                    conn, checkpoint, session_of=run.thread_id, keep_previous=failed
+                )
+            elif not failed:
                 CheckpointRepository.drop_in(conn, run.run_id)
             if lease is not None:
                 LeaseRepository.release_in(conn, lease)

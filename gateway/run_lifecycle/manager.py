@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -36,7 +36,6 @@ from gateway.auth.access import (
 )
 from gateway.auth.audit_trail import Outcome, cancellation_entry
 from gateway.event_log.bus import EventBus
-from gateway.event_log.logged_event import LoggedEvent
 from gateway.event_log.writer import EventLog
 from gateway.observability.metrics import GatewayMetrics
 from gateway.protocol.error_codes import GatewayError, conflict, not_found, rate_limited
@@ -49,6 +48,8 @@ from gateway.run_lifecycle.execution import Segment, SegmentRunner
 from gateway.run_lifecycle.read_views import Views
 from gateway.run_lifecycle.recovery import Recovery
 from gateway.run_lifecycle.restored_checkpoints import restore_state
+from gateway.run_lifecycle.retry import Retries
+from gateway.run_lifecycle.started import Started
 from gateway.run_lifecycle.thread_list import ThreadList
 from gateway.run_lifecycle.thread_titles import default_title
 from gateway.storage.health import log_failure
@@ -66,19 +67,6 @@ from persistence.store import Store
 from persistence.threads import ThreadRecord, ThreadRepository
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Started:
-    thread_id: str
-    run_id: str
-    first_seq: int  # seq of the run's `run.started` event
-    # The thread as of the run's first commit (its `head_seq` is `run.started`'s seq) and the
-    # events of that commit: a connection subscribes its caller without reading either again.
-    thread: ThreadRecord
-    events: list[LoggedEvent]
-    # The run whose answer this one replaces (regenerate), if any.
-    supersedes: str | None = None
 
 
 class RunManager:
@@ -128,6 +116,7 @@ class RunManager:
         )
         self.recovery = Recovery(ctx, self._continuer, lease_scan_s)
         self.views = Views(ctx, four_eyes=four_eyes, self_approval=self_approval)
+        self.retries = Retries(ctx)
         self.thread_list = ThreadList(ctx)
         # Read by the transports: a thread's head and epoch, an approval's real arguments.
         self.threads = ctx.threads

@@ -86,14 +86,20 @@ async def regenerate(request: Request, services: Services) -> Response:
         supersedes=frame.run_id,
         admit=_admit(services, principal),
     )
-    return JSONBody(
-        {
-            "thread_id": started.thread_id,
-            "run_id": started.run_id,
-            "supersedes": started.supersedes,
-            "first_seq": started.first_seq,
-        }
-    )
+    return JSONBody({**started.answer(), "first_seq": started.first_seq})
+
+
+@endpoint
+async def retry(request: Request, services: Services) -> Response:
+    """`run.retry` over HTTP: the failed run, retried from its last checkpoint in a new run."""
+    principal = await authenticate(request, services)
+    body = await read_json_body(request)
+    if "run_id" in body:
+        raise GatewayError(ErrorCode.BAD_REQUEST, "run_id is the path's, not a body field")
+    frame = await _validated(services, "run.retry", {**body, "run_id": path_id(request, "run_id")})
+    admit = _admit(services, principal)
+    started = await services.runs.retries.retry(principal, frame.run_id, admit=lambda _: admit())
+    return JSONBody({**started.answer(), "first_seq": started.first_seq})
 
 
 async def _thread_frame(request: Request, services: Services, kind: str) -> Any:

@@ -91,23 +91,23 @@ class ClientRequests:
             case protocol.RunResume():
                 await runs.resume(principal, frame.run_id)
                 return protocol.ack(ref, run_id=frame.run_id)
-            case protocol.RunRegenerate():
-                started = await runs.regenerate(
-                    principal,
-                    frame.thread_id,
-                    text=frame.input,
-                    supersedes=frame.run_id,
-                    admit=self._admit_run(principal, frame.thread_id),
-                )
-                if ref is not None:
-                    await outlet.send_or_queue(
-                        protocol.ack(
-                            ref,
-                            thread_id=started.thread_id,
-                            run_id=started.run_id,
-                            supersedes=started.supersedes,
-                        )
+            case protocol.RunRegenerate() | protocol.RunRetry():
+                if isinstance(frame, protocol.RunRetry):
+                    started = await runs.retries.retry(
+                        principal,
+                        frame.run_id,
+                        admit=lambda thread_id: self._admit_run(principal, thread_id)(),
                     )
+                else:
+                    started = await runs.regenerate(
+                        principal,
+                        frame.thread_id,
+                        text=frame.input,
+                        supersedes=frame.run_id,
+                        admit=self._admit_run(principal, frame.thread_id),
+                    )
+                if ref is not None:
+                    await outlet.send_or_queue(protocol.ack(ref, **started.answer()))
                 await self._watch_started(principal, started)
                 return None
             case protocol.InboxSubscribe():

@@ -96,8 +96,9 @@ async def test_failed_run_keeps_the_state_it_failed_in(gateway_factory: Any, db_
     assert failed["data"]["error"]["code"] == "max_turns"
 
     rows = checkpoint_rows(db_path, run_id)
-    # Only the state it failed in is kept; the turns' checkpoints before it were pruned.
-    assert [reason for _, reason, _ in rows] == ["error"]
+    # The state it failed in, and its last turn boundary before it (where a retry goes on
+    # from, docs/protocol.md §4 `run.retry`); older turns' checkpoints were pruned.
+    assert [reason for _, reason, _ in rows] == ["turn", "error"]
     status, version = run_row(db_path, run_id)
     assert (status, version) == ("failed", rows[-1][0])
     # The error checkpoint holds the turn that did happen: the lookup and its output.

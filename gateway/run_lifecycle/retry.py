@@ -1,0 +1,215 @@
+"""Retrying a failed run from its last checkpoint (docs/protocol.md §4 `run.retry`).
+
+A failed run stays failed: `run.failed` is final and a finished run never continues. A retry
+is a new run on the same thread that answers the same input and goes on from the failed run's
+last boundary (the turn checkpoint before the failure, or the pause whose decisions it was
+continuing), so only the turn it failed in is repeated:
+
+- the failed run keeps that boundary when it ends (`CheckpointRepository.add_final_in` with
+  `keep_previous`); it becomes the retry's checkpoint 1, with the pause's recorded decisions
+  applied, so the retry's own crash recovery continues from the same place;
+- the conversation's history goes back to that checkpoint's session mark (what the failed turn
+  wrote after it belonged to the lost attempt), in the retry's first transaction;
+- the retry shares the failed run's operation-ledger scope (gateway/agents/exactly_once.py): a
+  side effect the failed run already made returns its recorded result instead of running again;
+- tool outputs the failed run already logged are not logged again.
+
+A failed run with no such checkpoint (it failed in its first turn, or retention removed its
+checkpoints) is retried from its input, with the history as it was before that run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+from agents.run_state import RunState
+from sqlalchemy.engine import Connection
+
+from gateway.agents.registry import AgentGraph
+from gateway.agents.run_caller import RunCaller, caller_of
+from gateway.auth.access import Principal, check_can_act_on_thread
+from gateway.protocol.error_codes import GatewayError, conflict
+from gateway.protocol.frames import ErrorCode, EventType
+from gateway.run_lifecycle.context import RunContext, thread_ref
+from gateway.run_lifecycle.continuation import APPLIED, apply_decisions
+from gateway.run_lifecycle.execution import Segment
+from gateway.run_lifecycle.restored_checkpoints import restore_state
+from gateway.run_lifecycle.started import Started
+from persistence.checkpoints import CheckpointRecord, CheckpointRepository
+from persistence.clock import utcnow
+from persistence.ids import new_id
+from persistence.leases import LeaseRepository
+from persistence.runs import RunRecord, RunRepository, RunStatus
+from persistence.sessions import SessionMarks
+from persistence.threads import ThreadRecord
+
+# The reason a retry's first checkpoint is stored with (the failed run's boundary, copied).
+RETRY_REASON = "retry"
+
+
+@dataclass
+class _Boundary:
+    """Where a retry goes on from: the failed run's checkpoint, restored, decisions applied."""
+
+    checkpoint: CheckpointRecord
+    state: RunState[Any, Any]
+    serialized: str
+    known_calls: dict[str, str]
+    caller: RunCaller
+    context: Any
+
+
+class Retries:
+    def __init__(self, ctx: RunContext) -> None:
+        self._ctx = ctx
+
+    async def retry(
+        self, principal: Principal, run_id: str, *, admit: Callable[[str], None] | None = None
+    ) -> Started:
+        """A new run that goes on from the failed run `run_id`'s last checkpoint. Refused
+        (`conflict`) unless that run failed and is still the thread's last run. `admit` as in
+        `RunManager.start_run`, called with the run's thread."""
+        ctx = self._ctx
+        if ctx.closing:
+            raise GatewayError(ErrorCode.UNAVAILABLE, "the gateway is shutting down")
+        failed, thread = await ctx.run_for(principal, run_id)
+        check_can_act_on_thread(principal, thread_ref(thread))
+        async with ctx.lock(thread.thread_id):
+            if await ctx.runs.active_for_thread(thread.thread_id) is not None:
+                raise conflict("the thread's run is still active")
+            failed = await ctx.runs.get(run_id) or failed
+            if failed.status is not RunStatus.FAILED:
+                raise conflict(f"only a failed run can be retried; this one is {failed.status}")
+            last = await ctx.runs.of_thread(thread.thread_id, limit=1)
+            if last and last[-1].run_id != failed.run_id:
+                raise conflict("only the thread's last run can be retried")
+            graph = ctx.graph(failed.agent)
+            boundary = await self._boundary(failed, graph)
+            if admit is not None:
+                admit(thread.thread_id)
+            return await self._start(failed, thread, graph, boundary)
+
+    async def _boundary(self, failed: RunRecord, graph: AgentGraph) -> _Boundary | None:
+        ctx = self._ctx
+        checkpoint = await ctx.checkpoints.latest_resumable(failed.run_id)
+        if checkpoint is None:
+            return None
+        graph = ctx.graph_for_checkpoint(failed, checkpoint)
+        state = await restore_state(checkpoint, graph, ctx.agent(graph))
+        approvals = [
+            a
+            for a in await ctx.approvals.for_checkpoint(failed.run_id, checkpoint.version)
+            if a.status in APPLIED
+        ]
+        serialized = checkpoint.state
+        known_calls: dict[str, str] = {}
+        if approvals:
+            # The pause's decisions were checked against this very checkpoint when they were
+            # made; applied here, and stored with the state, they hold for the retry's own
+            # recovery too.
+            by_call = {item.call_id: item for item in state.get_interruptions()}
+            decided = [(a, by_call[a.call_id]) for a in approvals if a.call_id in by_call]
+            apply_decisions(state, decided, [])
+            known_calls = {a.call_id: a.tool_name for a, _ in decided}
+            serialized = orjson.dumps(
+                state.to_json(context_serializer=graph.serialize_context)
+            ).decode()
+        caller = await ctx.caller(failed, approvals)
+        return _Boundary(
+            checkpoint=checkpoint,
+            state=state,
+            serialized=serialized,
+            known_calls=known_calls,
+            caller=caller,
+            context=graph.resumed_context(checkpoint.state, caller),
+        )
+
+    async def _start(
+        self,
+        failed: RunRecord,
+        thread: ThreadRecord,
+        graph: AgentGraph,
+        boundary: _Boundary | None,
+    ) -> Started:
+        ctx = self._ctx
+        now = utcnow()
+        run = replace(
+            failed,
+            run_id=new_id("r"),
+            status=RunStatus.RUNNING,
+            graph_version=graph.version,
+            checkpoint_version=0,
+            error=None,
+            created_at=now,
+            updated_at=now,
+            ledger_scope=failed.operations_scope,
+        )
+        first: CheckpointRecord | None = None
+        if boundary is not None:
+            first = replace(
+                boundary.checkpoint,
+                run_id=run.run_id,
+                version=1,
+                state=boundary.serialized,
+                reason=RETRY_REASON,
+                created_at=now,
+            )
+        # The history the retry starts on: up to the boundary, or to where the failed run began.
+        mark = first.session_mark if first is not None else failed.session_mark
+        instance_id, ttl_s = ctx.instance_id, ctx.lease_ttl_s
+
+        def insert(conn: Connection) -> Any:
+            SessionMarks.trim_in(conn, run.thread_id, mark)
+            RunRepository.insert_in(conn, run)
+            if first is not None:
+                CheckpointRepository.save_in(
+                    conn, first, status=RunStatus.RUNNING, expected=(RunStatus.RUNNING,)
+                )
+            return LeaseRepository.acquire_in(conn, run.run_id, instance_id, ttl_s)
+
+        data: dict[str, Any] = {"input": failed.input, "agent": graph.name}
+        data["retries"] = failed.run_id
+        data["checkpoint_version"] = boundary.checkpoint.version if boundary else None
+        started = ctx.log.new_event(run.thread_id, run.run_id, EventType.RUN_STARTED, data)
+        lease, logged = await ctx.log.commit([started], insert, agent=graph.name)
+        if first is not None:
+            run = replace(run, checkpoint_version=first.version)
+        if boundary is None:
+            caller = caller_of(run)
+            segment = Segment(
+                run=run,
+                graph=graph,
+                agent=ctx.agent(graph),
+                start=failed.input,
+                caller=caller,
+                context=graph.new_context(caller),
+                lease=lease,
+            )
+        else:
+            outputs = await ctx.events.for_run(
+                failed.thread_id, failed.run_id, (EventType.TOOL_OUTPUT,)
+            )
+            segment = Segment(
+                run=run,
+                graph=graph,
+                agent=ctx.agent(graph),
+                start=boundary.state,
+                caller=boundary.caller,
+                context=boundary.context,
+                known_calls=boundary.known_calls,
+                logged_outputs=frozenset(orjson.loads(e.data).get("call_id") for e in outputs),
+                lease=lease,
+            )
+        ctx.launch(segment)
+        return Started(
+            thread_id=run.thread_id,
+            run_id=run.run_id,
+            first_seq=logged[0].seq,
+            thread=replace(thread, head_seq=logged[-1].seq),
+            events=logged,
+            retries=failed.run_id,
+            checkpoint_version=data["checkpoint_version"],
+        )
