@@ -57,6 +57,15 @@ CLIENT_FRAMES: Mapping[str, tuple[str, tuple[str, ...]]] = MappingProxyType(
             "The tenant's pending approvals, then updates (reviewers and admins)",
             ("ack", "inbox", "inbox.update"),
         ),
+        "thread.update": (
+            "Rename a thread, archive it or bring it back (its owner or an admin)",
+            ("ack",),
+        ),
+        "thread.delete": ("Delete a thread that has no active run", ("ack",)),
+        "threads.subscribe": (
+            "The caller's thread list, then its changes",
+            ("ack", "threads", "threads.update"),
+        ),
         "ping": ("Ask for a `pong`", ("pong",)),
         "pong": ("The answer to a server `ping`; gets no answer", ()),
     }

@@ -245,11 +245,76 @@ def _paths() -> dict[str, dict[str, Any]]:
                     "thread of the tenant."
                 ),
                 tag="threads",
-                parameters=[_limit(100, 500)],
+                parameters=[_limit(100, 500), _archived()],
                 ok=("the threads", "ThreadList"),
                 errors=(400, 401, 403, 500, 503),
                 notes={403: "the token has none of the four roles"},
             )
+        },
+        "/v1/threads/stream": {
+            "get": _operation(
+                "streamThreads",
+                "The caller's thread list as Server-Sent Events",
+                description=(
+                    "`threads.subscribe` over HTTP: `event: threads` with the `threads` frame "
+                    "(the list as `GET /v1/threads` gives it, up to 500), then `event: "
+                    "threads.update` with each `threads.update` frame (changed threads, and "
+                    "the ids of those that left the list); `event: threads` again replaces "
+                    "the list. A `: heartbeat` comment every GATEWAY_HEARTBEAT_S. A reconnect "
+                    "gets a fresh list."
+                ),
+                tag="threads",
+                parameters=[_archived()],
+                ok=("the feed (`text/event-stream`), open until the client leaves", "ThreadList"),
+                errors=(400, 401, 403, 429, 500, 503),
+                notes={
+                    403: "the token has none of the four roles",
+                    429: "over GATEWAY_MAX_CONNECTIONS_PER_USER (WebSockets and feeds)",
+                },
+                stream=True,
+            )
+        },
+        "/v1/threads/{thread_id}": {
+            "get": _operation(
+                "getThread",
+                "One thread as lists show it",
+                description="Same access as subscribing.",
+                tag="threads",
+                parameters=[_path_id("thread_id")],
+                ok=("the thread", "ThreadEnvelope"),
+                errors=(401, 403, 404, 500, 503),
+            ),
+            "patch": _operation(
+                "changeThread",
+                "Rename a thread, archive it or bring it back",
+                description=(
+                    "The thread's owner or an admin, as the WebSocket's `thread.update`. "
+                    "Audited (`thread.renamed`, `thread.archived`, `thread.unarchived`); "
+                    "every live thread list hears of it."
+                ),
+                tag="threads",
+                parameters=[_path_id("thread_id")],
+                body="ThreadChangeRequest",
+                ok=("the thread after", "ThreadEnvelope"),
+                errors=(400, 401, 403, 404, 413, 415, 500, 503),
+            ),
+            "delete": _operation(
+                "deleteThread",
+                "Delete a thread",
+                description=(
+                    "The thread's owner or an admin, as the WebSocket's `thread.delete`, once "
+                    "the thread has no active run. Its event log, checkpoints, waiting input "
+                    "and agent history are removed; its runs, the approvals with their "
+                    "decisions, the operation ledger and the audit trail are kept, as "
+                    "retention keeps them. Audited (`thread.deleted`); the thread is "
+                    "`not_found` from then on."
+                ),
+                tag="threads",
+                parameters=[_path_id("thread_id")],
+                ok=("the thread is deleted", "ThreadDeleted"),
+                errors=(401, 403, 404, 409, 500, 503),
+                notes={409: "the thread has an active run: cancel it first"},
+            ),
         },
         "/v1/threads/{thread_id}/events": {
             "get": _operation(
@@ -773,6 +838,13 @@ def _webhooks() -> dict[str, dict[str, Any]]:
         }
         for type_, model in webhook_data_models().items()
     }
+
+
+_ARCHIVED_SCHEMA = {"type": "string", "enum": ["false", "true"], "default": "false"}
+
+
+def _archived() -> dict[str, Any]:
+    return _query("archived", _ARCHIVED_SCHEMA, "`true`: the archived threads instead")
 
 
 def _operation(

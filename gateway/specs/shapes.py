@@ -33,6 +33,7 @@ from gateway.protocol.frames import (
     ErrorCode,
 )
 from gateway.protocol.frames import EventType as E
+from gateway.run_lifecycle.thread_titles import MAX_TITLE_CHARS, TITLE_PATTERN
 from gateway.transport.http_api import DEV_TOKEN_TTL_S, MAX_DEV_TOKEN_TTL_S, MIN_DEV_TOKEN_TTL_S
 from persistence.approvals import ApprovalStatus
 from persistence.runs import RunStatus
@@ -147,6 +148,30 @@ class WelcomeFrame(_Shape):
     server: ServerInfo
 
 
+class ThreadSummary(_Shape):
+    """A thread as lists show it (`GET /v1/threads`, `threads`, `threads.update`)."""
+
+    thread_id: str
+    owner: str
+    created_at: Timestamp
+    metadata: dict[str, Any]
+    epoch: str
+    head_seq: int = Field(ge=0)
+    title: str | None = Field(
+        max_length=MAX_TITLE_CHARS,
+        description="the first input (on one line, at most 80 characters) unless renamed; "
+        "null before the thread's first run",
+    )
+    archived: bool
+    archived_at: Timestamp | None
+    last_activity_at: Timestamp = Field(
+        description="the newest of the thread's creation and its newest run's last change"
+    )
+    run_id: str | None = Field(description="the thread's newest run; null before any")
+    status: RunStatus | None = Field(description="the newest run's status; null before any")
+    pending_approvals: int = Field(ge=0, description="approvals waiting on the thread")
+
+
 class AckFrame(_Shape):
     """The success answer to a client frame that had an `id`, with the request's results."""
 
@@ -164,6 +189,8 @@ class AckFrame(_Shape):
         None, description="run.input"
     )
     approval: Approval | Absent = Field(None, description="approval.decide")
+    thread: ThreadSummary | Absent = Field(None, description="thread.update: the thread after")
+    deleted: Literal[True] | Absent = Field(None, description="thread.delete")
 
 
 class ErrorFrame(_Shape):
@@ -211,6 +238,23 @@ class InboxUpdateFrame(_Shape):
     removed: list[str]
 
 
+class ThreadsFrame(_Shape):
+    """The caller's thread list after `threads.subscribe` (and again whenever changes may have
+    been missed): replace the list."""
+
+    type: Literal["threads"]
+    threads: list[ThreadSummary]
+
+
+class ThreadsUpdateFrame(_Shape):
+    """Threads of the list that changed (`threads`: their new summaries) or left it
+    (`removed`: deleted, or archived out of it or brought back)."""
+
+    type: Literal["threads.update"]
+    threads: list[ThreadSummary]
+    removed: list[str]
+
+
 class PingFrame(_Shape):
     """The server's heartbeat, every `heartbeat_s`; answer with `pong`."""
 
@@ -231,6 +275,8 @@ SERVER_FRAMES: tuple[type[_Shape], ...] = (
     SubscribedFrame,
     InboxFrame,
     InboxUpdateFrame,
+    ThreadsFrame,
+    ThreadsUpdateFrame,
     PingFrame,
     PongFrame,
 )
@@ -601,17 +647,31 @@ class ApprovalEnvelope(_Shape):
     approval: Approval
 
 
-class ThreadSummary(_Shape):
-    thread_id: str
-    owner: str
-    created_at: Timestamp
-    metadata: dict[str, Any]
-    epoch: str
-    head_seq: int = Field(ge=0)
-
-
 class ThreadList(_Shape):
     threads: list[ThreadSummary]
+
+
+class ThreadEnvelope(_Shape):
+    thread: ThreadSummary
+
+
+class ThreadChangeRequest(BaseModel):
+    """At least one of the two; a field left out is kept."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"minProperties": 1})
+    title: Annotated[str, Field(max_length=MAX_TITLE_CHARS, pattern=TITLE_PATTERN)] | Absent = (
+        Field(
+            None,
+            description="the new title: at most 200 characters, with something besides white "
+            "space; put on one line (runs of white space become one space)",
+        )
+    )
+    archived: bool | Absent = Field(None, description="true archives, false brings back")
+
+
+class ThreadDeleted(_Shape):
+    thread_id: str
+    deleted: Literal[True]
 
 
 class EventPage(_Shape):
@@ -679,6 +739,9 @@ HTTP_BODIES: tuple[type[BaseModel], ...] = (
     ApprovalList,
     ApprovalEnvelope,
     ThreadList,
+    ThreadEnvelope,
+    ThreadChangeRequest,
+    ThreadDeleted,
     EventPage,
     RunEnvelope,
     AuditPage,

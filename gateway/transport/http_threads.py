@@ -52,6 +52,10 @@ async def change_thread(request: Request, services: Services) -> Response:
     principal = await authenticate(request, services)
     thread_id = path_id(request, "thread_id")
     body = await read_json_body(request)
+    for name in ("title", "archived"):
+        # Leave a field out to keep it: null is not a title, nor a yes or no.
+        if name in body and body[name] is None:
+            raise GatewayError(ErrorCode.BAD_REQUEST, f"{name} must not be null")
     view = await services.runs.thread_list.change(
         principal, thread_id, title=body.get("title"), archived=body.get("archived")
     )
