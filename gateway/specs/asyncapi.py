@@ -53,6 +53,7 @@ CLIENT_FRAMES: Mapping[str, tuple[str, tuple[str, ...]]] = MappingProxyType(
         "run.cancel": ("Cancel a run", ("ack",)),
         "run.resume": ("Continue a suspended run", ("ack",)),
         "run.regenerate": ("A new answer to the thread's last input (or an edit of it)", ("ack",)),
+        "run.retry": ("A failed run, retried from its last checkpoint in a new run", ("ack",)),
         "inbox.subscribe": (
             "The tenant's pending approvals, then updates (reviewers and admins)",
             ("ack", "inbox", "inbox.update"),

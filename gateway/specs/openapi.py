@@ -429,6 +429,26 @@ def _paths() -> dict[str, dict[str, Any]]:
                 notes={409: "the thread's run is active, it has none, or `run_id` is not its last"},
             )
         },
+        "/v1/runs/{run_id}/retry": {
+            "post": _operation(
+                "retryRun",
+                "A failed run, retried from its last checkpoint in a new run",
+                description=(
+                    "The WebSocket's `run.retry` over HTTP: a new run on the same thread that "
+                    "answers the failed run's input from its last checkpoint, so only the turn "
+                    "it failed in is repeated; side effects the failed run made are not made "
+                    "again. The body is an empty JSON object."
+                ),
+                tag="runs",
+                parameters=[_path_id("run_id")],
+                ok=("the new run", "Retried"),
+                errors=(400, 401, 403, 404, 409, 413, 415, 429, 500, 503),
+                notes={
+                    409: "the run did not fail, it is not the thread's last, or the thread's "
+                    "run is active"
+                },
+            )
+        },
         "/v1/runs/{run_id}": {
             "get": _operation(
                 "getRun",

@@ -182,9 +182,17 @@ class AckFrame(_Shape):
     )
     epoch: str | Absent = Field(None, description="thread.create")
     run_id: str | Absent = Field(
-        None, description="run.start, run.input, run.cancel, run.resume, run.regenerate"
+        None,
+        description="run.start, run.input, run.cancel, run.resume, run.regenerate, run.retry "
+        "(the new run)",
     )
     supersedes: str | Absent = Field(None, description="run.regenerate: the run replaced")
+    retries: str | Absent = Field(None, description="run.retry: the failed run retried")
+    checkpoint_version: int | Absent | None = Field(
+        None,
+        description="run.retry: the failed run's checkpoint the new run goes on from; null: "
+        "from its input",
+    )
     disposition: Literal["started", "staged", "queued"] | Absent = Field(
         None, description="run.input"
     )
@@ -288,6 +296,17 @@ SERVER_FRAMES: tuple[type[_Shape], ...] = (
 class RunStartedData(_Shape):
     input: str
     agent: str
+    supersedes: str | Absent = Field(
+        None, description="run.regenerate: the run whose answer this one replaces"
+    )
+    retries: str | Absent = Field(
+        None, description="run.retry: the failed run this one goes on from"
+    )
+    checkpoint_version: int | Absent | None = Field(
+        None,
+        description="with `retries`: the failed run's checkpoint this run goes on from; null: "
+        "from its input",
+    )
 
 
 class MessageStartedData(_Shape):
@@ -639,6 +658,17 @@ class Regenerated(_Shape):
     first_seq: int = Field(ge=1, description="seq of the new run's `run.started` event")
 
 
+class Retried(_Shape):
+    thread_id: str
+    run_id: str = Field(description="the new run")
+    retries: str = Field(description="the failed run it goes on from")
+    checkpoint_version: int | None = Field(
+        description="the failed run's checkpoint it goes on from; null: from the run's input "
+        "(it failed before its first turn ended, or retention removed its checkpoints)"
+    )
+    first_seq: int = Field(ge=1, description="seq of the new run's `run.started` event")
+
+
 class ApprovalList(_Shape):
     approvals: list[Approval]
 
@@ -736,6 +766,7 @@ HTTP_BODIES: tuple[type[BaseModel], ...] = (
     InputAccepted,
     RegenerateRequest,
     Regenerated,
+    Retried,
     ApprovalList,
     ApprovalEnvelope,
     ThreadList,

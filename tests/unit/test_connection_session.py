@@ -54,6 +54,7 @@ FRAMES: dict[str, p.ClientFrame] = {
     "run.cancel": p.RunCancel(id="x", run_id="r_1"),
     "run.resume": p.RunResume(id="y", run_id="r_1"),
     "run.regenerate": p.RunRegenerate(id="g", thread_id="t_1"),
+    "run.retry": p.RunRetry(id="t", run_id="r_1"),
     "inbox.subscribe": p.InboxSubscribe(id="b"),
     "ping": p.Ping(id="p"),
     "pong": p.Pong(),

@@ -116,6 +116,7 @@ def test_frame_types_cover_protocol_table() -> None:
         "run.cancel",
         "run.resume",
         "run.regenerate",
+        "run.retry",
         "inbox.subscribe",
         "ping",
         "pong",
