@@ -23,6 +23,7 @@ import { applyEvent, applySubscribed, emptyThread } from "./thread.js";
  * - "thread" (state): a thread's state changed; "thread:<id>" for one thread only
  * - "reset" (threadId): a thread's cursor could not be honoured; its view starts over
  * - "inbox" (approvals): the reviewer inbox changed
+ * - "threads" (threads): the thread list (`subscribeThreads`) changed, newest activity first
  * - "error" (error frame): an error the gateway sent outside any request (a subscription
  *   the renewed token no longer allows, for example)
  */
@@ -37,6 +38,10 @@ export class GatewayClient extends Emitter {
     this.inboxWanted = false;
     /** @type {Map<string, any>} approval_id -> approval */
     this.inboxApprovals = new Map();
+    /** @type {{archived: boolean} | null} the thread list this client follows, if any */
+    this.threadsWanted = null;
+    /** @type {Map<string, any>} thread_id -> thread summary */
+    this.threadSummaries = new Map();
     this.stats = { applied: 0, duplicates: 0, resets: 0, gaps: 0 };
     /** @type {Record<string, number>} the after_seq of each thread's latest subscribe */
     this.subscribedFrom = {};
@@ -128,6 +133,61 @@ export class GatewayClient extends Emitter {
     return this.connection.request("thread.unsubscribe", { thread_id: threadId });
   }
 
+  /**
+   * Rename a thread and/or archive it (`archived: true`) or bring it back (§4 `thread.update`):
+   * its owner or an admin. Resolves with the thread as lists show it.
+   * @param {string} threadId
+   * @param {{title?: string, archived?: boolean}} changes
+   */
+  async updateThread(threadId, { title, archived }) {
+    const frame = { thread_id: threadId };
+    if (title !== undefined) frame.title = title;
+    if (archived !== undefined) frame.archived = archived;
+    const ack = await this.connection.request("thread.update", frame);
+    this._listThreads([ack.thread], []);
+    return ack.thread;
+  }
+
+  /** @param {string} threadId @param {string} title */
+  renameThread(threadId, title) {
+    return this.updateThread(threadId, { title });
+  }
+
+  /** @param {string} threadId @param {boolean} [archived] false brings it back */
+  archiveThread(threadId, archived = true) {
+    return this.updateThread(threadId, { archived });
+  }
+
+  /**
+   * Delete a thread that has no active run (§4 `thread.delete`), and forget what this client
+   * kept of it.
+   * @param {string} threadId
+   */
+  async deleteThread(threadId) {
+    const ack = await this.connection.request("thread.delete", { thread_id: threadId });
+    this.forget(threadId);
+    this._listThreads([], [threadId]);
+    return ack;
+  }
+
+  /**
+   * Follow the caller's thread list (§4 `threads.subscribe`) across reconnects: `threadList`
+   * and the "threads" event. `archived: true` follows the archived threads instead.
+   * @param {{archived?: boolean}} [options]
+   */
+  subscribeThreads({ archived = false } = {}) {
+    this.threadsWanted = { archived };
+    if (!this.connection.online) return Promise.resolve(null);
+    return this.connection.request("threads.subscribe", { archived });
+  }
+
+  /** The followed thread list, the most recently active first. */
+  get threadList() {
+    return [...this.threadSummaries.values()].sort((a, b) =>
+      a.last_activity_at < b.last_activity_at ? 1 : a.last_activity_at > b.last_activity_at ? -1 : 0,
+    );
+  }
+
   /** Forget a thread's stored state and cursor (the next subscribe replays it whole). */
   forget(threadId) {
     this.threads.delete(threadId);
@@ -180,6 +240,24 @@ export class GatewayClient extends Emitter {
     if (runId) frame.run_id = runId;
     const ack = await this.connection.request("run.regenerate", frame);
     return { threadId: ack.thread_id, runId: ack.run_id, supersedes: ack.supersedes };
+  }
+
+  /**
+   * Retry a failed run from its last checkpoint (§4 `run.retry`): a new run on the same thread
+   * that answers the same input and repeats only the turn the run failed in. The failed run
+   * stays failed; its thread state marks it `retriedBy` the new run.
+   * @param {string} runId the failed run (the thread's last)
+   * @returns {Promise<{threadId: string, runId: string, retries: string, checkpointVersion: number | null}>}
+   */
+  async retry(runId) {
+    const ack = await this.connection.request("run.retry", { run_id: runId });
+    this._entry(ack.thread_id).subscribed = true;
+    return {
+      threadId: ack.thread_id,
+      runId: ack.run_id,
+      retries: ack.retries,
+      checkpointVersion: ack.checkpoint_version ?? null,
+    };
   }
 
   /** Stop a run (not the connection). @param {string} runId */
@@ -259,6 +337,11 @@ export class GatewayClient extends Emitter {
       if (entry.subscribed) this._subscribe(threadId).catch((error) => this.emit("error", error.frame ?? error));
     }
     if (this.inboxWanted) this.connection.request("inbox.subscribe").catch((error) => this.emit("error", error.frame ?? error));
+    if (this.threadsWanted) {
+      this.connection
+        .request("threads.subscribe", this.threadsWanted)
+        .catch((error) => this.emit("error", error.frame ?? error));
+    }
     this.emit("welcome", welcome);
   }
 
@@ -275,6 +358,11 @@ export class GatewayClient extends Emitter {
         for (const id of frame.removed ?? []) this.inboxApprovals.delete(id);
         for (const approval of frame.added ?? []) this.inboxApprovals.set(approval.approval_id, approval);
         return this.emit("inbox", this.inbox);
+      case "threads":
+        this.threadSummaries = new Map(frame.threads.map((t) => [t.thread_id, t]));
+        return this.emit("threads", this.threadList);
+      case "threads.update":
+        return this._listThreads(frame.threads ?? [], frame.removed ?? []);
       case "error":
         if (frame.thread_id && this.threads.has(frame.thread_id)) {
           // A subscription the token's roles no longer allow (§3): it has ended.
@@ -286,6 +374,18 @@ export class GatewayClient extends Emitter {
       default:
         return undefined;
     }
+  }
+
+  /** Changes to the followed list: from the gateway, or this client's own rename or delete. */
+  _listThreads(threads, removed) {
+    if (!this.threadsWanted) return;
+    const archived = this.threadsWanted.archived;
+    for (const id of removed) this.threadSummaries.delete(id);
+    for (const thread of threads) {
+      if (thread.archived === archived) this.threadSummaries.set(thread.thread_id, thread);
+      else this.threadSummaries.delete(thread.thread_id);
+    }
+    this.emit("threads", this.threadList);
   }
 
   _onSubscribed(frame) {

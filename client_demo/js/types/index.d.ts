@@ -1,7 +1,7 @@
 // Declarations for agents-ws-gateway-client (src/index.js). The wire frames themselves are
 // generated from docs/asyncapi.json into ./protocol.d.ts.
 
-import type { Approval, ErrorFrame, EventFrame, WelcomeFrame } from "./protocol.js";
+import type { Approval, ErrorFrame, EventFrame, ThreadSummary, WelcomeFrame } from "./protocol.js";
 
 export * from "./protocol.js";
 
@@ -130,6 +130,10 @@ export interface RunInfo {
   supersedes: string | null;
   /** the run that replaced this one's answer: its items are an earlier version */
   supersededBy: string | null;
+  /** the failed run this one goes on from (`run.retry`): its items come before this run's */
+  retries: string | null;
+  /** the run that retried this failed one */
+  retriedBy: string | null;
 }
 
 /** One thread's events folded into plain data; a new object whenever something changed. */
@@ -264,6 +268,8 @@ export interface ClientEvents {
   thread: (state: ThreadState) => void;
   reset: (threadId: string) => void;
   inbox: (approvals: Approval[]) => void;
+  /** the followed thread list (`subscribeThreads`), the most recently active first */
+  threads: (threads: ThreadSummary[]) => void;
   error: (error: ErrorFrame | Error) => void;
 }
 
@@ -274,6 +280,8 @@ export declare class GatewayClient {
   readonly status: ConnectionStatus;
   readonly welcome: WelcomeFrame | null;
   readonly inbox: Approval[];
+  /** the followed thread list (`subscribeThreads`), the most recently active first */
+  readonly threadList: ThreadSummary[];
   stats: { applied: number; duplicates: number; resets: number; gaps: number };
   subscribedFrom: Record<string, number>;
   connect(): this;
@@ -285,6 +293,15 @@ export declare class GatewayClient {
   subscribe(threadId: string): Promise<unknown>;
   unsubscribe(threadId: string): Promise<unknown>;
   forget(threadId: string): void;
+  /** Rename and/or archive a thread (§4 `thread.update`): its owner or an admin. */
+  updateThread(threadId: string, changes: { title?: string; archived?: boolean }): Promise<ThreadSummary>;
+  renameThread(threadId: string, title: string): Promise<ThreadSummary>;
+  /** `archived: false` brings the thread back */
+  archiveThread(threadId: string, archived?: boolean): Promise<ThreadSummary>;
+  /** Delete a thread with no active run (§4 `thread.delete`) and forget it here. */
+  deleteThread(threadId: string): Promise<unknown>;
+  /** Follow the caller's thread list across reconnects: `threadList` and the "threads" event. */
+  subscribeThreads(options?: { archived?: boolean }): Promise<unknown>;
   startRun(run: {
     threadId?: string;
     input: string;
@@ -297,6 +314,10 @@ export declare class GatewayClient {
     threadId: string,
     options?: { input?: string; runId?: string },
   ): Promise<{ threadId: string; runId: string; supersedes: string }>;
+  /** A failed run, retried from its last checkpoint in a new run (§4 `run.retry`). */
+  retry(
+    runId: string,
+  ): Promise<{ threadId: string; runId: string; retries: string; checkpointVersion: number | null }>;
   cancel(runId: string): Promise<unknown>;
   resume(runId: string): Promise<unknown>;
   decide(approvalId: string, decision: "approve" | "reject", reason?: string): Promise<Approval>;

@@ -11,14 +11,22 @@ export interface AckFrame {
   thread_id?: string;
   /** thread.create */
   epoch?: string;
-  /** run.start, run.input, run.cancel, run.resume, run.regenerate */
+  /** run.start, run.input, run.cancel, run.resume, run.regenerate, run.retry (the new run) */
   run_id?: string;
   /** run.regenerate: the run replaced */
   supersedes?: string;
+  /** run.retry: the failed run retried */
+  retries?: string;
+  /** run.retry: the failed run's checkpoint the new run goes on from; null: from its input */
+  checkpoint_version?: number | null;
   /** run.input */
   disposition?: "started" | "staged" | "queued";
   /** approval.decide */
   approval?: Approval;
+  /** thread.update: the thread after */
+  thread?: ThreadSummary;
+  /** thread.delete */
+  deleted?: true;
   [key: string]: unknown;
 }
 
@@ -470,6 +478,14 @@ export interface RunResumedData {
   [key: string]: unknown;
 }
 
+/** A failed run, retried from its last checkpoint in a new run (§4). */
+export interface RunRetry {
+  /** chosen by the client; the answer (`ack` or `error`) carries it as `ref` */
+  id?: string | null;
+  type: "run.retry";
+  run_id: string;
+}
+
 export interface RunStart {
   /** chosen by the client; the answer (`ack` or `error`) carries it as `ref` */
   id?: string | null;
@@ -484,8 +500,16 @@ export interface RunStart {
 export interface RunStartedData {
   input: string;
   agent: string;
+  /** run.regenerate: the run whose answer this one replaces */
+  supersedes?: string;
+  /** run.retry: the failed run this one goes on from */
+  retries?: string;
+  /** with `retries`: the failed run's checkpoint this run goes on from; null: from its input */
+  checkpoint_version?: number | null;
   [key: string]: unknown;
 }
+
+export type RunStatus = "running" | "waiting_for_review" | "resuming" | "suspended" | "recovering" | "completed" | "failed" | "cancelled";
 
 export interface ServerInfo {
   name: string;
@@ -512,6 +536,13 @@ export interface ThreadCreate {
   metadata?: Record<string, unknown> | null;
 }
 
+export interface ThreadDelete {
+  /** chosen by the client; the answer (`ack` or `error`) carries it as `ref` */
+  id?: string | null;
+  type: "thread.delete";
+  thread_id: string;
+}
+
 export interface ThreadSubscribe {
   /** chosen by the client; the answer (`ack` or `error`) carries it as `ref` */
   id?: string | null;
@@ -521,11 +552,73 @@ export interface ThreadSubscribe {
   epoch?: string | null;
 }
 
+/** A thread as lists show it (`GET /v1/threads`, `threads`, `threads.update`). */
+export interface ThreadSummary {
+  thread_id: string;
+  owner: string;
+  created_at: string;
+  metadata: Record<string, unknown>;
+  epoch: string;
+  head_seq: number;
+  /** the first input (on one line, at most 80 characters) unless renamed; null before the thread's first run */
+  title: string | null;
+  archived: boolean;
+  archived_at: string | null;
+  /** the newest of the thread's creation and its newest run's last change */
+  last_activity_at: string;
+  /** the thread's newest run; null before any */
+  run_id: string | null;
+  /** the newest run's status; null before any */
+  status: RunStatus | null;
+  /** approvals waiting on the thread */
+  pending_approvals: number;
+  [key: string]: unknown;
+}
+
 export interface ThreadUnsubscribe {
   /** chosen by the client; the answer (`ack` or `error`) carries it as `ref` */
   id?: string | null;
   type: "thread.unsubscribe";
   thread_id: string;
+}
+
+/** Rename a thread and/or archive it (or bring it back): its owner or an admin (§4). */
+export interface ThreadUpdate {
+  /** chosen by the client; the answer (`ack` or `error`) carries it as `ref` */
+  id?: string | null;
+  type: "thread.update";
+  thread_id: string;
+  title?: string | null;
+  archived?: boolean | null;
+}
+
+/**
+ * The caller's thread list after `threads.subscribe` (and again whenever changes may have
+ * been missed): replace the list.
+ */
+export interface ThreadsFrame {
+  type: "threads";
+  threads: ThreadSummary[];
+  [key: string]: unknown;
+}
+
+/** The caller's thread list, then its changes (§4); `archived` lists archived threads. */
+export interface ThreadsSubscribe {
+  /** chosen by the client; the answer (`ack` or `error`) carries it as `ref` */
+  id?: string | null;
+  type: "threads.subscribe";
+  archived?: boolean;
+}
+
+/**
+ * Threads of the list that changed (`threads`: their new summaries) or left it
+ * (`removed`: deleted, or archived out of it or brought back).
+ */
+export interface ThreadsUpdateFrame {
+  type: "threads.update";
+  threads: ThreadSummary[];
+  removed: string[];
+  [key: string]: unknown;
 }
 
 export interface TokenUsage {
@@ -596,7 +689,11 @@ export type ClientFrame =
   | RunCancel
   | RunResume
   | RunRegenerate
+  | RunRetry
   | InboxSubscribe
+  | ThreadUpdate
+  | ThreadDelete
+  | ThreadsSubscribe
   | Ping
   | Pong;
 
@@ -608,6 +705,8 @@ export type ServerFrame =
   | SubscribedFrame
   | InboxFrame
   | InboxUpdateFrame
+  | ThreadsFrame
+  | ThreadsUpdateFrame
   | PingFrame
   | PongFrame
   | EventFrame;
