@@ -102,6 +102,8 @@
  * @property {TokenUsage | null} usage  the run's tokens so far (its totals once it ended)
  * @property {string | null} supersedes    the run whose answer this one replaced (regenerate)
  * @property {string | null} supersededBy  the run that replaced this one's answer
+ * @property {string | null} retries    the failed run this one goes on from (retry)
+ * @property {string | null} retriedBy  the run that retried this failed one
  *
  * @typedef {object} ThreadState
  * @property {string} threadId
@@ -176,9 +178,14 @@ function fold(s, frame) {
   const seq = frame.seq;
   switch (frame.event) {
     case "run.started": {
-      s = setRun(s, runId, { status: "running", agent: data.agent ?? null, input: data.input ?? null, supersedes: data.supersedes ?? null });
+      s = setRun(s, runId, {
+        status: "running", agent: data.agent ?? null, input: data.input ?? null,
+        supersedes: data.supersedes ?? null, retries: data.retries ?? null,
+      });
       // A regenerated or edited answer: the earlier run stays, marked as replaced (§4).
       if (data.supersedes) s = setRun(s, data.supersedes, { supersededBy: runId });
+      // A retry goes on from the failed run: both stay, the failed one marked as retried.
+      if (data.retries) s = setRun(s, data.retries, { retriedBy: runId });
       s.runId = runId;
       if (s.title === null && typeof data.input === "string") s.title = data.input;
       // A queued input becomes this run's input: show it once, where its run starts.
@@ -367,7 +374,7 @@ function setRun(s, runId, fields) {
   if (!runId) return s;
   const run = s.runs[runId] ?? {
     runId, status: "running", agent: null, input: null, finalOutput: null, error: null, pausedReason: null, lastText: null, usage: null,
-    supersedes: null, supersededBy: null,
+    supersedes: null, supersededBy: null, retries: null, retriedBy: null,
   };
   const runs = { ...s.runs, [runId]: { ...run, ...fields } };
   return { ...s, runs, runId: s.runId ?? runId };

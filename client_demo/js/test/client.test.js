@@ -290,4 +290,33 @@ describe("versions", () => {
     ]);
     await assert.rejects(alice.regenerate(threadId, { runId }), /only the thread's last answer/);
   });
+
+  test("retry goes on from a failed run's last checkpoint, and both runs stay", async () => {
+    const token = await gateway.token("alice");
+    const alice = client({ WebSocket: trackedWebSocket().WebSocket, token });
+    await alice.ready();
+    // The offline model fails the answer after the lookup once (docs/protocol.md §9 `flaky`).
+    const { threadId, runId } = await alice.startRun({ input: "a flaky lookup of order 7" });
+    const failed = await threadDone(alice, threadId);
+    assert.equal(failed.status, "failed");
+    assert.match(failed.runs[runId].error.message, /simulated outage/);
+    const retried = await alice.retry(runId);
+    assert.equal(retried.retries, runId);
+    assert.equal(retried.threadId, threadId);
+    assert.equal(typeof retried.checkpointVersion, "number");
+    const done = await waitFor(alice, "thread", () => {
+      const s = alice.thread(threadId);
+      return s.runs[retried.runId]?.status === "completed" && s;
+    });
+    assert.equal(done.runs[runId].status, "failed");
+    assert.equal(done.runs[runId].retriedBy, retried.runId);
+    assert.equal(done.runs[retried.runId].retries, runId);
+    const answer = messages(done).at(-1);
+    assert.equal(answer.runId, retried.runId);
+    assert.match(answer.text, /^Here is what happened:\n- Order 7: /);
+    // The lookup ran once: the retry went on after it.
+    const { events } = await gateway.events(threadId, token);
+    assert.deepEqual(events.filter((e) => e.event === "tool.output").map((e) => e.run_id), [runId]);
+    await assert.rejects(alice.retry(runId), /only the thread's last run/);
+  });
 });

@@ -17,6 +17,7 @@ import random
 import re
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -85,6 +86,8 @@ DEMO_AGENT_VERSION = "1"
 OFFLINE_MODEL_NAME = "offline-demo"
 DEFAULT_EMAIL = "customer@example.com"
 MAX_STATUS_LOOKUPS = 5
+# How many `flaky` conversations a model remembers having failed once (rule `flaky`).
+MAX_REMEMBERED_OUTAGES = 1024
 YIELD_EVERY_DELTAS = 50
 
 INSTRUCTIONS = (
@@ -295,6 +298,12 @@ def _plan(turn: _Turn) -> _Plan:
         sentence = f"I will {' and '.join(steps)}; this needs your approval."
         return _Plan(sentence, calls)
 
+    if "flaky" in lowered and not turn.outputs:
+        # A lookup first, so the outage below comes after a turn that a retry keeps.
+        order_id = (_integers(text) or [1])[0]
+        sentence = f"Let me check the status of order {order_id}."
+        return _Plan(sentence, [("get_order_status", {"order_id": order_id})])
+
     if "status" in lowered:
         order_ids = (_integers(text) or [1])[:MAX_STATUS_LOOKUPS]
         # One lookup per model response: how many are done decides which one comes next.
@@ -456,14 +465,34 @@ def _reasoning_tokens(items: list[TResponseOutputItem]) -> int:
     )
 
 
+class SimulatedOutage(RuntimeError):
+    """The offline model's stand-in for a model server that fails a call (rule `flaky`)."""
+
+
 class OfflineDemoModel(Model):
     """Deterministic offline model following the rules of docs/protocol.md §9."""
 
     def __init__(self, delay_ms: int = 15) -> None:
         self.delay_ms = max(0, delay_ms)
+        # The `flaky` conversations whose answer failed once already in this process: the
+        # next attempt (a retry) gets its answer. Bounded, oldest first out.
+        self._failed_once: OrderedDict[str, None] = OrderedDict()
+
+    def _simulate_outage(self, turn: _Turn) -> None:
+        """Rule `flaky`: the answer after the lookup fails the first time it is asked for."""
+        if "flaky" not in turn.user_text.lower() or not turn.outputs:
+            return
+        key = _digest("flaky", turn.user_text, *(output for _, output in turn.outputs))
+        if key in self._failed_once:
+            return
+        self._failed_once[key] = None
+        while len(self._failed_once) > MAX_REMEMBERED_OUTAGES:
+            self._failed_once.popitem(last=False)
+        raise SimulatedOutage("the model server did not answer (a simulated outage)")
 
     def _respond(self, input: str | list[TResponseInputItem], tools: list[Tool]) -> Response:
         turn = _read_turn(input)
+        self._simulate_outage(turn)
         plan = _plan(turn)
         available = {tool.name for tool in tools}
         if any(name not in available for name, _ in plan.calls):
