@@ -45,6 +45,13 @@ RUN_STATES: dict[str, str] = {
     EventType.RUN_CANCELLED: "cancelled",
     EventType.RUN_RECOVERED: "recovered",
 }
+# A started run that answers again: a regenerate (`supersedes`) or a retry (`retries`), told by
+# its `run.started` data's key (orjson writes keys as `"name":`; a quote inside a value is
+# escaped, so the input cannot fake one).
+STARTS_AGAIN: tuple[tuple[str, str], ...] = (
+    ('"supersedes":', "regenerated"),
+    ('"retries":', "retried"),
+)
 # Anything else a decision might carry is counted as `other`, keeping the label set bounded.
 OUTCOMES = frozenset({"approve", "reject"})
 # The label every value outside a bounded set is counted under.
@@ -301,11 +308,18 @@ class GatewayMetrics:
             state = RUN_STATES.get(kind)
             if state is not None:
                 self._runs.get(state, agent or OTHER).inc()
+                if kind == EventType.RUN_STARTED:
+                    self._started_again(record.data, agent or OTHER)
             elif kind == EventType.APPROVAL_REQUESTED:
                 self.approvals_requested.inc()
             elif kind == EventType.APPROVAL_DECIDED:
                 # Rare (one per review): decoding its data here stays off the streaming path.
                 self._outcomes.get(str(orjson.loads(record.data).get("decision"))).inc()
+
+    def _started_again(self, data: str, agent: str) -> None:
+        for key, state in STARTS_AGAIN:
+            if key in data:
+                self._runs.get(state, agent).inc()
 
     def failed(self) -> None:
         self.storage_errors.inc()

@@ -86,7 +86,7 @@ async def test_regenerate_and_edit_over_the_socket(gateway_factory: Callable[...
 
 async def test_regenerate_over_http_and_its_refusals(gateway_factory: Callable[..., Any]) -> None:
     registry, _ = answering("one", "two")
-    async with gateway_factory(registry=registry) as gw:
+    async with gateway_factory(registry=registry, metrics=True) as gw:
         alice = {"Authorization": f"Bearer {gw.token('alice', 'user')}"}
         mallory = {"Authorization": f"Bearer {gw.token('mallory', 'user')}"}
         async with httpx.AsyncClient(base_url=gw.http_url, timeout=10) as http:
@@ -105,3 +105,6 @@ async def test_regenerate_over_http_and_its_refusals(gateway_factory: Callable[.
             assert answer.json()["supersedes"] == started["run_id"]
             missing = await http.post("/v1/threads/t_nope/regenerate", json={}, headers=alice)
             assert missing.status_code == 404
+            scraped = (await http.get("/metrics")).text
+    assert 'gateway_runs_total{agent="answerer",state="regenerated"} 1.0' in scraped
+    assert 'gateway_runs_total{agent="answerer",state="retried"}' not in scraped

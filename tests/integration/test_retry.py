@@ -133,7 +133,7 @@ async def test_a_run_that_failed_at_once_is_retried_from_its_input(
     graph, model = scripted_graph(
         "worker", [model_down(), ModelStep(output=[say("hello")])], effects
     )
-    async with gateway_factory(registry=AgentRegistry([graph])) as gw:
+    async with gateway_factory(registry=AgentRegistry([graph]), metrics=True) as gw:
         alice = {"Authorization": f"Bearer {gw.token('alice', 'user')}"}
         mallory = {"Authorization": f"Bearer {gw.token('mallory', 'user')}"}
         async with httpx.AsyncClient(base_url=gw.http_url, timeout=10) as http:
@@ -160,6 +160,10 @@ async def test_a_run_that_failed_at_once_is_retried_from_its_input(
             assert again["run"]["status"] == "completed"
             # Still failed: a finished run never continues.
             assert (await http.get(run_path, headers=alice)).json()["run"]["status"] == "failed"
+            scraped = (await http.get("/metrics")).text
+    assert 'gateway_runs_total{agent="worker",state="started"} 2.0' in scraped
+    assert 'gateway_runs_total{agent="worker",state="retried"} 1.0' in scraped
+    assert 'gateway_runs_total{agent="worker",state="failed"} 1.0' in scraped
     # The history the retry started on is the one the failed run started on.
     assert item_kinds(model.calls[1].input) == item_kinds(model.calls[0].input) == ["user:hi"]
 
