@@ -160,6 +160,7 @@ def approval_view(record: ApprovalRecord, review: ReviewContext | None = None) -
         view["requested_by"] = review.requested_by
         view["decided_by"] = review.decided_by.value
         view["owner"] = review.owner
+        view["run_input"] = review.run_input
     if record.status is not ApprovalStatus.PENDING:
         view["reviewer"] = record.reviewer
         view["reason"] = record.reason

@@ -47,6 +47,8 @@ class ReviewContext:
     decided_by: DecidedBy
     # The thread's owner: the run's own user where the user decides.
     owner: str
+    # The input the run answers: what a reviewer reads to know what the call is for.
+    run_input: str = ""
 
 
 def review_context(
@@ -61,6 +63,7 @@ def review_context(
         requested_by=run.requested_by or run.owner,
         decided_by=declared or default_decided_by(self_approval),
         owner=run.owner,
+        run_input=run.input,
     )
 
 

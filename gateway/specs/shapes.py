@@ -101,6 +101,9 @@ class Approval(_Shape):
         "or either (the tool's `decided_by`, else GATEWAY_SELF_APPROVAL)",
     )
     owner: str | Absent = Field(None, description="the thread's owner: the run's own user")
+    run_input: str | Absent = Field(
+        None, description="the input of the run that asked: what the call is for"
+    )
     can_decide: bool | Absent = Field(
         None, description="inbox views and a run's pending approvals: this reader may decide"
     )

@@ -66,6 +66,8 @@ export interface Approval {
   decided_by?: "user" | "reviewer" | "either";
   /** the thread's owner: the run's own user */
   owner?: string;
+  /** the input of the run that asked: what the call is for */
+  run_input?: string;
   /** inbox views and a run's pending approvals: this reader may decide */
   can_decide?: boolean;
   /** inbox views and a run's pending approvals: this reader may approve */
