@@ -44,6 +44,8 @@ class AuditAction(StrEnum):
     APPROVAL_DECIDED = "approval.decided"
     APPROVAL_EXPIRED = "approval.expired"
     RUN_CANCELLED = "run.cancelled"
+    RUN_REGENERATED = "run.regenerated"
+    RUN_RETRIED = "run.retried"
     TOKEN_REJECTED = "auth.token_rejected"
     ACCESS_DENIED = "access.denied"
     THREAD_RENAMED = "thread.renamed"
@@ -183,6 +185,25 @@ def cancellation_entry(
         target=run_id,
         details={"thread_id": thread_id, "status": status},
     )
+
+
+def answered_again_entry(
+    principal: Principal,
+    *,
+    run_id: str,
+    thread_id: str,
+    supersedes: str | None = None,
+    retries: str | None = None,
+) -> AuditEntry:
+    """A run that answers again: a regenerate (`supersedes`) or a retry (`retries`)."""
+    if retries is not None:
+        action, details = AuditAction.RUN_RETRIED, {"thread_id": thread_id, "retries": retries}
+    else:
+        action, details = (
+            AuditAction.RUN_REGENERATED,
+            {"thread_id": thread_id, "supersedes": supersedes},
+        )
+    return caller_entry(principal, action, outcome=Outcome.SUCCESS, target=run_id, details=details)
 
 
 def system_entry(

@@ -34,7 +34,7 @@ from gateway.auth.access import (
     check_can_create,
     check_can_subscribe,
 )
-from gateway.auth.audit_trail import Outcome, cancellation_entry
+from gateway.auth.audit_trail import Outcome, answered_again_entry, cancellation_entry
 from gateway.event_log.bus import EventBus
 from gateway.event_log.writer import EventLog
 from gateway.observability.metrics import GatewayMetrics
@@ -242,10 +242,11 @@ class RunManager:
         caller: dict[str, Any] | None = None,
         new_thread_id: str | None = None,
         supersedes: RunRecord | None = None,
+        regenerated_by: Principal | None = None,
     ) -> Started:
-        """`supersedes`: the thread's last run, whose answer this run replaces (regenerate):
-        the conversation's history goes back to where that run began, in the run's own
-        transaction."""
+        """`supersedes`: the thread's last run, whose answer this run replaces (regenerate,
+        asked for by `regenerated_by`): the conversation's history goes back to where that run
+        began, in the run's own transaction, which also audits it."""
         if thread is not None and await self._ctx.runs.active_for_thread(thread.thread_id):
             raise conflict("the thread already has an active run; send run.input instead")
         if admit is not None:
@@ -296,6 +297,14 @@ class RunManager:
             else:
                 if supersedes is not None:
                     SessionMarks.trim_in(conn, thread_id, supersedes.session_mark)
+                    if regenerated_by is not None:
+                        entry = answered_again_entry(
+                            regenerated_by,
+                            run_id=run_id,
+                            thread_id=thread_id,
+                            supersedes=supersedes.run_id,
+                        )
+                        AuditRepository.insert_in(conn, entry)
                 mark = SessionMarks.head_in(conn, thread_id)
                 if base.title is None:
                     ThreadRepository.name_first_in(conn, thread_id, default_title(text))
@@ -381,6 +390,7 @@ class RunManager:
                 requested_by=principal.user,
                 caller=stored_caller(principal, graph.context_claims),
                 supersedes=last,
+                regenerated_by=principal,
             )
 
     # -- input ---------------------------------------------------------------------------

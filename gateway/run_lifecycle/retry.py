@@ -31,6 +31,7 @@ from sqlalchemy.engine import Connection
 from gateway.agents.registry import AgentGraph
 from gateway.agents.run_caller import RunCaller, caller_of
 from gateway.auth.access import Principal, check_can_act_on_thread
+from gateway.auth.audit_trail import answered_again_entry
 from gateway.protocol.error_codes import GatewayError, conflict
 from gateway.protocol.frames import ErrorCode, EventType
 from gateway.run_lifecycle.context import RunContext, thread_ref
@@ -38,6 +39,7 @@ from gateway.run_lifecycle.continuation import APPLIED, apply_decisions
 from gateway.run_lifecycle.execution import Segment
 from gateway.run_lifecycle.restored_checkpoints import restore_state
 from gateway.run_lifecycle.started import Started
+from persistence.audit import AuditRepository
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
 from persistence.clock import utcnow
 from persistence.ids import new_id
@@ -90,7 +92,7 @@ class Retries:
             boundary = await self._boundary(failed, graph)
             if admit is not None:
                 admit(thread.thread_id)
-            return await self._start(failed, thread, graph, boundary)
+            return await self._start(principal, failed, thread, graph, boundary)
 
     async def _boundary(self, failed: RunRecord, graph: AgentGraph) -> _Boundary | None:
         ctx = self._ctx
@@ -129,6 +131,7 @@ class Retries:
 
     async def _start(
         self,
+        principal: Principal,
         failed: RunRecord,
         thread: ThreadRecord,
         graph: AgentGraph,
@@ -161,9 +164,14 @@ class Retries:
         mark = first.session_mark if first is not None else failed.session_mark
         instance_id, ttl_s = ctx.instance_id, ctx.lease_ttl_s
 
+        audit = answered_again_entry(
+            principal, run_id=run.run_id, thread_id=run.thread_id, retries=failed.run_id
+        )
+
         def insert(conn: Connection) -> Any:
             SessionMarks.trim_in(conn, run.thread_id, mark)
             RunRepository.insert_in(conn, run)
+            AuditRepository.insert_in(conn, audit)
             if first is not None:
                 CheckpointRepository.save_in(
                     conn, first, status=RunStatus.RUNNING, expected=(RunStatus.RUNNING,)

@@ -106,5 +106,13 @@ async def test_regenerate_over_http_and_its_refusals(gateway_factory: Callable[.
             missing = await http.post("/v1/threads/t_nope/regenerate", json={}, headers=alice)
             assert missing.status_code == 404
             scraped = (await http.get("/metrics")).text
+            admin = {"Authorization": f"Bearer {gw.token('root', 'admin')}"}
+            trail = await http.get("/v1/audit", params={"action": "run.regenerated"}, headers=admin)
+    [entry] = trail.json()["audit"]
+    assert (entry["actor"], entry["target"]) == ("alice", answer.json()["run_id"])
+    assert entry["details"] == {
+        "thread_id": started["thread_id"],
+        "supersedes": started["run_id"],
+    }
     assert 'gateway_runs_total{agent="answerer",state="regenerated"} 1.0' in scraped
     assert 'gateway_runs_total{agent="answerer",state="retried"}' not in scraped

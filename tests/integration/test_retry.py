@@ -161,6 +161,15 @@ async def test_a_run_that_failed_at_once_is_retried_from_its_input(
             # Still failed: a finished run never continues.
             assert (await http.get(run_path, headers=alice)).json()["run"]["status"] == "failed"
             scraped = (await http.get("/metrics")).text
+            admin = {"Authorization": f"Bearer {gw.token('root', 'admin')}"}
+            trail = await http.get("/v1/audit", params={"action": "run.retried"}, headers=admin)
+    [entry] = trail.json()["audit"]
+    assert (entry["actor"], entry["target"], entry["outcome"]) == (
+        "alice",
+        body["run_id"],
+        "success",
+    )
+    assert entry["details"] == {"thread_id": started["thread_id"], "retries": started["run_id"]}
     assert 'gateway_runs_total{agent="worker",state="started"} 2.0' in scraped
     assert 'gateway_runs_total{agent="worker",state="retried"} 1.0' in scraped
     assert 'gateway_runs_total{agent="worker",state="failed"} 1.0' in scraped
