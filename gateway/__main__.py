@@ -32,7 +32,9 @@ def parser() -> argparse.ArgumentParser:
     add_setting_flag(migrate, "database_url")
     chosen = migrate.add_mutually_exclusive_group()
     chosen.add_argument(
-        "--current", action="store_true", help="print the schema's revision and the newest one"
+        "--current",
+        action="store_true",
+        help="print the schema's revision and the newest one (exit status 1 when behind)",
     )
     chosen.add_argument(
         "--downgrade", metavar="REVISION", default=None, help="take the schema back to REVISION"
@@ -49,20 +51,31 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 def serve(settings: Settings, argv: list[str]) -> None:
     """Serve; `argv`: the command's flags (a supervisor hands them on to its workers)."""
-    import uvicorn
 
     from gateway.app import create_app
     from gateway.observability.log_config import logging_config
-    from gateway.server.config import gateway_config
+    from gateway.server.config import GatewayServer, gateway_config, listening_socket
 
     log_config = logging_config(settings.log_level, settings.log_format)
     logging.config.dictConfig(log_config)
     if settings.workers > 1 and settings.listen_fd is None:
+        from gateway.server.config import refuse_port
         from gateway.server.workers import Supervisor
 
         # Once, before the workers start: they would otherwise race to create the schema.
-        migrate(settings)
-        sys.exit(Supervisor(settings, argv).run())
+        # With migrations off, the workers would each refuse a schema not at this revision:
+        # refused here once instead, as a single process would.
+        if settings.migrate:
+            migrate(settings)
+        else:
+            require_schema(settings)
+        try:
+            supervisor = Supervisor(settings, argv)  # binds the port
+        except OSError as exc:
+            refuse_port(settings, exc)
+        sys.exit(supervisor.run())
+    # Before anything else: a port in use stops a second copy before its start-up begins.
+    listener = listening_socket(settings) if settings.listen_fd is None else None
     app = create_app(settings)
     # Everything imported so far (the SDK, the OpenAI types, pydantic's schemas: most of the
     # heap) lives as long as the process. Frozen, a full collection no longer walks it: with the
@@ -79,37 +92,71 @@ def serve(settings: Settings, argv: list[str]) -> None:
     config = gateway_config(
         app, settings, log_level=settings.log_level, log_config=log_config, **where
     )
-    if settings.listen_fd is None:
-        uvicorn.Server(config).run()
+    if listener is not None:
+        GatewayServer(config).run(sockets=[listener])
         return
     from gateway.server.workers import WorkerServer
 
     WorkerServer(config, settings.ready_fd).run()
 
 
-def migrate(settings: Settings, *, current: bool = False, downgrade: str | None = None) -> None:
-    """Upgrade to the newest revision; or print the revision (`current`); or take it back."""
+def migrate(settings: Settings, *, current: bool = False, downgrade: str | None = None) -> int:
+    """Upgrade to the newest revision; or print the revision (`current`: exit status 1 when
+    the schema is behind, so a deployment script can tell); or take it back. Each says what
+    it found and what it did."""
     from persistence import schema
     from persistence.store import open_store
 
     backend = settings.database_url.split("://")[0]
 
-    async def main() -> str:
+    async def main() -> tuple[str, int]:
         store = open_store(settings.database_url)
         try:
+            found = await schema.revision(store)
             if current:
-                found = await schema.revision(store)
-                state = "up to date" if found.up_to_date else "behind"
-                return f"revision {found.current or '(none)'}, newest {found.head}: {state}"
+                if found.up_to_date:
+                    return f"revision {found.current}, newest {found.head}: up to date", 0
+                return (
+                    f"revision {found.current or '(none)'}, newest {found.head}: behind "
+                    "(`python -m gateway migrate` upgrades it)",
+                    1,
+                )
             if downgrade is not None:
                 await schema.downgrade(store, downgrade)
-                return f"schema taken back to {(await schema.revision(store)).current}"
+                return f"schema taken back to {(await schema.revision(store)).current}", 0
             await schema.migrate(store)
-            return "schema is up to date"
+            if found.current is None:
+                return f"schema created at revision {found.head}", 0
+            if found.up_to_date:
+                return f"schema already at the newest revision, {found.head}: nothing to do", 0
+            return f"schema upgraded from revision {found.current} to {found.head}", 0
         finally:
             await store.close()
 
-    print(f"{asyncio.run(main())} ({backend})")
+    said, status = asyncio.run(main())
+    print(f"{said} ({backend})")
+    return status
+
+
+def require_schema(settings: Settings) -> None:
+    """Exit with one error line unless the schema is at this gateway's revision (GATEWAY_MIGRATE
+    off: nothing is migrated)."""
+    from gateway.server.config import STARTUP_FAILURE
+    from persistence import schema
+    from persistence.store import open_store
+
+    async def check() -> None:
+        store = open_store(settings.database_url)
+        try:
+            await schema.require_current(store)
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(check())
+    except schema.SchemaBehind as exc:
+        logging.getLogger("gateway").error("not starting: %s", exc)
+        raise SystemExit(STARTUP_FAILURE) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         serve(settings, raw[1:])
     elif args.command == "migrate":
-        migrate(settings, current=args.current, downgrade=args.downgrade)
+        return migrate(settings, current=args.current, downgrade=args.downgrade)
     else:
         from gateway.operator import commands
 

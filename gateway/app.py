@@ -11,9 +11,12 @@ from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from agents import set_tracing_disabled
 from agents.models import get_default_model
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -46,24 +49,29 @@ from gateway.protocol.close_codes import CloseCode
 from gateway.resources import Services
 from gateway.run_lifecycle.execution import SegmentRunner
 from gateway.run_lifecycle.manager import RunManager
+from gateway.server.lifespan import StartupRefused
 from gateway.server.metrics_listener import MetricsServer
 from gateway.settings import Settings
 from gateway.specs.serve import routes as spec_routes
 from gateway.storage.health import (
+    DamagedDatabase,
     ReportingStore,
     StorageHealth,
     integrity_problems,
     refuse_damaged,
 )
+from gateway.storage.instance_claim import claimed_instance
 from gateway.storage.retention_sweeps import Retention
 from gateway.transport.http_api import routes as http_routes
 from gateway.transport.http_runs import regenerate, retry, send_input, start_run
 from gateway.transport.http_threads import routes as thread_routes
 from gateway.transport.sse import inbox_stream, thread_stream
 from gateway.transport.static_files import demo_app, demo_fallback
+from gateway.transport.thread_list_feed import routes as thread_feed_routes
 from gateway.transport.ws_endpoint import GatewaySocket
-from persistence.schema import SchemaBehind, migrate, require_current
-from persistence.store import Store, open_store
+from persistence.instances import InstanceInUse
+from persistence.schema import migrate, require_current
+from persistence.store import DatabaseConfigError, Store, open_store
 from persistence.threads import ThreadRepository
 from persistence.webhooks import WebhookPlan
 
@@ -71,6 +79,10 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
 log = logging.getLogger("gateway")
+
+# Start-up failures an operator fixes in the configuration: one error line, no traceback
+# (gateway/server/lifespan.py).
+REFUSALS = (DatabaseConfigError, DamagedDatabase, InstanceInUse)
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "client_demo" / "static"
 # The JavaScript client package's modules, which the demo page is built on: served to it
@@ -176,6 +188,25 @@ def build_webhooks(
     return WebhookDispatcher(store, config, instance_id=instance_id, metrics=metrics)
 
 
+def close_connections(services: Services) -> None:
+    for connection in list(services.connections):
+        connection.close_soon(CloseCode.RESTART)
+
+
+def redacted_url(url: str) -> str:
+    """`url` for a log line: its password (and a user name's secret part) left out."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = f"{parts.username or ''}:***@{parts.hostname or ''}"
+        if parts.port is not None:
+            netloc += f":{parts.port}"
+        return urlunsplit(parts._replace(netloc=netloc))
+
+
 def cors(settings: Settings) -> list[Middleware]:
     """CORS for the allowed origins, so an app served elsewhere (a dev server, its own domain)
     can call the HTTP API and read the SSE feeds too, not only open the WebSocket. Tokens go in
@@ -208,35 +239,48 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_host: Starlette) -> AsyncIterator[None]:
+        # Each resource's close is pushed onto the stack before the resource starts (every
+        # close is safe on a resource that never started): a start-up that fails at any step
+        # closes what it had started, in reverse order, and one close that fails does not
+        # skip the others. Shutdown is the same unwinding.
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                await start(stack)
+            except REFUSALS as exc:
+                raise StartupRefused(str(exc)) from exc
+            yield
+
+    async def start(stack: contextlib.AsyncExitStack) -> None:
         # Traces would leave the machine (the SDK exports to OpenAI by default): off unless
         # asked for. Runs also pass `tracing_disabled` in their RunConfig.
         set_tracing_disabled(not settings.tracing)
         telemetry = Telemetry.from_settings(settings.otel, tracer_provider)
+        stack.push_async_callback(telemetry.close)
         backend = open_store(settings.database_url)
+        stack.push_async_callback(backend.close)
         health = StorageHealth(backend, probe_every_s=settings.storage_probe_s)
+        stack.push_async_callback(health.close)
         problems = await integrity_problems(backend)
         if problems:
             if not settings.allow_damaged_database:
-                await backend.close()
                 raise refuse_damaged(problems)
             health.damaged(problems)
         store = ReportingStore(backend, health)
         if settings.migrate:
             await migrate(store)
         else:
-            try:
-                await require_current(store)
-            except SchemaBehind as exc:
-                log.error("not starting: %s", exc)
-                await backend.close()
-                raise
+            await require_current(store)
         # A database that cannot be written (a read-only file) shows at once, not at the
         # first client's request.
         await health.check()
+        instance_id = settings.resolved_instance_id()
+        # Before anything can take a run over: a second live process under this instance id
+        # is refused here (persistence/instances.py).
+        incarnation = await stack.enter_async_context(claimed_instance(store, instance_id))
         # Before anything can authenticate a request: refusals are recorded from the start.
         audit = AuditTrail(store)
+        stack.push_async_callback(audit.close)
         audit.start()
-        instance_id = settings.resolved_instance_id()
         # Only when served: off, nothing is counted (docs/benchmarks.md "Cost of metrics").
         metrics = (
             GatewayMetrics(multiprocess_dir=os.environ.get(MULTIPROC_ENV) or None)
@@ -251,20 +295,27 @@ def create_app(
                 metrics=metrics,
             )
         )
+        stack.push_async_callback(bus.close)
         await bus.start()
         webhooks = build_webhooks(store, settings, instance_id, metrics)
+        if webhooks is not None:
+            # Closed after the event log, which announces events to it.
+            stack.push_async_callback(webhooks.close)
         event_log = EventLog(
             store, bus, metrics=metrics, telemetry=telemetry, announcements=webhooks
         )
+        stack.push_async_callback(event_log.close)
         await event_log.start()
         if webhooks is not None:
             # Deliveries a previous process left are sent at once, before any new ones.
             webhooks.start()
         log_watch = LogWatch(ThreadRepository(store), bus, settings.log_watch_interval_s)
+        stack.push_async_callback(log_watch.close)
         log_watch.start()
         retention = Retention(
             store, retention_s=settings.retention_s, sweep_s=settings.retention_sweep_s
         )
+        stack.push_async_callback(retention.close)
         retention.start()
         model_name = default_model_name(
             settings.openai_api_key.get_secret_value() if settings.openai_api_key else None,
@@ -280,11 +331,13 @@ def create_app(
             openai_base_url=settings.openai_base_url,
             openai_api=settings.openai_api,
         )
+        stack.push_async_callback(provider.aclose)
         verifier = build_verifier(
             settings,
             custom_roles=graphs.reviewer_role_names(),
             kept_claims=graphs.context_claim_paths(),
         )
+        stack.push_async_callback(verifier.aclose)
         runs = RunManager(
             store=store,
             log=event_log,
@@ -304,6 +357,7 @@ def create_app(
             self_approval=settings.self_approval,
             suspend_grace_s=settings.suspend_grace_s,
             instance_id=instance_id,
+            incarnation=incarnation.token,
             lease_ttl_s=settings.lease_ttl_s,
             lease_scan_s=settings.lease_scan_s,
             four_eyes=settings.four_eyes,
@@ -311,10 +365,12 @@ def create_app(
             approval_sweep_s=settings.approval_sweep_s,
             metrics=metrics,
         )
+        stack.push_async_callback(runs.close)
         log_models(graphs, settings, model_name, runs.starting_agent)
         limits = Limits.from_settings(settings)
         # The per-user limits across processes, when a shared bus joins them.
         usage = SharedUsage(bus, limits)
+        stack.push_async_callback(usage.close)
         usage.start()
         services = Services(
             settings=settings,
@@ -332,6 +388,8 @@ def create_app(
             metrics=metrics,
             telemetry=telemetry,
         )
+        # The sockets close (`CloseCode.RESTART`) before the runs stop.
+        stack.callback(close_connections, services)
         if metrics is not None:
             metrics.know_agents(graphs.names())
             metrics.count_pending(runs.approvals.count_pending)
@@ -341,41 +399,25 @@ def create_app(
         # requests under the mount see the gateway's state.
         app.state.services = services
         # GATEWAY_METRICS_PORT: the scrape on a listener of its own, not the clients' port.
-        metrics_server = (
-            MetricsServer(services, settings.metrics_host, settings.metrics_port)
-            if metrics is not None and settings.metrics_port is not None
-            else None
-        )
-        if metrics_server is not None:
+        if metrics is not None and settings.metrics_port is not None:
+            metrics_server = MetricsServer(services, settings.metrics_host, settings.metrics_port)
+            stack.push_async_callback(metrics_server.close)
             await metrics_server.start()
         # Runs a previous process left active, then runs of peers whose leases expire.
         runs.recovery.start()
         # Approvals left undecided past GATEWAY_APPROVAL_TTL_S (nothing when it is 0).
         runs.decisions.start_expiry()
-        log.info("gateway ready (model %s, agents %s)", model_name, ", ".join(graphs.names()))
-        try:
-            yield
-        finally:
-            if metrics_server is not None:
-                await metrics_server.close()
-            for connection in list(services.connections):
-                connection.close_soon(CloseCode.RESTART)
-            await runs.close()
-            await usage.close()
-            await audit.close()
-            await log_watch.close()
-            await retention.close()
-            await event_log.close()
-            if webhooks is not None:
-                await webhooks.close()
-            await bus.close()
-            await provider.aclose()
-            await verifier.aclose()
-            await health.close()
-            await store.close()
-            await telemetry.close()
+        log.info(
+            "gateway ready: instance %s, database %s, bus %s, model %s, agents %s",
+            instance_id,
+            redacted_url(settings.database_url),
+            redacted_url(settings.bus_url),
+            model_name,
+            ", ".join(graphs.names()),
+        )
 
     app_routes = [
+        *thread_feed_routes(),
         *thread_routes(),
         *http_routes(),
         Route("/v1/threads/{thread_id}/stream", thread_stream, methods=["GET"]),

@@ -598,9 +598,11 @@ class Settings(BaseSettings):
         max_length=64,
         description=(
             "This process's name in run leases (1-64 characters). Every process running on the same"
-            " database at the same time needs its own id. A process that starts again under the "
-            "same id takes over the runs its previous incarnation left active at once, without "
-            "waiting for their leases to expire."
+            " database at the same time needs its own id: a process started under an id another "
+            "live process holds is refused (the id is claimed in the database and the claim "
+            "renewed every second). A process that starts again under the same id takes over the"
+            " runs its previous incarnation left active at once, without waiting for their leases"
+            " to expire."
         ),
     )
     lease_ttl_s: float = Field(

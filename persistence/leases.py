@@ -14,13 +14,13 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
-from sqlalchemy import bindparam, or_, select, tuple_, update
+from sqlalchemy import and_, bindparam, or_, select, tuple_, update
 from sqlalchemy.engine import Connection
 
 from persistence.clock import as_utc, utcnow
 from persistence.prepared import Prepared, PreparedIn
 from persistence.slices import slices
-from persistence.tables import runs
+from persistence.tables import instances, runs
 
 if TYPE_CHECKING:
     from persistence.store import Store
@@ -106,25 +106,35 @@ class LeaseRepository:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    async def acquire(self, run_id: str, owner: str, ttl_s: float) -> Lease | None:
+    async def acquire(
+        self, run_id: str, owner: str, ttl_s: float, incarnation: str | None = None
+    ) -> Lease | None:
         """Take the lease if it is free, expired, or held by an earlier incarnation of `owner`.
 
-        Owner ids are stable per gateway instance (GATEWAY_INSTANCE_ID), and one instance id
-        runs one process at a time, so a lease already held by `owner` at acquisition time
-        belongs to a process that died: it can be taken at once rather than after its expiry.
+        Owner ids are stable per gateway instance (GATEWAY_INSTANCE_ID). A lease already held
+        by `owner` is taken at once, rather than after its expiry, only by the id's current
+        incarnation (`incarnation`, the token of this process's claim on the id,
+        persistence/instances.py): a process claims the id only once the one before it went
+        silent, so such a lease belongs to a process that died. Without an incarnation, or
+        with one that lost its claim, it waits for the expiry like any other process.
         """
         return await self._store.write(
-            partial(self.acquire_in, run_id=run_id, owner=owner, ttl_s=ttl_s)
+            partial(
+                self.acquire_in, run_id=run_id, owner=owner, ttl_s=ttl_s, incarnation=incarnation
+            )
         )
 
     @staticmethod
-    def acquire_in(conn: Connection, run_id: str, owner: str, ttl_s: float) -> Lease | None:
+    def acquire_in(
+        conn: Connection, run_id: str, owner: str, ttl_s: float, incarnation: str | None = None
+    ) -> Lease | None:
         now = utcnow()
         taken = _ACQUIRE.rows(
             conn,
             {
                 "b_run": run_id,
                 "b_owner": owner,
+                "b_incarnation": incarnation,
                 "b_now": now,
                 "b_expires": now + timedelta(seconds=ttl_s),
             },
@@ -184,15 +194,24 @@ class LeaseRepository:
         _REVOKE.rowcount(conn, {"b_run": run_id})
 
 
-# Free, expired, or held by an earlier incarnation of the same owner (see `acquire`).
+# Free, expired, or held by an earlier incarnation of the same owner while the caller is the
+# owner's current incarnation (see `acquire`).
 _ACQUIRE = Prepared(
     update(runs)
     .where(
         runs.c.run_id == bindparam("b_run"),
         or_(
             runs.c.lease_owner.is_(None),
-            runs.c.lease_owner == bindparam("b_owner"),
             runs.c.lease_expires_at < bindparam("b_now"),
+            and_(
+                runs.c.lease_owner == bindparam("b_owner"),
+                select(instances.c.instance_id)
+                .where(
+                    instances.c.instance_id == bindparam("b_owner"),
+                    instances.c.incarnation == bindparam("b_incarnation"),
+                )
+                .exists(),
+            ),
         ),
     )
     .values(

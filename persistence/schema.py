@@ -64,13 +64,21 @@ def _downgrade(connection: Connection, target: str) -> None:
     command.downgrade(alembic_config(connection), target)
 
 
-def _revision(connection: Connection) -> SchemaRevision:
-    from alembic.runtime.migration import MigrationContext
+def head_revision() -> str:
+    """The newest revision of the shipped migrations: this gateway's."""
     from alembic.script import ScriptDirectory
 
     head = ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
     assert head is not None  # the chain of shipped migrations is never empty
-    return SchemaRevision(MigrationContext.configure(connection).get_current_revision(), head)
+    return head
+
+
+def _revision(connection: Connection) -> SchemaRevision:
+    from alembic.runtime.migration import MigrationContext
+
+    return SchemaRevision(
+        MigrationContext.configure(connection).get_current_revision(), head_revision()
+    )
 
 
 async def migrate(store: Store, target: str = "head") -> None:

@@ -224,3 +224,14 @@ webhook_deliveries = Table(
     Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
     sqlite_autoincrement=True,
 )
+
+# Which process runs under each instance id (persistence/instances.py): its incarnation token,
+# renewed every second while it runs. Only the current incarnation takes the id's leases early.
+instances = Table(
+    "instances",
+    metadata,
+    Column("instance_id", ID, primary_key=True),
+    Column("incarnation", String(32), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("beat_at", DateTime(timezone=True), nullable=False),
+)

@@ -55,6 +55,7 @@ class RunContext:
         segments: SegmentRunner,
         instance_id: str,
         lease_ttl_s: float,
+        incarnation: str | None = None,
         metrics: GatewayMetrics | None = None,
     ) -> None:
         self.store = store
@@ -63,6 +64,9 @@ class RunContext:
         self.bus = bus
         self.registry = registry
         self.instance_id = instance_id
+        # This process's token on the instance id (persistence/instances.py): with it, leases
+        # its dead predecessor left under the id are taken at once.
+        self.incarnation = incarnation
         self.lease_ttl_s = lease_ttl_s
         self.threads = ThreadRepository(store)
         self.runs = RunRepository(store)

@@ -199,7 +199,7 @@ class Continuer:
 
         def mark_running(conn: Connection) -> tuple[Lease, RunRecord]:
             held = lease or LeaseRepository.acquire_in(
-                conn, run_id, ctx.instance_id, ctx.lease_ttl_s
+                conn, run_id, ctx.instance_id, ctx.lease_ttl_s, ctx.incarnation
             )
             if held is None:
                 raise LeaseLost(run_id)  # another live process executes this run

@@ -81,6 +81,7 @@ class RunManager:
         self_approval: bool,
         suspend_grace_s: float = 15.0,
         instance_id: str = "gateway",
+        incarnation: str | None = None,
         lease_ttl_s: float = 15.0,
         lease_scan_s: float | None = None,
         four_eyes: bool = False,
@@ -102,6 +103,7 @@ class RunManager:
             registry=registry,
             segments=segments,
             instance_id=instance_id,
+            incarnation=incarnation,
             lease_ttl_s=lease_ttl_s,
             metrics=metrics,
         )
@@ -289,6 +291,7 @@ class RunManager:
         )
 
         instance_id, ttl_s = self._ctx.instance_id, self._ctx.lease_ttl_s
+        incarnation = self._ctx.incarnation
 
         def insert(conn: Connection) -> tuple[Lease | None, int]:
             mark = 0
@@ -311,7 +314,8 @@ class RunManager:
             RunRepository.insert_in(conn, replace(record, session_mark=mark))
             if consumed_input_id is not None:
                 InputRepository.consume_in(conn, [consumed_input_id], run_id=run_id)
-            return LeaseRepository.acquire_in(conn, run_id, instance_id, ttl_s), mark
+            lease = LeaseRepository.acquire_in(conn, run_id, instance_id, ttl_s, incarnation)
+            return lease, mark
 
         data: dict[str, Any] = {"input": text, "agent": graph.name}
         if supersedes is not None:

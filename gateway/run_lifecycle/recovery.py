@@ -163,7 +163,9 @@ class Recovery:
         async with ctx.lock(run.thread_id):
             if run.run_id in ctx.executions:
                 return False  # recovered meanwhile (start-up and the lease scan overlap)
-            lease = await ctx.leases.acquire(run.run_id, ctx.instance_id, ctx.lease_ttl_s)
+            lease = await ctx.leases.acquire(
+                run.run_id, ctx.instance_id, ctx.lease_ttl_s, ctx.incarnation
+            )
             if lease is None:
                 return False
 

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import logging
 import resource
-from typing import Any
+import socket
+from typing import Any, NoReturn
 
 import uvicorn
 from starlette.types import ASGIApp
 
 from gateway.server.connection_limits import ServerLimits
 from gateway.server.http_guard import GuardedH11Protocol, RequestHeadLimit
+from gateway.server.lifespan import GatewayLifespan
 from gateway.server.ws_guard import GuardedWebSocketProtocol, SharedTextFrame
 from gateway.settings import Settings
 
@@ -38,6 +40,12 @@ class GatewayConfig(uvicorn.Config):
         super().__init__(app, **kwargs)
         self.limits = limits
         self.shared_text_frame = SharedTextFrame()
+
+    def load(self) -> None:
+        super().load()
+        if self.lifespan == "on":
+            # A refused start-up is one error line (gateway/server/lifespan.py).
+            self.lifespan_class = GatewayLifespan
 
 
 def connection_bound(wanted: int, backlog: int) -> int:
@@ -93,3 +101,44 @@ def gateway_config(app: ASGIApp, settings: Settings, **overrides: Any) -> Gatewa
         app, max_headers=settings.max_headers, max_bytes=settings.max_header_bytes
     )
     return GatewayConfig(guarded, limits=limits, **options)
+
+
+# uvicorn's exit status for a start-up that failed.
+STARTUP_FAILURE = 3
+
+
+def listening_socket(settings: Settings) -> socket.socket:
+    """The port bound and listening before the application starts: a second copy of the
+    gateway on a port already in use stops here, before its start-up has touched anything
+    (recovering runs, claiming its instance id), and connections arriving during start-up wait
+    in the backlog. Exits with one error line when the port cannot be bound."""
+    try:
+        return socket.create_server(
+            (settings.host, settings.port),
+            family=socket.AF_INET6 if ":" in settings.host else socket.AF_INET,
+            backlog=settings.backlog,
+        )
+    except OSError as exc:
+        refuse_port(settings, exc)
+
+
+def refuse_port(settings: Settings, exc: OSError) -> NoReturn:
+    """Exit with one error line saying the port cannot be had."""
+    log.error(
+        "not starting: cannot listen on %s port %d (%s): another process (another copy of "
+        "the gateway?) holds it; stop it, or set GATEWAY_PORT (--port) to a free port",
+        settings.host,
+        settings.port,
+        exc.strerror or exc,
+    )
+    raise SystemExit(STARTUP_FAILURE) from None
+
+
+class GatewayServer(uvicorn.Server):
+    """uvicorn's server on a socket bound beforehand (`listening_socket`), saying where it
+    runs once it serves, as it does when it binds the port itself."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started and sockets:
+            self._log_started_message(sockets)

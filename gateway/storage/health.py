@@ -217,13 +217,12 @@ class StorageHealth:
 
 
 def refuse_damaged(problems: Sequence[str]) -> DamagedDatabase:
-    """The error that stops start-up, logged here once in one clear line."""
+    """The error that stops start-up (logged as one line where start-up is refused)."""
     quoted = "; ".join(problems[:MAX_PROBLEMS_QUOTED])
     message = (
         f"the database file fails SQLite's integrity check ({quoted}); restore it from a "
         "backup, or set GATEWAY_ALLOW_DAMAGED_DATABASE=true to start anyway"
     )
-    log.error("not starting: %s", message)
     return DamagedDatabase(message)
 
 

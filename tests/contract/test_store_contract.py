@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from persistence.clock import utcnow
 from persistence.errors import StorageUnavailable
 from persistence.events import FEW_THREADS, NewEvent
+from persistence.instances import Incarnation, InstanceClaims, InstanceInUse
 from persistence.leases import LeaseLost, LeaseRepository
 from persistence.retention import RetentionRepository
 from persistence.runs import RunRepository, RunStatus
@@ -239,8 +240,14 @@ async def test_lease_takeover(store: Store) -> None:
     held = await leases.acquire("r_lease", "gw-a", ttl_s=0.5)
     assert held is not None
     assert await leases.acquire("r_lease", "gw-b", ttl_s=30) is None
-    # The same owner (a restarted process with the same instance id) takes it back at once.
-    again = await leases.acquire("r_lease", "gw-a", ttl_s=0.5)
+    # The same owner name alone takes nothing: a live process may hold it.
+    assert await leases.acquire("r_lease", "gw-a", ttl_s=0.5) is None
+    # The id's current incarnation (a restarted process that claimed the id once the one
+    # before it went silent) takes it back at once; any other incarnation waits.
+    restarted, other = Incarnation.new("gw-a"), Incarnation.new("gw-a")
+    await InstanceClaims(store).claim(restarted)
+    assert await leases.acquire("r_lease", "gw-a", ttl_s=0.5, incarnation=other.token) is None
+    again = await leases.acquire("r_lease", "gw-a", ttl_s=0.5, incarnation=restarted.token)
     assert again is not None and again.token == held.token + 1
     assert not await leases.renew(held, ttl_s=0.5)
     await asyncio.sleep(0.7)
@@ -248,6 +255,39 @@ async def test_lease_takeover(store: Store) -> None:
     assert taken is not None and taken.owner == "gw-b" and taken.token == again.token + 1
     assert not await leases.renew(again, ttl_s=30)
     assert await leases.renew(taken, ttl_s=30)
+
+
+async def test_an_instance_id_has_one_live_incarnation(store: Store) -> None:
+    claims = InstanceClaims(store)
+    first, second = Incarnation.new("gw-x"), Incarnation.new("gw-x")
+    waited: list[float] = []
+
+    async def watch(seconds: float) -> None:
+        waited.append(seconds)
+        assert await claims.beat(first)  # the first process is alive: it beats meanwhile
+
+    assert await claims.claim(first) is None
+    with pytest.raises(InstanceInUse, match="GATEWAY_INSTANCE_ID"):
+        await claims.claim(second, silent_s=5.0, sleep=watch)
+    assert waited and 0 < waited[0] <= 5.0
+    current = await claims.current("gw-x")
+    assert current is not None and current.token == first.token
+
+    # Silent (it died without giving the id up): the next incarnation takes the id over, and
+    # the first one's beat then tells it so.
+    async def silent(seconds: float) -> None:
+        waited.append(seconds)
+
+    replaced = await claims.claim(second, silent_s=0.05, sleep=silent)
+    assert replaced is not None and replaced.token == first.token
+    assert not await claims.beat(first)
+    assert await claims.beat(second)
+    # Given up by a graceful stop: the next one claims it without watching.
+    await claims.release(first)  # not its claim any more: changes nothing
+    assert (await claims.current("gw-x")).token == second.token
+    await claims.release(second)
+    waited.clear()
+    assert await claims.claim(first, sleep=silent) is None and not waited
 
 
 # -- retention -------------------------------------------------------------------------
