@@ -111,6 +111,7 @@ def ensure_base_image() -> float:
 def build_image() -> float:
     """`podman build` of deploy/Dockerfile on `BASE_IMAGE` as `IMAGE`; the seconds it took."""
     started = time.monotonic()
+    previous = podman("image", "inspect", "--format", "{{.Id}}", IMAGE, check=False).stdout.strip()
     mounts = [f"--volume={path}:{path}:ro" for path in BUILD_MOUNTS if Path(path).is_file()]
     podman(
         "build",
@@ -125,8 +126,13 @@ def build_image() -> float:
         str(ROOT),
         timeout=BUILD_TIMEOUT_S,
     )
-    # The build stage's image, untagged: a later build reuses its cached layers, not it.
-    podman("image", "prune", "--force", check=False)
+    # The image this build replaced, if any; the untagged build-stage images stay, as the
+    # layer cache of the next build.
+    if (
+        previous
+        and previous != podman("image", "inspect", "--format", "{{.Id}}", IMAGE).stdout.strip()
+    ):
+        podman("rmi", previous, check=False)
     return time.monotonic() - started
 
 
