@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import Context, ContextVar, copy_context
 
 # The record attributes the fields become (the JSON keys of docs/operations.md "Logs").
 FIELD_NAMES = ("thread_id", "run_id", "agent", "connection_id")
@@ -30,6 +30,21 @@ def bound(**fields: str | None) -> Iterator[None]:
         yield
     finally:
         _FIELDS.reset(token)
+
+
+def current() -> dict[str, str]:
+    """The fields log lines carry here and now."""
+    return dict(_FIELDS.get())
+
+
+def unbound_context() -> Context:
+    """A copy of the current context without any fields: for a task that serves the whole
+    process (a lease keeper, a storage probe, a recovery loop), however it was first started.
+    A task inherits its creator's fields, so one created lazily from inside a run would tag
+    its lines, about other runs too, with that run's ids for the rest of its life."""
+    context = copy_context()
+    context.run(_FIELDS.set, ())
+    return context
 
 
 class ContextFields(logging.Filter):

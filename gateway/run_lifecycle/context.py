@@ -23,7 +23,7 @@ from gateway.agents.run_caller import RunCaller, caller_of, latest_decision
 from gateway.auth.access import Principal, ThreadRef
 from gateway.event_log.bus import EventBus
 from gateway.event_log.writer import EventLog
-from gateway.observability.log_fields import bound
+from gateway.observability.log_fields import bound, unbound_context
 from gateway.observability.metrics import GatewayMetrics
 from gateway.protocol.error_codes import GatewayError, not_found
 from gateway.protocol.frames import ErrorCode
@@ -94,7 +94,10 @@ class RunContext:
         return lock
 
     def spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
-        task = asyncio.create_task(coro, name=name)
+        """A background task that starts with no log fields: whatever started it (a run
+        ending, a connection's request), its lines say which run or thread only where it binds
+        them itself (a run's body does, `launch`)."""
+        task = asyncio.create_task(coro, name=name, context=unbound_context())
         self.background.add(task)
         task.add_done_callback(self.background.discard)
         return task

@@ -43,6 +43,7 @@ from gateway.agents.run_caller import RunCaller
 from gateway.agents.run_settings import run_config
 from gateway.auth.audit_trail import rule_decision_entry
 from gateway.event_log.writer import EventLog
+from gateway.observability.log_fields import bound
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.run_hooks import MetricsHooks
 from gateway.observability.tracing import Telemetry
@@ -962,5 +963,7 @@ def _failure_message(exc: Exception) -> str:
 def _stop_on_lost_lease(run: RunRecord, result: RunResultStreaming) -> None:
     """Another process took the run over: stop streaming at once (no more writes)."""
     if not result.is_complete:
-        log.warning("lost the lease of run %s; stopping its stream", run.run_id)
+        # Called from the lease keeper, which serves every run: the line names this one.
+        with bound(thread_id=run.thread_id, run_id=run.run_id):
+            log.warning("lost the lease of run %s; stopping its stream", run.run_id)
         result.cancel("immediate")

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 
 from gateway.event_log.writer import EventLog
+from gateway.observability.log_fields import unbound_context
 from persistence.errors import StorageUnavailable
 from persistence.leases import Lease, LeaseRepository
 
@@ -39,7 +40,11 @@ class LeaseKeeper:
         """Keep `lease` renewed until `drop`; `on_lost` is called once if it is lost."""
         self._held[lease] = on_lost
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._loop(), name="lease-keeper")
+            # Created by the first run that needs it, but about every run: its lines (and the
+            # `on_lost` calls it makes) carry no run's fields but those they bind themselves.
+            self._task = asyncio.create_task(
+                self._loop(), name="lease-keeper", context=unbound_context()
+            )
 
     def drop(self, lease: Lease) -> None:
         self._held.pop(lease, None)

@@ -31,6 +31,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 # Also the name the transports catch, so that they need not import persistence.
+from gateway.observability.log_fields import unbound_context
 from persistence.errors import StorageUnavailable
 from persistence.store import Store, Work
 
@@ -179,8 +180,9 @@ class StorageHealth:
     def _start_probing(self) -> None:
         if self._damaged or (self._probing is not None and not self._probing.done()):
             return
+        # Started by whichever request or run first met the outage; probes for everyone.
         self._probing = asyncio.get_running_loop().create_task(
-            self._probe_until_back(), name="storage-probe"
+            self._probe_until_back(), name="storage-probe", context=unbound_context()
         )
 
     async def _probe_until_back(self) -> None:

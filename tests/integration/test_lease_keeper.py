@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import select, update
 
 from gateway.event_log.writer import EventLog
+from gateway.observability.log_fields import bound, current
 from gateway.run_lifecycle.lease_keeper import LeaseKeeper
 from persistence.clock import utcnow
 from persistence.leases import Lease, LeaseRepository
@@ -108,5 +109,33 @@ async def test_the_keeper_renews_on_its_own_every_third_of_the_ttl(
         keeper.hold(lease, stopped.set)
         await asyncio.wait_for(stopped.wait(), timeout=5)
         assert keeper.held == frozenset()
+    finally:
+        await keeper.close()
+
+
+async def test_the_keeper_carries_no_run_s_log_fields_whichever_run_started_it(
+    store: Store, event_log: EventLog
+) -> None:
+    """The keeper is started by the first run that holds a lease (at start-up, a recovered
+    one), and reports lost leases of every run: its calls must not carry that first run's
+    thread_id/run_id (a lease-loss warning of one run was tagged with another's)."""
+    first, second = await a_leased_run(store, "r_first"), await a_leased_run(store, "r_second")
+    # Renewing every 0.1 s: the keeper's own task reports the loss.
+    keeper = LeaseKeeper(event_log, ttl_s=0.3)
+    seen: list[dict[str, str]] = []
+    reported = asyncio.Event()
+
+    def lost() -> None:
+        seen.append(current())
+        reported.set()
+
+    try:
+        with bound(thread_id="t_first", run_id="r_first", agent="assistant"):
+            keeper.hold(first, lambda: None)
+        keeper.hold(second, lost)
+        # Taken from this process (a cancel from elsewhere): its next renewal finds it lost.
+        await store.write(lambda conn: LeaseRepository.revoke_in(conn, "r_second"))
+        await asyncio.wait_for(reported.wait(), 10)
+        assert seen == [{}], seen
     finally:
         await keeper.close()
