@@ -40,6 +40,7 @@ class Subscription:
         send_live: Callable[[str, float], bool],
         reveal: Callable[[LoggedEvent], Awaitable[str]] | None = None,
         metrics: GatewayMetrics | None = None,
+        omit: frozenset[str] = frozenset(),
     ) -> None:
         """`send_replay` may wait for queue space; `send_live` must not (False = no room).
         `send_live` also gets the time (`time.perf_counter`) its event was committed, as the
@@ -53,9 +54,17 @@ class Subscription:
         A live batch that does not fit is not dropped and does not close the connection:
         the subscription falls back to reading the table from its cursor, paced by the
         connection (`send_replay`), which closes a consumer that stops reading altogether.
+
+        `omit`: event types this subscription leaves out (the client asked, docs/protocol.md
+        §3 `omit`). The cursor moves past them; the next frame sent after some were left out
+        carries `prev_seq`, the seq of the frame sent before it, so the client can tell
+        omitted events from lost ones.
         """
         self.thread_id = thread_id
         self.last_seq = after_seq
+        self._omit = omit
+        # The seq of the last event sent (or the cursor): `last_seq` but for omitted events.
+        self._sent_seq = after_seq
         self._bus = bus
         self._log = log
         self._send_replay = send_replay
@@ -76,9 +85,12 @@ class Subscription:
         for event in initial:
             if event.seq != self.last_seq + 1 or (self._reveal is not None and needs_reveal(event)):
                 break
-            if not self._send_live(event.frame, 0.0):
+            if self._omit and event.type in self._omit:
+                self.last_seq = event.seq
+                continue
+            if not self._send_live(self._framed(event, event.frame), 0.0):
                 break
-            self.last_seq = event.seq
+            self.last_seq = self._sent_seq = event.seq
         self._task = asyncio.create_task(self._pump(), name=f"subscription-{self.thread_id}")
 
     def close(self) -> None:
@@ -107,11 +119,14 @@ class Subscription:
                 self._live = False
                 self._wakeup.set()
                 return
-            if not self._send_live(event.frame, committed):
+            if self._omit and event.type in self._omit:
+                self.last_seq = event.seq
+                continue
+            if not self._send_live(self._framed(event, event.frame), committed):
                 self._live = False
                 self._wakeup.set()
                 return
-            self.last_seq = event.seq
+            self.last_seq = self._sent_seq = event.seq
 
     async def _pump(self) -> None:
         while True:
@@ -122,19 +137,29 @@ class Subscription:
             while True:
                 page = await self._log.read(self.thread_id, after_seq=self.last_seq, limit=limit)
                 for event in page:
+                    if self._omit and event.type in self._omit:
+                        self.last_seq = event.seq
+                        continue
                     frame = event.frame
                     if self._reveal is not None and needs_reveal(event):
                         frame = await self._reveal(event)
-                    result = self._send_replay(frame)
+                    result = self._send_replay(self._framed(event, frame))
                     if asyncio.isfuture(result) or asyncio.iscoroutine(result):
                         await result
-                    self.last_seq = event.seq
+                    self.last_seq = self._sent_seq = event.seq
                 if len(page) < limit:
                     break
                 limit = next_page_limit(page)
             self._live = True
             await self._wakeup.wait()
             self._live = False
+
+    def _framed(self, event: LoggedEvent, frame: str) -> str:
+        """`frame` as sent: with `prev_seq` when the events just before it were omitted."""
+        if self._sent_seq == event.seq - 1:
+            return frame
+        # The frame is a JSON object: the field goes before its closing brace.
+        return f'{frame[:-1]},"prev_seq":{self._sent_seq}}}'
 
 
 def next_page_limit(page: Sequence[LoggedEvent]) -> int:

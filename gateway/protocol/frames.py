@@ -76,6 +76,12 @@ ADDED_EVENTS = (
     REASONING_COMPLETED,
     MODEL_USAGE,
 )
+# What a client may ask in its hello to be left out of every subscription (docs/protocol.md §3
+# `omit`): added events a view that does not show them need not receive.
+OMITTABLE: dict[str, frozenset[str]] = {
+    "reasoning": frozenset({REASONING_STARTED, REASONING_DELTA, REASONING_COMPLETED}),
+    "usage": frozenset({MODEL_USAGE}),
+}
 
 
 class ProtocolError(GatewayError):
@@ -150,6 +156,12 @@ class Hello(_Frame):
     protocol: int
     # repr=False keeps the bearer token out of logs and tracebacks that print the frame.
     token: Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS, repr=False)]
+    # Kinds of added events to leave out of this connection's subscriptions (first hello).
+    omit: list[Literal["reasoning", "usage"]] | None = None
+
+    def omitted_events(self) -> frozenset[str]:
+        """The event types `omit` names."""
+        return frozenset().union(*(OMITTABLE[kind] for kind in self.omit or ()))
 
 
 class ThreadCreate(_Frame):
@@ -448,8 +460,9 @@ def welcome(
     server_name: str,
     server_version: str,
     protocol: int = PROTOCOL_VERSION,
+    omit: Iterable[str] = (),
 ) -> dict[str, Any]:
-    return {
+    frame = {
         "type": "welcome",
         "protocol": protocol,
         "user": user,
@@ -459,6 +472,9 @@ def welcome(
         "heartbeat_s": heartbeat_s,
         "server": {"name": server_name, "version": server_version},
     }
+    if omit:
+        frame["omit"] = sorted(omit)
+    return frame
 
 
 def subscribed(thread_id: str, epoch: str, head_seq: int, reset: bool) -> dict[str, Any]:

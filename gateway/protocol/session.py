@@ -236,6 +236,9 @@ class ConnectionSession:
         self._close_code: CloseCode | None = None
         # The id of the hello whose token is being checked, for the answer's `ref`.
         self._hello_ref: str | None = None
+        # What the first hello asked to leave out of the connection's subscriptions.
+        self._omit: list[str] = []
+        self.omitted_events: frozenset[str] = frozenset()
 
     @property
     def state(self) -> SessionState:
@@ -268,6 +271,8 @@ class ConnectionSession:
             return []
         match state, event:
             case SessionState.AWAITING_HELLO, FrameArrived(frame=protocol.Hello() as hello):
+                self._omit = sorted(set(hello.omit or ()))
+                self.omitted_events = hello.omitted_events()
                 return self._hello(hello, first=True)
             case SessionState.AWAITING_HELLO, FrameArrived(frame=frame):
                 refusal = protocol.error_frame(
@@ -393,6 +398,7 @@ class ConnectionSession:
             heartbeat_s=self._server.heartbeat_s,
             server_name=self._server.name,
             server_version=self._server.version,
+            omit=self._omit,
         )
 
     def _close(self, code: CloseCode, last_word: dict[str, Any] | None) -> list[Action]:

@@ -149,6 +149,9 @@ class WelcomeFrame(_Shape):
     roles: list[str] = Field(description="sorted")
     heartbeat_s: float
     server: ServerInfo
+    omit: list[Literal["reasoning", "usage"]] | Absent = Field(
+        None, description="what the first hello asked to leave out, sorted; absent: nothing"
+    )
 
 
 class ThreadSummary(_Shape):
@@ -818,7 +821,9 @@ def event_frame_schema() -> dict[str, Any]:
     return {
         "type": "object",
         "description": "One entry of a thread's log. For one subscription events arrive in "
-        "`seq` order with no gaps and no repeats; an event is sent only once stored.",
+        "`seq` order with no gaps and no repeats; an event is sent only once stored. Events the "
+        "connection's hello asked to `omit` are left out: the frame after them carries "
+        "`prev_seq`.",
         "required": ["type", "thread_id", "seq", "run_id", "event", "ts", "data"],
         "properties": {
             "type": {"const": "event"},
@@ -828,6 +833,12 @@ def event_frame_schema() -> dict[str, Any]:
             "event": ref("EventType"),
             "ts": {"type": "string", "pattern": TIMESTAMP_PATTERN},
             "data": {"type": "object"},
+            "prev_seq": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "only after omitted events: the seq of the frame this "
+                "subscription sent before this one (or its cursor)",
+            },
         },
         "additionalProperties": True,
         "oneOf": [

@@ -99,6 +99,7 @@ class Watches:
             send_live=outlet.send_live,
             metrics=self._services.metrics,
             reveal=self._reveal,
+            omit=self._session.omitted_events,
         )
         self._subscriptions[thread_id] = subscription
         subscription.start(initial)

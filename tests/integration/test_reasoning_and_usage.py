@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import pytest
 from agents import Agent
 from agents.testing import ModelStep, ScriptedModel
 from agents.usage import Usage
@@ -16,7 +17,7 @@ from openai.types.responses.response_usage import InputTokensDetails, OutputToke
 
 from gateway.agents.registry import AgentGraph, AgentRegistry
 from tests.support.agents import EffectLog, call, effect_tool, say
-from tests.support.client import Client
+from tests.support.client import Client, ProtocolFailure
 from tests.support.fake_openai import running_fake_openai
 from tests.support.gateway import Gateway
 from tests.support.node_scripts import node_script
@@ -173,3 +174,56 @@ async def test_reasoning_summaries_streamed_by_an_openai_compatible_server(
     used = next(e["data"] for e in events if e["event"] == "model.usage")
     assert used["model"] == "gpt-x" and used["reasoning_tokens"] == 13
     assert events[-1]["data"]["usage"]["reasoning_tokens"] == 13
+
+
+async def test_a_client_may_leave_reasoning_and_usage_out(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    """`omit` in the hello: those events never reach the connection, live or replayed; the
+    frame after them says which seq it follows, so the client sees no gap."""
+    async with gateway_factory(registry=reasoning_registry()) as gw:
+        token = gw.token("alice", "user")
+        lean = await Client.connect(gw.ws_url, token, hello={"omit": ["reasoning", "usage"]})
+        full = await Client.connect(gw.ws_url, token)
+        try:
+            assert lean.welcome["omit"] == ["reasoning", "usage"]
+            assert "omit" not in full.welcome
+            started = await lean.request("run.start", input="where is order 7?")
+            thread_id = started["thread_id"]
+            await full.request("thread.subscribe", thread_id=thread_id, after_seq=0)
+            await lean.wait_event("run.completed")
+            await full.wait_event("run.completed")
+            live = lean.events_of(thread_id)
+            everything = full.events_of(thread_id)
+            # Replayed from the start on a new connection: the same frames as live.
+            again = await Client.connect(gw.ws_url, token, hello={"omit": ["reasoning", "usage"]})
+            try:
+                await again.request("thread.subscribe", thread_id=thread_id, after_seq=0)
+                await again.wait_event("run.completed")
+                replayed = again.events_of(thread_id)
+            finally:
+                await again.close()
+        finally:
+            await lean.close()
+            await full.close()
+    left_out = {"reasoning.started", "reasoning.delta", "reasoning.completed", "model.usage"}
+    assert left_out <= {e["event"] for e in everything}
+    kept = [e for e in everything if e["event"] not in left_out]
+    for received in (live, replayed):
+        assert [e["seq"] for e in received] == [e["seq"] for e in kept]
+        assert not left_out & {e["event"] for e in received}
+        # Each frame follows the one before it: directly, or by its prev_seq.
+        previous = 0
+        for frame in received:
+            assert frame.get("prev_seq", frame["seq"] - 1) == previous, frame
+            assert ("prev_seq" in frame) == (frame["seq"] - 1 != previous)
+            previous = frame["seq"]
+        assert any("prev_seq" in frame for frame in received)
+    assert all("prev_seq" not in frame for frame in everything)
+
+
+async def test_an_unknown_kind_to_omit_is_refused(gateway_factory: Callable[..., Any]) -> None:
+    async with gateway_factory(registry=reasoning_registry()) as gw:
+        with pytest.raises(ProtocolFailure) as refused:
+            await Client.connect(gw.ws_url, gw.token("alice", "user"), hello={"omit": ["text"]})
+    assert refused.value.code == "bad_request"

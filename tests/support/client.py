@@ -39,9 +39,13 @@ class Client:
         self._reader = asyncio.create_task(self._read())
 
     @classmethod
-    async def connect(cls, url: str, token: str, **connect_kwargs: Any) -> Client:
+    async def connect(
+        cls, url: str, token: str, *, hello: dict[str, Any] | None = None, **connect_kwargs: Any
+    ) -> Client:
+        """`hello`: more fields of the hello frame (`omit`)."""
         ws = await websockets.connect(url, max_size=None, **connect_kwargs)
-        await ws.send(json.dumps({"type": "hello", "protocol": 1, "token": token}))
+        first = {"type": "hello", "protocol": 1, "token": token, **(hello or {})}
+        await ws.send(json.dumps(first))
         welcome = json.loads(await asyncio.wait_for(ws.recv(), 10))
         if welcome.get("type") != "welcome":
             await ws.close()

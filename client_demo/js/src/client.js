@@ -408,7 +408,10 @@ export class GatewayClient extends Emitter {
       this.stats.duplicates += 1;
       return;
     }
-    if (state.seq > 0 && frame.seq !== state.seq + 1) {
+    // The seq this frame follows: the one before it, or (after events this connection asked
+    // to omit, §3) the one it names.
+    const follows = frame.prev_seq ?? frame.seq - 1;
+    if (state.seq > 0 && follows > state.seq) {
       // §5 promises no gaps within a subscription; should one appear anyway, ask again from
       // the cursor rather than show a thread with a hole in it.
       this.stats.gaps += 1;

@@ -46,6 +46,8 @@ export class GatewayError extends Error {
  * @property {number} [probeTimeoutMs]        how long a ping of the client's may go unanswered before
  *   the socket counts as dead (default: half a heartbeat, at most 5 s)
  * @property {number} [connectTimeoutMs]      give up on a socket not welcomed by then (default 15 s)
+ * @property {("reasoning" | "usage")[]} [omit] added events this view does not show, left out of
+ *   every subscription by the gateway (§3 `omit`)
  */
 
 export class Connection extends Emitter {
@@ -64,6 +66,8 @@ export class Connection extends Emitter {
     // When the client's own ping went out, while no frame has come since: one at a time.
     this.probeSentAt = 0;
     this.connectTimeoutMs = options.connectTimeoutMs ?? 15_000;
+    /** @type {string[]} added events to leave out of every subscription (§3 `omit`) */
+    this.omit = options.omit ?? [];
     /** @type {string | null} */
     this.token = typeof options.token === "string" ? options.token : null;
     this.tokenReceivedAt = Date.now();
@@ -252,7 +256,9 @@ export class Connection extends Emitter {
     }, this.connectTimeoutMs);
     ws.onopen = () => {
       this.lastFrameAt = Date.now();
-      ws.send(JSON.stringify({ type: "hello", protocol: PROTOCOL, token }));
+      const hello = { type: "hello", protocol: PROTOCOL, token };
+      if (this.omit.length) hello.omit = this.omit;
+      ws.send(JSON.stringify(hello));
     };
     ws.onmessage = (message) => this._onMessage(ws, message);
     ws.onclose = (event) => this._onClose(ws, event);

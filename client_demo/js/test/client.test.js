@@ -270,6 +270,24 @@ describe("requests", () => {
   });
 });
 
+describe("omit", () => {
+  test("a view without reasoning asks the gateway to leave it out, and sees no gap", async () => {
+    const token = await gateway.token("alice");
+    const alice = client({ WebSocket: trackedWebSocket().WebSocket, token, omit: ["reasoning", "usage"] });
+    const welcome = await alice.ready();
+    assert.deepEqual(welcome.omit, ["reasoning", "usage"]);
+    // The offline model streams a reasoning summary for input with "think" (§9).
+    const { threadId } = await alice.startRun({ input: "think about tea" });
+    const done = await threadDone(alice, threadId);
+    assert.equal(messages(done).at(-1).text, 'You said: "think about tea"');
+    assert.equal(done.items.filter((i) => i.kind === "reasoning").length, 0);
+    assert.equal(alice.stats.gaps, 0);
+    const { events } = await gateway.events(threadId, token);
+    assert.ok(events.some((e) => e.event === "reasoning.delta"));
+    assert.equal(done.seq, events.at(-1).seq);
+  });
+});
+
 describe("versions", () => {
   test("regenerate supersedes the last answer and keeps the earlier one as a version", async () => {
     const alice = client({ WebSocket: trackedWebSocket().WebSocket, token: await gateway.token("alice") });

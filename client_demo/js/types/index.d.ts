@@ -226,6 +226,8 @@ export interface ConnectionOptions {
   /** a heartbeat period without a frame sends one ping; unanswered this long, the socket is dead (default: half a heartbeat, at most 5 s) */
   probeTimeoutMs?: number;
   connectTimeoutMs?: number;
+  /** added events this view does not show, left out of every subscription (§3 `omit`) */
+  omit?: ("reasoning" | "usage")[];
 }
 
 export interface ClientOptions extends ConnectionOptions {

@@ -156,7 +156,7 @@ export interface ErrorFrame {
   [key: string]: unknown;
 }
 
-/** One entry of a thread's log. For one subscription events arrive in `seq` order with no gaps and no repeats; an event is sent only once stored. */
+/** One entry of a thread's log. For one subscription events arrive in `seq` order with no gaps and no repeats; an event is sent only once stored. Events the connection's hello asked to `omit` are left out: the frame after them carries `prev_seq`. */
 export type EventFrame = {
   type: "event";
   thread_id: string;
@@ -165,6 +165,8 @@ export type EventFrame = {
   event: EventType;
   ts: string;
   data: Record<string, unknown>;
+  /** only after omitted events: the seq of the frame this subscription sent before this one (or its cursor) */
+  prev_seq?: number;
   [key: string]: unknown;
 } & (
   | {
@@ -269,6 +271,7 @@ export interface Hello {
   type: "hello";
   protocol: number;
   token: string;
+  omit?: ("reasoning" | "usage")[] | null;
 }
 
 /** Every pending approval of the tenant, oldest first, after `inbox.subscribe`. */
@@ -676,6 +679,8 @@ export interface WelcomeFrame {
   roles: string[];
   heartbeat_s: number;
   server: ServerInfo;
+  /** what the first hello asked to leave out, sorted; absent: nothing */
+  omit?: ("reasoning" | "usage")[];
   [key: string]: unknown;
 }
 
