@@ -88,7 +88,10 @@ class Subscription:
             if self._omit and event.type in self._omit:
                 self.last_seq = event.seq
                 continue
-            if not self._send_live(self._framed(event, event.frame), 0.0):
+            frame = (
+                event.frame if self._sent_seq == self.last_seq else self._after_omitted(event.frame)
+            )
+            if not self._send_live(frame, 0.0):
                 break
             self.last_seq = self._sent_seq = event.seq
         self._task = asyncio.create_task(self._pump(), name=f"subscription-{self.thread_id}")
@@ -122,7 +125,10 @@ class Subscription:
             if self._omit and event.type in self._omit:
                 self.last_seq = event.seq
                 continue
-            if not self._send_live(self._framed(event, event.frame), committed):
+            frame = (
+                event.frame if self._sent_seq == self.last_seq else self._after_omitted(event.frame)
+            )
+            if not self._send_live(frame, committed):
                 self._live = False
                 self._wakeup.set()
                 return
@@ -143,7 +149,9 @@ class Subscription:
                     frame = event.frame
                     if self._reveal is not None and needs_reveal(event):
                         frame = await self._reveal(event)
-                    result = self._send_replay(self._framed(event, frame))
+                    if self._sent_seq != self.last_seq:
+                        frame = self._after_omitted(frame)
+                    result = self._send_replay(frame)
                     if asyncio.isfuture(result) or asyncio.iscoroutine(result):
                         await result
                     self.last_seq = self._sent_seq = event.seq
@@ -154,10 +162,10 @@ class Subscription:
             await self._wakeup.wait()
             self._live = False
 
-    def _framed(self, event: LoggedEvent, frame: str) -> str:
-        """`frame` as sent: with `prev_seq` when the events just before it were omitted."""
-        if self._sent_seq == event.seq - 1:
-            return frame
+    def _after_omitted(self, frame: str) -> str:
+        """`frame`, the first sent after omitted events, with `prev_seq`: the seq of the frame
+        sent before it. (Checked by the callers, `_sent_seq != last_seq`: one comparison per
+        event on the hot path, and no call.)"""
         # The frame is a JSON object: the field goes before its closing brace.
         return f'{frame[:-1]},"prev_seq":{self._sent_seq}}}'
 
