@@ -822,8 +822,11 @@ class Settings(BaseSettings):
         None,
         validation_alias="OPENAI_BASE_URL",
         description=(
-            "Base URL of an OpenAI-compatible server (one that serves the Responses API), for "
-            "example `http://localhost:8080/v1`."
+            "Base URL of an OpenAI-compatible server (one that serves the Responses API, or Chat "
+            "Completions with `GATEWAY_OPENAI_API=chat_completions`), for example "
+            "`http://localhost:8080/v1`. Without `OPENAI_API_KEY` it needs `GATEWAY_MODEL` (a "
+            "model the server serves; no key is sent but a placeholder): the gateway refuses to "
+            "start with the base URL alone rather than stay offline without a word."
         ),
     )
 
@@ -977,6 +980,19 @@ class Settings(BaseSettings):
                 "GATEWAY_SECRET is unset (development tokens), so GATEWAY_HOST must be a "
                 f"loopback address, not {self.host!r}; set GATEWAY_SECRET (or a JWKS) to "
                 "listen publicly"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _compatible_server_names_its_model(self) -> Settings:
+        # Without a key the default model is `offline`: a base URL alone would be ignored
+        # without a word, and no default name fits every compatible server.
+        if self.openai_base_url and self.openai_api_key is None and not self.model:
+            raise ValueError(
+                "OPENAI_BASE_URL is set but neither GATEWAY_MODEL nor OPENAI_API_KEY is, so the "
+                "gateway would stay on its offline demo model: set GATEWAY_MODEL (--model) to a "
+                "model the server at OPENAI_BASE_URL serves (no key is needed for a server that "
+                "asks for none), or GATEWAY_MODEL=offline to keep the offline model"
             )
         return self
 
