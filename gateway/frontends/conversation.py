@@ -176,7 +176,12 @@ async def stop(
     try:
         await services.runs.cancel(principal, run.run_id)
     except GatewayError as exc:
-        if exc.code is ErrorCode.CONFLICT and "already" in exc.message:
-            return None
-        raise
+        if exc.code is not ErrorCode.CONFLICT:
+            raise
+        # The run ended meanwhile (stopping what has ended is harmless); any other conflict
+        # leaves it active and is the caller's to hear.
+        still = await services.runs.active_run(thread.thread_id)
+        if still is not None and still.run_id == run.run_id:
+            raise
+        return None
     return run.run_id
