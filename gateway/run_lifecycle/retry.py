@@ -162,7 +162,7 @@ class Retries:
             )
         # The history the retry starts on: up to the boundary, or to where the failed run began.
         mark = first.session_mark if first is not None else failed.session_mark
-        instance_id, ttl_s = ctx.instance_id, ctx.lease_ttl_s
+        instance_id, ttl_s, incarnation = ctx.instance_id, ctx.lease_ttl_s, ctx.incarnation
 
         audit = answered_again_entry(
             principal, run_id=run.run_id, thread_id=run.thread_id, retries=failed.run_id
@@ -176,7 +176,7 @@ class Retries:
                 CheckpointRepository.save_in(
                     conn, first, status=RunStatus.RUNNING, expected=(RunStatus.RUNNING,)
                 )
-            return LeaseRepository.acquire_in(conn, run.run_id, instance_id, ttl_s)
+            return LeaseRepository.acquire_in(conn, run.run_id, instance_id, ttl_s, incarnation)
 
         data: dict[str, Any] = {"input": failed.input, "agent": graph.name}
         data["retries"] = failed.run_id
