@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.event_log.bus import EventBus
 from gateway.event_log.logged_event import LoggedEvent
+from gateway.event_log.masked_events import needs_reveal
 from gateway.event_log.writer import EventLog
 from gateway.observability.metrics import GatewayMetrics
-from gateway.run_lifecycle.sensitive_arguments import needs_reveal
 from persistence.threads import ThreadRecord
 
 REPLAY_PAGE = 500

@@ -48,6 +48,7 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.run_hooks import MetricsHooks
 from gateway.observability.tracing import Telemetry
 from gateway.protocol.frames import MODEL_USAGE, TOOL_NEEDS_RECONCILIATION, EventType, utc_ts
+from gateway.protocol.wire_size import encoded_size
 from gateway.run_lifecycle.approval_binding import (
     arguments_digest,
     interruption_arguments,
@@ -59,7 +60,6 @@ from gateway.run_lifecycle.review_rules import ReviewContext, review_context
 from gateway.run_lifecycle.sensitive_arguments import masked_call_data
 from gateway.run_lifecycle.stream_translation import StreamTranslator, output_text, usage_counts
 from gateway.storage.health import describe, is_outage
-from gateway.transport.outbox import encoded_size
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.audit import AuditEntry, AuditRepository
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository

@@ -20,7 +20,6 @@ import orjson
 
 from gateway.auth.access import Principal, Role
 from gateway.event_log.logged_event import LoggedEvent
-from gateway.protocol.frames import EventType
 from persistence.approvals import ApprovalRepository
 
 MASK = "***"
@@ -28,7 +27,6 @@ ALL_ARGUMENTS = "*"
 # Arguments that were not a JSON object are kept verbatim under this key (stream_translation.py);
 # their # parts cannot be told apart, so any sensitivity of the tool masks the whole text.
 RAW_ARGUMENTS = "_raw"
-_MASKED_KEY = '"masked":'
 
 SensitiveArguments = Mapping[str, frozenset[str]]
 
@@ -85,16 +83,6 @@ def masked_call_data(
         return data
     assert isinstance(arguments, Mapping)
     return {**data, "arguments": mask_arguments(arguments, names), "masked": names}
-
-
-def needs_reveal(event: LoggedEvent) -> bool:
-    """An `approval.requested` whose arguments were masked in the log.
-
-    Cheap on purpose (it runs for every event sent to a reviewer): a type comparison, and a
-    substring test only for the rare approval events. Inside a JSON string a quote is always
-    escaped, so `"masked":` can only be a key.
-    """
-    return event.type == EventType.APPROVAL_REQUESTED and _MASKED_KEY in event.frame
 
 
 def approval_id_of(frame: str) -> str | None:

@@ -18,10 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-
-def encoded_size(text: str) -> int:
-    """The frame's size on the wire; `isascii` is constant-time, so most frames cost nothing."""
-    return len(text) if text.isascii() else len(text.encode())
+from gateway.protocol.wire_size import encoded_size
 
 
 class Outbox:

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from gateway.transport.outbox import Outbox, encoded_size
+from gateway.protocol.wire_size import encoded_size
+from gateway.transport.outbox import Outbox
 
 
 def test_full_at_the_byte_bound_before_the_frame_bound() -> None:

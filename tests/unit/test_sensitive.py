@@ -6,11 +6,11 @@ from __future__ import annotations
 import orjson
 
 from gateway.event_log.logged_event import LoggedEvent
+from gateway.event_log.masked_events import needs_reveal
 from gateway.run_lifecycle.sensitive_arguments import (
     MASK,
     MASK_ALL,
     masked_call_data,
-    needs_reveal,
     revealed_frame,
 )
 
