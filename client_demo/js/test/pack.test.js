@@ -20,6 +20,12 @@ test("npm pack builds a package that installs offline and imports in Node", () =
     assert.ok(files.includes("src/index.js") && files.includes("src/react.js"));
     assert.ok(files.includes("types/protocol.d.ts") && files.includes("types/index.d.ts"));
     assert.ok(!files.some((f) => f.startsWith("test/") || f.startsWith("node_modules/")), files.join(", "));
+    // The license the package declares goes with it, and the README's links lead to files
+    // the package holds: inside node_modules, or on a registry's page, nothing else is there.
+    assert.ok(files.includes("LICENSE"), files.join(", "));
+    const links = [...readFileSync(join(PACKAGE, "README.md"), "utf8").matchAll(/\]\(([^)\s]+)\)/g)].map((m) => m[1]);
+    assert.ok(links.length > 0);
+    for (const link of links) assert.ok(files.includes(link), `README links to ${link}, which the package does not hold`);
 
     const app = join(dir, "app");
     execFileSync("mkdir", ["-p", app]);
