@@ -334,7 +334,9 @@ export class GatewayClient extends Emitter {
 
   _onWelcome(welcome) {
     for (const [threadId, entry] of this.threads) {
-      if (entry.subscribed) this._subscribe(threadId).catch((error) => this.emit("error", error.frame ?? error));
+      if (!entry.subscribed) continue;
+      // Which thread a refusal is about: the frame answering a subscribe does not say.
+      this._subscribe(threadId).catch((error) => this.emit("error", { ...(error.frame ?? { code: error.code, message: error.message }), thread_id: threadId }));
     }
     if (this.inboxWanted) this.connection.request("inbox.subscribe").catch((error) => this.emit("error", error.frame ?? error));
     if (this.threadsWanted) {

@@ -62,6 +62,8 @@ export class InboxView {
     this.empty.hidden = approvals.length > 0 || !inbox.loaded;
     clear(this.list);
     for (const approval of approvals) {
+      const title = this.titleOf(approval.thread_id);
+      const asked = typeof approval.run_input === "string" ? approval.run_input.replace(/\s+/g, " ").trim() : "";
       const button = h(
         "button",
         {
@@ -81,7 +83,11 @@ export class InboxView {
           h("span", { class: "inbox-time" }, relativeTime(approval.requested_at)),
         ),
         h("div", { class: "inbox-args" }, argsSummary(approval.arguments, 70)),
-        h("div", { class: "inbox-thread" }, this.titleOf(approval.thread_id)),
+        h("div", { class: "inbox-thread", dataset: { testid: "inbox-thread" } }, title),
+        // The message the call answers, when it is not the one the thread is named after.
+        asked && asked !== title
+          ? h("div", { class: "inbox-asked", dataset: { testid: "inbox-asked" } }, `“${asked}”`)
+          : null,
       );
       this.list.append(h("li", {}, button));
     }

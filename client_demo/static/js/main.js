@@ -22,7 +22,8 @@ import { TokenKeeper, fetchDevTokenLike } from "./renewal.js";
 import { ChatView, renderStatusBadge } from "./view.js";
 
 const MAX_OPEN_THREADS = 8;
-const THREADS_REFRESH_MS = 30_000;
+// A thread's address in the page: #/t/<thread_id>, so a conversation can be linked and reopened.
+const THREAD_LINK = /^#\/t\/([A-Za-z0-9_.:-]{1,64})$/;
 const SUGGESTIONS = [
   "refund order 42 for 30 dollars",
   "what is the status of orders 3 and 8?",
@@ -48,6 +49,8 @@ const el = {
   newChat: $("#new-chat"),
   threadList: $("#thread-list"),
   threadsEmpty: $("#threads-empty"),
+  showArchived: $("#show-archived"),
+  threadsTitle: $("#threads-title"),
   inbox: $("#inbox"),
   me: $("#me"),
   meName: $("#me-name"),
@@ -58,6 +61,11 @@ const el = {
   badge: $("#status-badge"),
   cancel: $("#cancel-run"),
   regenerate: $("#regenerate"),
+  threadActions: $("#thread-actions"),
+  threadMenu: $("#thread-menu"),
+  renameThread: $("#rename-thread"),
+  archiveThread: $("#archive-thread"),
+  deleteThread: $("#delete-thread"),
   conn: $("#conn"),
   connLabel: $("#conn-label"),
   log: $("#log"),
@@ -92,9 +100,9 @@ const app = {
   scope: null,
   open: [], // subscribed thread ids, most recently used last
   current: null, // the thread shown, or null for a new chat
-  threads: [], // from GET /v1/threads
+  threads: [], // the live thread list (threads.subscribe), the most recently active first
   threadsVersion: 0,
-  titles: {},
+  archivedView: false, // the list shows the archived threads
   outbox: [], // local messages not yet acknowledged: {id, threadId, text, status, error}
   inbox: new Inbox(),
   inboxWanted: false,
@@ -234,10 +242,11 @@ function startSession(token, kind) {
   app.claims = decodeClaims(token) || {};
   app.scope = `${app.claims.tenant || "?"}/${app.claims.sub || "?"}`;
   app.api = new Api(token);
-  app.titles = loadTitles();
   const ui = loadUi();
   app.open = ui.open;
-  app.current = ui.current;
+  // A link to a thread (#/t/<id>) wins over the thread this tab showed last.
+  app.current = linkedThread() ?? ui.current;
+  if (app.current && !app.open.includes(app.current)) app.open.push(app.current);
   el.signin.hidden = true;
   el.app.hidden = false;
   el.tokenForm.reset();
@@ -268,12 +277,23 @@ function startSession(token, kind) {
   client.on("thread", onThread);
   client.on("reset", (threadId) => threadId === app.current && chat.reset(threadId));
   client.on("inbox", onInbox);
-  client.on("error", (frame) => frame.code !== "unauthorized" && toast(frame.message || frame.code));
+  client.on("threads", onThreads);
+  client.on("error", (frame) => {
+    if (frame.code === "unauthorized") return;
+    if (frame.thread_id && (frame.code === "not_found" || frame.code === "forbidden")) {
+      // A thread this tab had open, or a link named, that is gone or not this user's.
+      closeThread(frame.thread_id);
+      toast(`Cannot open that conversation: ${frame.message}`);
+      return;
+    }
+    toast(frame.message || frame.code);
+  });
   // The threads open in this tab before a reload: subscribed again from their stored cursors.
   for (const threadId of app.open) subscribe(threadId);
   client.connect();
-  refreshThreads();
-  app.timers.push(setInterval(() => online() && refreshThreads(), THREADS_REFRESH_MS));
+  // The list follows every change as it happens (threads.subscribe), across reconnects.
+  client.subscribeThreads({ archived: app.archivedView }).catch((err) => toast(`Conversations unavailable: ${err.message}`));
+  showLink(app.current);
   app.timers.push(
     setInterval(() => {
       renderConnection(app.client?.status);
@@ -312,6 +332,7 @@ function signOut(message) {
     open: [],
     inboxWanted: false,
     current: null,
+    archivedView: false,
     threads: [],
     outbox: [],
   });
@@ -444,25 +465,10 @@ function saveUi() {
   }
 }
 
-function loadTitles() {
-  try {
-    return JSON.parse(localStorage.getItem(`gw.titles.${app.claims.tenant}`) || "{}");
-  } catch {
-    return {};
-  }
-}
-
-function saveTitles() {
-  try {
-    localStorage.setItem(`gw.titles.${app.claims.tenant}`, JSON.stringify(app.titles));
-  } catch {
-    /* ignore */
-  }
-}
-
 function titleOf(threadId) {
   if (!threadId) return "New chat";
-  const title = loadedState(threadId)?.title || app.titles[threadId];
+  // The gateway's title (the first input unless renamed), as the live list has it.
+  const title = threadMeta(threadId)?.title || loadedState(threadId)?.title;
   return title || `Conversation ${threadId.slice(2, 8)}`;
 }
 
@@ -473,7 +479,6 @@ function onWelcome(welcome) {
   app.me = welcome;
   renderMe();
   subscribeInbox();
-  refreshThreads();
   flushOutbox();
   render({ full: true });
 }
@@ -505,11 +510,6 @@ function loadedState(threadId) {
 
 function onThread(state) {
   const threadId = state.threadId;
-  if (state.title && !app.titles[threadId]) {
-    app.titles[threadId] = state.title;
-    saveTitles();
-    app.threadsVersion += 1;
-  }
   if (state.status !== lastStatus.get(threadId)) {
     lastStatus.set(threadId, state.status);
     app.threadsVersion += 1;
@@ -519,61 +519,17 @@ function onThread(state) {
 const lastStatus = new Map();
 
 function onInbox(approvals) {
-  const known = new Set(app.inbox.approvals.keys());
   app.inbox.replace(approvals);
-  if (approvals.some((a) => !known.has(a.approval_id) && !threadMeta(a.thread_id))) refreshThreads();
+  scheduleRender();
+}
+
+function onThreads(threads) {
+  app.threads = threads;
+  app.threadsVersion += 1;
   scheduleRender();
 }
 
 // -- threads ----------------------------------------------------------------------------------
-
-async function refreshThreads() {
-  if (!app.api) return;
-  try {
-    app.threads = await app.api.threads();
-    app.threadsVersion += 1;
-    scheduleRender();
-    fetchMissingTitles();
-  } catch (err) {
-    if (err.status === 401) tokenRefused(err.message, { http: true });
-  }
-}
-
-let titleFetches = 0;
-const titleQueue = new Set();
-
-function fetchMissingTitles() {
-  for (const thread of app.threads.slice(0, 40)) {
-    if (!app.titles[thread.thread_id] && !loadedState(thread.thread_id)?.title && thread.head_seq > 0) {
-      titleQueue.add(thread.thread_id);
-    }
-  }
-  pumpTitles();
-}
-
-function pumpTitles() {
-  while (titleFetches < 3 && titleQueue.size) {
-    const threadId = titleQueue.values().next().value;
-    titleQueue.delete(threadId);
-    titleFetches += 1;
-    app.api
-      .events(threadId, { afterSeq: 0, limit: 1 })
-      .then((body) => {
-        const first = (body.events || [])[0];
-        if (first?.event === "run.started" && typeof first.data?.input === "string") {
-          app.titles[threadId] = first.data.input;
-          saveTitles();
-          app.threadsVersion += 1;
-          scheduleRender();
-        }
-      })
-      .catch(() => {})
-      .finally(() => {
-        titleFetches -= 1;
-        pumpTitles();
-      });
-  }
-}
 
 function openThread(threadId, { approvalId = null } = {}) {
   closeDrawer();
@@ -591,13 +547,43 @@ function openThread(threadId, { approvalId = null } = {}) {
   }
   if (!watched) subscribe(threadId);
   saveUi();
+  showLink(threadId);
   render({ full: true });
   if (!approvalId) el.input.focus({ preventScroll: true });
 }
 
+/** The thread the address names (#/t/<id>), if any. */
+function linkedThread() {
+  const match = THREAD_LINK.exec(window.location.hash);
+  return match ? match[1] : null;
+}
+
+/**
+ * Put the shown thread in the address, or take it out: a new entry in the history, or with
+ * `replace` the current one (a new chat that has just become its thread).
+ */
+function showLink(threadId, { replace = false } = {}) {
+  if (linkedThread() === threadId) return;
+  const url = window.location.pathname + window.location.search + (threadId ? `#/t/${threadId}` : "");
+  if (replace) window.history.replaceState(null, "", url);
+  else window.history.pushState(null, "", url);
+}
+
+// Back, forward, or an edited address: show what it names.
+window.addEventListener("popstate", () => {
+  if (!app.token) return;
+  const threadId = linkedThread();
+  if (threadId === app.current) return;
+  if (threadId) openThread(threadId);
+  else newChat();
+});
+
 function closeThread(threadId) {
   app.open = app.open.filter((id) => id !== threadId);
-  if (app.current === threadId) app.current = null;
+  if (app.current === threadId) {
+    app.current = null;
+    showLink(null);
+  }
   app.client?.forget(threadId);
   saveUi();
   render({ full: true });
@@ -609,11 +595,86 @@ function newChat() {
   app.scrollToApproval = null;
   chat.reset(null);
   saveUi();
+  showLink(null);
   render({ full: true });
   el.input.focus();
 }
 
 el.newChat.addEventListener("click", newChat);
+
+// -- renaming, archiving, deleting --------------------------------------------------------------
+
+function closeThreadMenu() {
+  el.threadMenu.hidden = true;
+  el.threadActions.setAttribute("aria-expanded", "false");
+}
+
+el.threadActions.addEventListener("click", () => {
+  const open = el.threadMenu.hidden;
+  el.threadMenu.hidden = !open;
+  el.threadActions.setAttribute("aria-expanded", String(open));
+  if (open) el.renameThread.focus();
+});
+
+document.addEventListener("click", (event) => {
+  if (!el.threadMenu.hidden && !event.target.closest("#thread-menu, #thread-actions")) closeThreadMenu();
+});
+
+el.renameThread.addEventListener("click", async () => {
+  closeThreadMenu();
+  const threadId = app.current;
+  if (!threadId) return;
+  const title = window.prompt("Rename this conversation", titleOf(threadId));
+  if (title === null || !title.trim() || title.trim() === titleOf(threadId)) return;
+  try {
+    await app.client.renameThread(threadId, title);
+  } catch (err) {
+    toast(`Could not rename: ${err.message}`);
+  }
+  render();
+});
+
+el.archiveThread.addEventListener("click", async () => {
+  closeThreadMenu();
+  const threadId = app.current;
+  if (!threadId) return;
+  const archived = Boolean(threadMeta(threadId)?.archived);
+  try {
+    await app.client.archiveThread(threadId, !archived);
+    toast(archived ? "Moved back to your conversations." : "Archived. Find it under Archived.");
+    // Out of the list it was opened from, as a mail client's archive does.
+    if (!archived && !app.archivedView) newChat();
+  } catch (err) {
+    toast(`Could not ${archived ? "unarchive" : "archive"}: ${err.message}`);
+  }
+  render({ full: true });
+});
+
+el.deleteThread.addEventListener("click", async () => {
+  closeThreadMenu();
+  const threadId = app.current;
+  if (!threadId) return;
+  if (!window.confirm(`Delete “${titleOf(threadId)}”? The conversation cannot be brought back.`)) return;
+  try {
+    await app.client.deleteThread(threadId);
+    closeThread(threadId);
+    toast("Conversation deleted.");
+  } catch (err) {
+    toast(
+      err.code === "conflict"
+        ? "Stop the answer (or decide its approval) before deleting the conversation."
+        : `Could not delete: ${err.message}`,
+    );
+  }
+});
+
+el.showArchived.addEventListener("click", () => {
+  app.archivedView = !app.archivedView;
+  app.threads = [];
+  app.threadsVersion += 1;
+  app.client?.subscribeThreads({ archived: app.archivedView }).catch((err) => toast(err.message));
+  render();
+});
 
 // -- sending ----------------------------------------------------------------------------------
 
@@ -646,18 +707,12 @@ function sendOutboxItem(item) {
         // The gateway subscribed this connection to the new thread already.
         const threadId = ack.threadId;
         app.open = app.open.filter((id) => id !== threadId).concat(threadId);
-        if (!threadMeta(threadId)) {
-          app.threads.unshift({ thread_id: threadId, owner: userName(), created_at: new Date().toISOString(), head_seq: 0 });
-        }
-        app.titles[threadId] = item.text;
-        saveTitles();
-        app.threadsVersion += 1;
         if (app.current === null) {
           app.current = threadId;
           chat.reset(threadId);
+          showLink(threadId, { replace: true });
         }
         saveUi();
-        refreshThreads();
       }
       render();
     })
@@ -706,7 +761,7 @@ el.cancel.addEventListener("click", () => {
   // Stops the run; the connection and the thread stay.
   app.client
     .cancel(runId)
-    .catch((err) => toast(`Could not cancel: ${err.message}`))
+    .catch((err) => toast(`Could not stop: ${err.message}`))
     .finally(() => {
       app.cancelling = false;
       render();
@@ -786,8 +841,12 @@ function render({ full = false } = {}) {
   const activeRun = state?.activeRunId;
   el.cancel.hidden = !(activeRun && canCompose(app.current));
   el.cancel.disabled = app.cancelling || !online();
-  setText(el.cancel, app.cancelling ? "Cancelling…" : "Cancel run");
+  setText(el.cancel, app.cancelling ? "Stopping…" : "Stop");
   el.regenerate.hidden = !(state?.runId && !activeRun && canCompose(app.current));
+  // Renaming, archiving and deleting: the owner's or an admin's, as for sending.
+  el.threadActions.hidden = !(app.current && canCompose(app.current));
+  if (el.threadActions.hidden) closeThreadMenu();
+  setText(el.archiveThread, threadMeta(app.current)?.archived ? "Unarchive" : "Archive");
   el.regenerate.disabled = Boolean(app.regenerating) || !online();
 
   // Conversation
@@ -897,13 +956,20 @@ function renderThreads() {
   const known = new Set(app.threads.map((t) => t.thread_id));
   const rows = [...app.threads];
   // A thread opened from the inbox may not be in the first page of the list yet.
-  if (app.current && !known.has(app.current)) rows.unshift({ thread_id: app.current, owner: "", created_at: "" });
+  if (app.current && !known.has(app.current) && !app.archivedView) rows.unshift({ thread_id: app.current, owner: "", created_at: "" });
   el.threadsEmpty.hidden = rows.length > 0;
+  setText(el.threadsEmpty, app.archivedView ? "No archived conversations." : "No conversations yet.");
+  setText(el.threadsTitle, app.archivedView ? "Archived" : "Conversations");
+  setText(el.showArchived, app.archivedView ? "Back" : "Archived");
+  el.showArchived.setAttribute("aria-pressed", String(app.archivedView));
   for (const thread of rows) {
     const state = loadedState(thread.thread_id);
-    const status = state && state.seq > 0 ? state.status : null;
+    // The live list's status; a thread this page watches knows its own sooner.
+    const status = state && state.seq > 0 ? state.status : thread.status || null;
     const owner = thread.owner && thread.owner !== userName() ? thread.owner : null;
-    const sub = [owner, thread.created_at ? relativeTime(thread.created_at) : ""].filter(Boolean).join(" · ");
+    const when = thread.last_activity_at || thread.created_at;
+    const waiting = thread.pending_approvals || 0;
+    const sub = [owner, when ? relativeTime(when) : ""].filter(Boolean).join(" · ");
     const button = h(
       "button",
       {
@@ -919,6 +985,13 @@ function renderThreads() {
         { class: "thread-sub" },
         status ? h("span", { class: `dot status-${status}`, title: status }) : null,
         sub,
+        waiting
+          ? h(
+              "span",
+              { class: "thread-waiting", dataset: { testid: "thread-waiting" } },
+              waiting === 1 ? "1 approval waiting" : `${waiting} approvals waiting`,
+            )
+          : null,
       ),
     );
     el.threadList.append(h("li", {}, button));
@@ -1008,11 +1081,10 @@ el.menu.addEventListener("click", () => {
 });
 el.scrim.addEventListener("click", closeDrawer);
 document.addEventListener("keydown", (event) => {
-  if (event.key === "Escape") closeDrawer();
-});
-
-document.addEventListener("visibilitychange", () => {
-  if (document.visibilityState !== "hidden" && online()) refreshThreads();
+  if (event.key === "Escape") {
+    closeDrawer();
+    closeThreadMenu();
+  }
 });
 
 // -- test and debugging hook --------------------------------------------------------------------
