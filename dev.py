@@ -4,14 +4,21 @@
     python3 dev.py serve [flags]   create .venv if needed, then serve the demo gateway
                                    (with Node.js and npm present, it first builds the useChat
                                    example app it serves at /examples/ai-sdk/)
-    python3 dev.py test [args]     create .venv if needed, then run the whole test suite
+    python3 dev.py test [args]     create .venv if needed, then run the whole test suite on
+                                   several workers (pytest-xdist; GATEWAY_TEST_WORKERS, or -n N,
+                                   sets how many; a file or a single test runs in one process)
                                    (with Node.js and npm present, it first installs the
                                    JavaScript client's dev dependencies, so its tests run too;
                                    not for a selection without JavaScript tests, e.g. tests/unit)
+    python3 dev.py test --fast     the fast loop: unit and contract tests on SQLite, in one
+                                   process, under a minute
+    python3 dev.py test --newest   the whole suite in .venv-newest, against the newest versions
+                                   pyproject.toml's ranges allow (the lockfile ignored)
     python3 dev.py lint            ruff (lint + format check) and the layer rules (import-linter)
+    python3 dev.py lock            pin every dependency anew in requirements.lock (uv)
 
-The virtual environment is rebuilt when pyproject.toml changes, so the two quick-start
-commands keep working from a fresh clone and after every pull.
+The virtual environment is rebuilt when pyproject.toml or requirements.lock changes, so the two
+quick-start commands keep working from a fresh clone and after every pull.
 """
 
 from __future__ import annotations
@@ -29,6 +36,17 @@ VENV = Path(os.environ.get("GATEWAY_VENV", ROOT / ".venv"))
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 STAMP = VENV / ".installed"
+# The versions CI installs: every dependency of the project and of its tests pinned, as a pip
+# constraints file (`dev.py lock` writes it; tests/unit/test_lockfile.py checks it is current).
+LOCK = ROOT / "requirements.lock"
+LOCKED_EXTRAS = ("test", "postgres", "redis", "otel")
+# `dev.py test --newest`: a virtual environment of its own, upgraded on every run.
+NEWEST_VENV = ROOT / ".venv-newest"
+# Workers for the whole suite. Most tests wait on timers and subprocesses rather than the CPU,
+# so more workers than cores pay: on a 2-core machine 4 measured fastest (CONTRIBUTING.md).
+WORKERS = os.environ.get("GATEWAY_TEST_WORKERS", "4")
+# The fast loop: no server, no service but SQLite files.
+FAST = ("-m", "(unit or contract) and not postgres and not redis", "-n", "0")
 # The useChat example app, which the demo gateway serves from its dist/ at /examples/ai-sdk/,
 # and the files its build reads: a change to any of them rebuilds it.
 EXAMPLE = ROOT / "client_demo" / "examples" / "ai-sdk"
@@ -47,22 +65,55 @@ JS_TESTS = (
 
 
 def fingerprint() -> str:
-    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
+    if LOCK.exists():
+        digest.update(LOCK.read_bytes())
+    return digest.hexdigest()
 
 
-def ensure_venv() -> None:
+def python_of(venv_dir: Path) -> Path:
+    return venv_dir / ("Scripts" if os.name == "nt" else "bin") / PYTHON.name
+
+
+def ensure_venv(venv_dir: Path = VENV, *, newest: bool = False) -> Path:
+    """The virtual environment's Python, with the project and its test dependencies installed:
+    at the lockfile's versions (a constraints file, so a dependency added to pyproject.toml
+    and not yet locked still installs), or with `newest` the newest its ranges allow."""
     if sys.version_info < (3, 11):  # noqa: UP036 (this file runs before any venv exists)
         sys.exit(f"Python 3.11+ is required (this is {sys.version.split()[0]})")
-    if STAMP.exists() and STAMP.read_text() == fingerprint() and PYTHON.exists():
-        return
-    if not PYTHON.exists():
-        print(f"creating virtual environment in {VENV}", flush=True)
-        venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
+    python = python_of(venv_dir)
+    stamp = venv_dir / ".installed"
+    if not newest and stamp.exists() and stamp.read_text() == fingerprint() and python.exists():
+        return python
+    if not python.exists():
+        print(f"creating virtual environment in {venv_dir}", flush=True)
+        venv.EnvBuilder(with_pip=True, clear=True).create(venv_dir)
     print("installing the project and its test dependencies", flush=True)
-    pip = [str(PYTHON), "-m", "pip", "--disable-pip-version-check", "-q"]
+    pip = [str(python), "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "install", "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "install", "-e", f"{ROOT}[test]"], check=True)
-    STAMP.write_text(fingerprint())
+    project = f"{ROOT}[{','.join(LOCKED_EXTRAS)}]"
+    if newest:
+        upgrade = ["--upgrade", "--upgrade-strategy", "eager"]
+        subprocess.run([*pip, "install", *upgrade, "-e", project], check=True)
+        subprocess.run([*pip, "list", "--format=freeze"], check=True)
+        return python
+    constraints = ["--constraint", str(LOCK)] if LOCK.exists() else []
+    subprocess.run([*pip, "install", *constraints, "-e", project], check=True)
+    stamp.write_text(fingerprint())
+    return python
+
+
+def lock() -> int:
+    """Resolve every dependency of the project and its extras anew with uv (installed into
+    the virtual environment on first use) into requirements.lock, for any platform."""
+    uv = [str(PYTHON), "-m", "uv"]
+    if subprocess.call([*uv, "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+        pip = [str(PYTHON), "-m", "pip", "--disable-pip-version-check", "-q"]
+        subprocess.run([*pip, "install", "uv"], check=True)
+    extras = [arg for extra in LOCKED_EXTRAS for arg in ("--extra", extra)]
+    compile_ = ["pip", "compile", "pyproject.toml", *extras, "--universal"]
+    target = ["--python-version", "3.11", "--no-header", "--quiet", "-o", LOCK.name]
+    return subprocess.call([*uv, *compile_, *target], cwd=ROOT)
 
 
 def lock_digest(package: Path) -> str:
@@ -126,8 +177,8 @@ def ensure_example() -> None:
         )
 
 
-def run(*args: str) -> int:
-    return subprocess.call([str(PYTHON), *args], cwd=ROOT)
+def run(*args: str, python: Path = PYTHON) -> int:
+    return subprocess.call([str(python), *args], cwd=ROOT)
 
 
 def become(*args: str) -> int:
@@ -144,7 +195,9 @@ def become(*args: str) -> int:
 def needs_js(args: list[str]) -> bool:
     """Whether the tests `args` select use the JavaScript packages: the whole suite, or a
     path inside a directory or file that runs Node.js or the example app."""
+    # Only what names a file or folder: not an option's value (`-p no:cacheprovider`, `-k x`).
     paths = [arg.split("::")[0] for arg in args if not arg.startswith("-")]
+    paths = [path for path in paths if (ROOT / path).exists()]
     if not paths:
         return True
     return any(
@@ -155,28 +208,56 @@ def needs_js(args: list[str]) -> bool:
     )
 
 
+def parallel(args: list[str]) -> list[str]:
+    """The workers to add to pytest's arguments: none when the arguments choose (-n, -p
+    no:xdist, a debugger) or name only files or single tests, which one process runs sooner
+    than workers start."""
+    chosen = {"-n", "--numprocesses", "no:xdist", "--pdb", "--trace", "-s"}
+    if any(arg in chosen or arg.startswith(("-n", "--numprocesses=")) for arg in args):
+        return []
+    selected = [arg for arg in args if not arg.startswith("-")]
+    if selected and all((ROOT / arg.split("::")[0]).is_file() for arg in selected):
+        return []
+    # loadgroup: tests marked xdist_group run on one worker, the rest wherever one is free.
+    return ["-n", WORKERS, "--dist", "loadgroup"]
+
+
+def test(args: list[str]) -> int:
+    newest = "--newest" in args
+    args = [arg for arg in args if arg != "--newest"]
+    python = ensure_venv(NEWEST_VENV, newest=True) if newest else ensure_venv()
+    if "--fast" in args:
+        args = [*FAST, *(arg for arg in args if arg != "--fast")]
+    elif needs_js(args):
+        ensure_js_packages()
+        ensure_example()
+    return run("-m", "pytest", *parallel(args), *args, python=python)
+
+
+def lint() -> int:
+    folders = ("gateway", "persistence", "client_demo", "tests", "bench")
+    status = run("-m", "ruff", "check", *folders)
+    status |= run("-m", "ruff", "format", "--check", *folders)
+    # The layer rules: pyproject.toml [tool.importlinter].
+    status |= subprocess.call([str(BIN / "lint-imports"), "--no-cache"], cwd=ROOT)
+    return status
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"serve", "test", "lint"}:
+    if not argv or argv[0] not in {"serve", "test", "lint", "lock"}:
         print(__doc__)
         return 2
     command, rest = argv[0], argv[1:]
+    if command == "test":
+        return test(rest)
     ensure_venv()
     if command == "serve":
         ensure_js_packages((EXAMPLE,))
         ensure_example()
         return become("-m", "gateway", "serve", *rest)
-    if command == "test":
-        if needs_js(rest):
-            ensure_js_packages()
-            ensure_example()
-        return run("-m", "pytest", *rest)
-    status = run("-m", "ruff", "check", "gateway", "persistence", "client_demo", "tests", "bench")
-    status |= run(
-        "-m", "ruff", "format", "--check", "gateway", "persistence", "client_demo", "tests", "bench"
-    )
-    # The layer rules: pyproject.toml [tool.importlinter].
-    status |= subprocess.call([str(BIN / "lint-imports"), "--no-cache"], cwd=ROOT)
-    return status
+    if command == "lock":
+        return lock()
+    return lint()
 
 
 if __name__ == "__main__":

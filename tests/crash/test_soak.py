@@ -18,7 +18,8 @@ reconnects; each approved `charge` has exactly one ledger row and ran at most on
 once unless a kill fell between the side effect and its ledger record, which the ledger reports
 as `reconcile` by design); no thread has two `tool.output` events for one call_id.
 
-The randomness is seeded (timing is not), the number of kills, runs and steps is bounded and
+The randomness is seeded (timing is not; GATEWAY_TEST_SEED=random draws another seed, printed
+first, and GATEWAY_TEST_SEED=<n> replays it), the number of kills, runs and steps is bounded and
 every wait has a timeout, so the test always stops by itself.
 
 Part of the default run (about 2.5 and 2 min). On its own, with a summary line of what happened:
@@ -58,9 +59,10 @@ from tests.support.crash import (
 from tests.support.gateway import GatewayProcess, spawn_gateway
 from tests.support.postgres import postgres_database
 from tests.support.redis import bus_prefix, require_redis
+from tests.support.seeds import replay_hint, run_seed
 from tests.support.storage import rows
 
-SEED = 20261129
+SEED = run_seed()  # fixed unless GATEWAY_TEST_SEED says otherwise (tests/support/seeds.py)
 CRASHES = 30
 LANES = 5
 MAX_RUNS_PER_LANE = 10
@@ -559,6 +561,8 @@ async def test_soak_kill9_across_three_processes(tmp_path: Path) -> None:
 async def soak(
     tmp_path: Path, database: str, *, slots: int, env: dict[str, str] | None = None
 ) -> None:
+    # Printed first, so a soak that fails says which seed to replay it with.
+    print(f"\n[soak] {replay_hint()}")
     rng = random.Random(SEED)
     effects = tmp_path / "effects.jsonl"
     gateway_env = {

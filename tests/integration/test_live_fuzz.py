@@ -40,9 +40,10 @@ from gateway.protocol.frames import MAX_ID_CHARS, ProtocolError, parse_client_fr
 from tests.support.client import Client
 from tests.support.frame_fuzz import FrameFuzzer, Fuzzed
 from tests.support.gateway import TEST_SECRET, GatewayProcess, spawn_gateway
+from tests.support.seeds import replay_hint, run_seed
 from tests.support.specs import Spec, asyncapi, openapi
 
-SEED = 20261129
+SEED = run_seed()  # fixed unless GATEWAY_TEST_SEED says otherwise (tests/support/seeds.py)
 TOTAL_FRAMES = 5000
 WORKERS = 4
 FRAMES_PER_CONNECTION = (20, 120)
@@ -347,6 +348,7 @@ async def well_behaved_client(gw: GatewayProcess, verifier: TokenVerifier) -> No
 
 
 async def test_gateway_survives_thousands_of_hostile_frames(tmp_path: Path) -> None:
+    print(f"[live fuzz] {replay_hint()}")
     gw = spawn_gateway(tmp_path, env=GATEWAY_ENV)
     verifier = TokenVerifier(TEST_SECRET)
     tokens = [

@@ -26,8 +26,9 @@ from gateway.auth.access import TokenVerifier
 from gateway.specs.openapi import openapi_document
 from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, GatewayProcess, spawn_gateway
+from tests.support.seeds import run_seed
 
-SEED = 20261129
+SEED = run_seed()  # fixed unless GATEWAY_TEST_SEED says otherwise (tests/support/seeds.py)
 MAX_EXAMPLES = 25
 TENANT = "acme"
 # Issued now, valid for an hour: schemathesis must know the credentials when it loads the

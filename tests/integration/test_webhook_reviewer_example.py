@@ -12,8 +12,9 @@ from typing import Any
 
 import httpx
 
-from tests.integration.test_webhooks import FAST, REFUND, SECRET, free_port, start_run
+from tests.integration.test_webhooks import FAST, REFUND, SECRET, start_run
 from tests.support.gateway import ROOT
+from tests.support.ports import free_port
 
 
 async def listening(port: int, timeout: float = 20) -> None:

@@ -109,12 +109,6 @@ class Receiver:
         return self.of_type(type_)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextlib.asynccontextmanager
 async def serving(receiver: Receiver, port: int = 0) -> AsyncIterator[Receiver]:
     listener = socket.socket()

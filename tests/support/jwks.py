@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +16,8 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from tests.support.ports import free_port
 
 
 @dataclass
@@ -132,8 +133,6 @@ def serve_jwks(document: object) -> Iterator[JwksServer]:
 
 
 def closed_port_url() -> str:
-    """A loopback URL nothing listens on: the port was just free."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}/jwks.json"
+    """A loopback URL nothing listens on: a port of the worker's own block that was just free
+    (tests/support/ports.py), which no other worker's server takes meanwhile."""
+    return f"http://127.0.0.1:{free_port()}/jwks.json"

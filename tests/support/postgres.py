@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from sqlalchemy.engine import make_url
 
 from tests.conftest import require_service
+from tests.support.workers import worker_id
 
 SERVER_URL = os.environ.get(
     "GATEWAY_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -33,12 +34,14 @@ def require_postgres() -> None:
 
 @asynccontextmanager
 async def postgres_database(prefix: str = "gw_test") -> AsyncIterator[str]:
-    """The URL of a new, empty database; dropped (connections and all) afterwards."""
+    """The URL of a new, empty database; dropped (connections and all) afterwards. Its name
+    carries the worker's (tests/support/workers.py), so workers never meet in one, and a
+    database left by a killed run says whose it was."""
     require_postgres()
     import asyncpg
 
     admin = make_url(SERVER_URL)
-    name = f"{prefix}_{secrets.token_hex(6)}"
+    name = f"{prefix}_{worker_id()}_{secrets.token_hex(6)}"
     dsn = admin.set(drivername="postgresql").render_as_string(hide_password=False)
     conn = await asyncpg.connect(dsn)
     try:

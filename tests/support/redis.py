@@ -20,6 +20,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests.conftest import REQUIRE_SERVICES, require_service
+from tests.support.ports import free_port
+from tests.support.workers import worker_id
 
 SERVER_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -31,13 +33,9 @@ def require_redis() -> str:
 
 
 def bus_prefix() -> str:
-    return f"gwtest-{secrets.token_hex(6)}"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A prefix of the test's own: its worker's name keeps workers apart however the random
+    part falls, and says whose keys a leftover is."""
+    return f"gwtest-{worker_id()}-{secrets.token_hex(6)}"
 
 
 class RedisServer:

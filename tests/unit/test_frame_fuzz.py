@@ -5,17 +5,18 @@ documented code (`bad_request`, or `too_large` for an over-long `input`), the ri
 bounded message that echoes no long client text, and an error frame that matches the AsyncAPI
 document. Valid frames round-trip, and the parser and the published schemas agree.
 
-Derandomized with no example database, so CI runs the same examples every time.
+Derandomized with no example database, so CI runs the same examples every time (unless
+GATEWAY_TEST_SEED asks for another seed: tests/support/seeds.py).
 """
 
 from __future__ import annotations
 
 import json
 import string
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 
 from gateway.protocol import frames as protocol
@@ -28,15 +29,25 @@ from gateway.protocol.frames import (
     peek,
 )
 from gateway.specs.asyncapi import client_frame_models
+from tests.support.seeds import is_default, run_seed
 from tests.support.specs import Spec, asyncapi
 
-FUZZ = settings(
+T = TypeVar("T")
+SETTINGS = settings(
     max_examples=150,
-    derandomize=True,
+    derandomize=is_default(),
     database=None,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+
+
+def fuzz(test: T) -> T:
+    """The fuzz settings, derandomized; with another GATEWAY_TEST_SEED (tests/support/seeds.py),
+    that seed instead."""
+    return SETTINGS(test if is_default() else seed(run_seed())(test))
+
+
 PARSER_CODES = {ErrorCode.BAD_REQUEST, ErrorCode.TOO_LARGE}
 # Long enough that finding it in an error message means the message echoed client text.
 ECHO_PROBE_CHARS = 48
@@ -261,7 +272,7 @@ def refusal_the_schema_cannot_express(obj: dict[str, Any], exc: ProtocolError) -
 # --- properties ---------------------------------------------------------------------------
 
 
-@FUZZ
+@fuzz
 @given(json_values)
 @example(None)
 @example({"type": "hello"})
@@ -275,7 +286,7 @@ def test_any_json_value_is_a_frame_or_a_coded_refusal(value: Any) -> None:
         check_accepted(value, outcome)
 
 
-@FUZZ
+@fuzz
 @given(st.text() | st.binary())
 @example(b"\xff")
 @example(b'{"type": "ping"}\xc3')
@@ -290,7 +301,7 @@ def test_arbitrary_text_and_bytes_are_refused_with_bad_request(raw: str | bytes)
         check_accepted(orjson.loads(raw), outcome)
 
 
-@FUZZ
+@fuzz
 @given(valid_frames, st.booleans())
 def test_valid_frames_parse_and_round_trip(obj: dict[str, Any], as_bytes: bool) -> None:
     raw = json.dumps(obj)
@@ -300,7 +311,7 @@ def test_valid_frames_parse_and_round_trip(obj: dict[str, Any], as_bytes: bool) 
     assert again == frame
 
 
-@FUZZ
+@fuzz
 @given(mutated_frames())
 def test_mutated_frames_are_frames_or_coded_refusals(raw: str | bytes) -> None:
     outcome = parse_or_refusal(raw)
@@ -314,7 +325,7 @@ def test_mutated_frames_are_frames_or_coded_refusals(raw: str | bytes) -> None:
             assert refusal_the_schema_cannot_express(obj, outcome), (obj, outcome.message)
 
 
-@FUZZ
+@fuzz
 @given(
     st.text(alphabet=string.printable + "é\u2028\x00", max_size=200) | json_values.map(json.dumps)
 )
