@@ -16,12 +16,19 @@ import pytest
 from gateway.agents.demo.assistant import refund_text
 from gateway.auth.access import TokenVerifier
 from tests.support.client import Client
-from tests.support.containers import Container, image_size_bytes, podman, run_container, run_once
+from tests.support.containers import (
+    DEPLOY_TEST_TIMEOUT_S,
+    Container,
+    image_size_bytes,
+    podman,
+    run_container,
+    run_once,
+)
 from tests.support.gateway import TEST_SECRET
 from tests.support.postgres import postgres_database
 from tests.support.redis import bus_prefix, free_port, require_redis
 
-pytestmark = pytest.mark.deploy
+pytestmark = [pytest.mark.deploy, pytest.mark.timeout(DEPLOY_TEST_TIMEOUT_S)]
 
 TOKENS = TokenVerifier(TEST_SECRET)
 STORY = "tell me a story"

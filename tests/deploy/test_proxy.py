@@ -21,14 +21,21 @@ import httpx
 import pytest
 
 from tests.support.client import Client
-from tests.support.containers import ROOT, Container, missing, run_container, run_once
+from tests.support.containers import (
+    DEPLOY_TEST_TIMEOUT_S,
+    ROOT,
+    Container,
+    missing,
+    run_container,
+    run_once,
+)
 from tests.support.gateway import TEST_SECRET
 from tests.support.postgres import postgres_database
 from tests.support.redis import bus_prefix, free_port, require_redis
 
 from .test_image import STORY, finished, token
 
-pytestmark = pytest.mark.deploy
+pytestmark = [pytest.mark.deploy, pytest.mark.timeout(DEPLOY_TEST_TIMEOUT_S)]
 
 NGINX_DIR = ROOT / "deploy" / "nginx"
 ACCEPTED = '"WebSocket /v1/ws" [accepted]'

@@ -43,6 +43,9 @@ BASE_TRIM = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "us
 # pip's configuration (an intercepting proxy's CA reaches pip in the build this way).
 BUILD_MOUNTS = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pip.conf")
 BUILD_TIMEOUT_S = 900.0
+# A deploy test's limit (pytest-timeout), its share of the session's image build included: the
+# first test on a machine makes the base and builds the image, on a loaded machine slowly.
+DEPLOY_TEST_TIMEOUT_S = 2 * BUILD_TIMEOUT_S + 300
 
 
 def missing(message: str) -> None:
