@@ -26,10 +26,11 @@ from gateway.auth.access import (
 )
 from gateway.auth.audit_trail import DENIAL_CODES, AuditQuery, Transport
 from gateway.event_log.logged_event import LoggedEvent
-from gateway.protocol.error_codes import ERRORS, GatewayError, storage_unavailable
+from gateway.protocol.error_codes import ERRORS, GatewayError
 from gateway.protocol.frames import MAX_ID_CHARS, MAX_REASON_CHARS, ErrorCode, utc_ts
 from gateway.resources import Services
 from gateway.storage.health import StorageUnavailable
+from gateway.transport.client_errors import INTERNAL, client_error
 from gateway.transport.json_body import ClientGone, read_json_body
 
 log = logging.getLogger(__name__)
@@ -66,11 +67,11 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         services: Services = request.app.state.services
         try:
             return await handler(request, services)
-        except GatewayError as exc:
-            _note_denial(request, services, exc)
-            return error_response(exc)
-        except StorageUnavailable:
-            return error_response(storage_unavailable())
+        except (GatewayError, StorageUnavailable) as exc:
+            error = client_error(exc)
+            assert error is not None
+            _note_denial(request, services, error)
+            return error_response(error)
         except ClientGone:
             # The client's doing, and nothing was changed: no traceback, no ERROR to page on.
             log.info(
@@ -81,7 +82,7 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             return Response(status_code=ERRORS[ErrorCode.BAD_REQUEST].http_status)
         except Exception:
             log.error("%s %s failed", request.method, request.url.path, exc_info=True)
-            return error_response(GatewayError(ErrorCode.INTERNAL, "internal error"))
+            return error_response(INTERNAL)
 
     return wrapped
 
@@ -229,6 +230,13 @@ async def dev_token(request: Request, services: Services) -> Response:
     return JSONBody({"token": token})
 
 
+async def dev_token_available(request: Request) -> Response:
+    """Whether `POST /v1/dev/token` hands out tokens here: a sign-in page asks this instead of
+    trying the endpoint, which answers a try with an error either way."""
+    services: Services = request.app.state.services
+    return JSONBody({"available": services.settings.dev_mode})
+
+
 # -- reviewer API -----------------------------------------------------------------------------
 
 
@@ -373,6 +381,7 @@ def routes() -> list[Route]:
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/v1/dev/token", dev_token, methods=["POST"]),
+        Route("/v1/dev/token", dev_token_available, methods=["GET"]),
         Route("/v1/approvals", list_approvals, methods=["GET"]),
         Route("/v1/approvals/{approval_id}/decision", decide, methods=["POST"]),
         Route("/v1/threads/{thread_id}/events", thread_events, methods=["GET"]),

@@ -14,11 +14,11 @@ from typing import Any
 from gateway.auth.access import Principal
 from gateway.auth.audit_trail import DENIAL_CODES, Transport
 from gateway.protocol import frames as protocol
-from gateway.protocol.error_codes import GatewayError, storage_unavailable
+from gateway.protocol.error_codes import GatewayError
 from gateway.protocol.frames import ErrorCode, ProtocolError
 from gateway.resources import Services
 from gateway.run_lifecycle.manager import Started
-from gateway.storage.health import StorageUnavailable
+from gateway.transport.client_errors import INTERNAL, client_error
 from gateway.transport.ws_watches import Outlet, Watches
 
 log = logging.getLogger(__name__)
@@ -162,18 +162,15 @@ class ClientRequests:
     ) -> dict[str, Any]:
         """The error frame answering a request that failed with `exc`."""
         ref: str | None = frame.id if frame is not None else None
-        match exc:
-            case ProtocolError():
-                return exc.to_frame()
-            case GatewayError():
-                self._note_denial(principal, frame, exc)
-                reply = protocol.error_frame(ref, exc.code, exc.message)  # type: ignore[arg-type]
-                return reply | exc.fields
-            case StorageUnavailable():
-                outage = storage_unavailable()
-                return protocol.error_frame(ref, outage.code, outage.message)
-        log.error("frame handling failed", exc_info=exc)
-        return protocol.error_frame(ref, ErrorCode.INTERNAL, "internal error")
+        if isinstance(exc, ProtocolError):
+            return exc.to_frame()
+        error = client_error(exc)
+        if error is None:
+            log.error("frame handling failed", exc_info=exc)
+            error = INTERNAL
+        self._note_denial(principal, frame, error)
+        reply = protocol.error_frame(ref, error.code, error.message)  # type: ignore[arg-type]
+        return reply | error.fields
 
     def _note_denial(self, principal: Principal | None, frame: Any, exc: GatewayError) -> None:
         """Audit a `forbidden` / `not_found` answer to an authenticated caller's frame."""

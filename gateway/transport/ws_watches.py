@@ -23,6 +23,7 @@ from gateway.resources import Services
 from gateway.run_lifecycle.manager import ThreadRecord
 from gateway.run_lifecycle.sensitive_arguments import frame_for
 from gateway.storage.health import StorageUnavailable, log_failure
+from gateway.transport.client_errors import client_error
 
 log = logging.getLogger(__name__)
 
@@ -186,16 +187,16 @@ class Watches:
             try:
                 await self._services.runs.authorize_subscribe(principal, thread_id)
                 continue
-            except GatewayError as exc:
-                code, message = exc.code, exc.message
-            except StorageUnavailable:
-                # Fail closed: access that cannot be confirmed is not kept.
-                code, message = ErrorCode.UNAVAILABLE, "storage is unavailable; subscribe again"
+            except (GatewayError, StorageUnavailable) as exc:
+                # Fail closed: access that cannot be confirmed (storage is down) is not kept.
+                error = client_error(exc)
+                assert error is not None
             self.unsubscribe(thread_id)
+            retry = "; subscribe again" if error.code == ErrorCode.UNAVAILABLE else ""
             refusal = protocol.error_frame(
                 None,
-                code,  # type: ignore[arg-type]
-                f"subscription ended: {message}",
+                error.code,  # type: ignore[arg-type]
+                f"subscription ended: {error.message}{retry}",
             )
             await outlet.send_or_queue(refusal | {"thread_id": thread_id})
 

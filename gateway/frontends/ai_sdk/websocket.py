@@ -34,6 +34,7 @@ from gateway.protocol.error_codes import GatewayError
 from gateway.protocol.frames import ErrorCode
 from gateway.resources import Services
 from gateway.storage.health import StorageUnavailable
+from gateway.transport.client_errors import client_error
 from gateway.transport.origin import origin_allowed
 
 log = logging.getLogger(__name__)
@@ -206,11 +207,10 @@ class _Session:
                     return
                 response = found
                 await self._send({"type": "start", "requestId": request_id})
-        except GatewayError as exc:
-            await self._error(request_id, f"{exc.code}: {exc.message}")
-            return
-        except StorageUnavailable:
-            await self._error(request_id, "unavailable: storage unavailable, try again")
+        except (GatewayError, StorageUnavailable) as exc:
+            error = client_error(exc)
+            assert error is not None
+            await self._error(request_id, f"{error.code}: {error.message}")
             return
         sequence = 0
         async for batch in responses.paced(services, principal, response.chunks):
