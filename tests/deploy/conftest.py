@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -14,13 +16,19 @@ from tests.support.containers import (
     require_podman,
 )
 
+# Test processes running side by side (pytest-xdist) take turns: the first makes the base and
+# builds, the others then find the base and every layer cached.
+BUILD_LOCK = Path("/var/tmp/agents-ws-gateway-image.lock")
+
 
 @pytest.fixture(scope="session")
 def image() -> str:
     """The image, built from the working tree on the local Debian base."""
     require_podman()
-    ensure_base_image()
-    build_image()
+    with BUILD_LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ensure_base_image()
+        build_image()
     return IMAGE
 
 
