@@ -28,7 +28,12 @@ from tests.support.gateway import TEST_SECRET
 from tests.support.postgres import postgres_database
 from tests.support.redis import bus_prefix, free_port, require_redis
 
-pytestmark = [pytest.mark.deploy, pytest.mark.timeout(DEPLOY_TEST_TIMEOUT_S)]
+# One worker runs the tests that need the image (dev.py's --dist loadgroup): one build.
+pytestmark = [
+    pytest.mark.deploy,
+    pytest.mark.timeout(DEPLOY_TEST_TIMEOUT_S),
+    pytest.mark.xdist_group("deploy-image"),
+]
 
 TOKENS = TokenVerifier(TEST_SECRET)
 STORY = "tell me a story"

@@ -35,7 +35,12 @@ from tests.support.redis import bus_prefix, free_port, require_redis
 
 from .test_image import STORY, finished, token
 
-pytestmark = [pytest.mark.deploy, pytest.mark.timeout(DEPLOY_TEST_TIMEOUT_S)]
+# One worker runs the tests that need the image (dev.py's --dist loadgroup): one build.
+pytestmark = [
+    pytest.mark.deploy,
+    pytest.mark.timeout(DEPLOY_TEST_TIMEOUT_S),
+    pytest.mark.xdist_group("deploy-image"),
+]
 
 NGINX_DIR = ROOT / "deploy" / "nginx"
 ACCEPTED = '"WebSocket /v1/ws" [accepted]'
