@@ -44,8 +44,8 @@ async def commit_loop(commits: int, rounds: int) -> list[float]:
     """Seconds per commit, the median of each round."""
     from gateway.event_log.bus import EventBus
     from gateway.event_log.writer import EventLog
+    from persistence.backends import open_store
     from persistence.schema import migrate
-    from persistence.store import open_store
     from persistence.threads import ThreadRepository
 
     medians: list[float] = []

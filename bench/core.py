@@ -187,9 +187,9 @@ async def durable_sdk(database: str) -> AsyncIterator[DurableSdk]:
     """A migrated database with a `GatewaySession` template and a running event log."""
     from gateway.event_log.bus import EventBus
     from gateway.event_log.writer import EventLog
+    from persistence.backends import open_store
     from persistence.schema import migrate
     from persistence.sessions import GatewaySession
-    from persistence.store import open_store
 
     store = open_store(database)
     try:

@@ -82,10 +82,10 @@ async def lags_from_ts(
 
 async def build_long_run(database: str, count: int) -> str:
     """A thread with one finished run of `count` events: the story's deltas, over and over."""
+    from persistence.backends import open_store
     from persistence.events import NewEvent, append_in
     from persistence.ids import new_id
     from persistence.schema import migrate
-    from persistence.store import open_store
     from persistence.threads import ThreadRepository
 
     story = await story_events()

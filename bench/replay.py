@@ -55,10 +55,10 @@ TARGET_EVENTS_PER_S = 50_000
 
 async def build_thread(database: str, count: int) -> tuple[str, list[tuple[str, str]]]:
     """A thread with `count` events; returns its id and every (type, data JSON) in order."""
+    from persistence.backends import open_store
     from persistence.events import NewEvent, append_in
     from persistence.ids import new_id
     from persistence.schema import migrate
-    from persistence.store import open_store
     from persistence.threads import ThreadRepository
 
     story = await story_events()

@@ -105,7 +105,7 @@ def migrate(settings: Settings, *, current: bool = False, downgrade: str | None 
     the schema is behind, so a deployment script can tell); or take it back. Each says what
     it found and what it did."""
     from persistence import schema
-    from persistence.store import open_store
+    from persistence.backends import open_store
 
     backend = settings.database_url.split("://")[0]
 
@@ -143,7 +143,7 @@ def require_schema(settings: Settings) -> None:
     off: nothing is migrated)."""
     from gateway.server.config import STARTUP_FAILURE
     from persistence import schema
-    from persistence.store import open_store
+    from persistence.backends import open_store
 
     async def check() -> None:
         store = open_store(settings.database_url)

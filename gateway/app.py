@@ -69,9 +69,10 @@ from gateway.transport.sse import inbox_stream, thread_stream
 from gateway.transport.static_files import demo_app, demo_fallback
 from gateway.transport.thread_list_feed import routes as thread_feed_routes
 from gateway.transport.ws_endpoint import GatewaySocket
+from persistence.backends import open_store
 from persistence.instances import InstanceInUse
 from persistence.schema import migrate, require_current
-from persistence.store import DatabaseConfigError, Store, open_store
+from persistence.store import DatabaseConfigError, Store
 from persistence.threads import ThreadRepository
 from persistence.webhooks import WebhookPlan
 

@@ -4,7 +4,7 @@ Every repository operation is a plain function of a SQLAlchemy `Connection`, wri
 Core statements (`*_in` in the repositories). A `Store` runs such a function as one write
 transaction (`write`) or as a read (`read`) on its backend, and turns the backend's failures
 into `StorageUnavailable` (retry later, nothing was changed). One implementation per backend,
-chosen from the database URL by `open_store`:
+chosen from the database URL by `open_store` (persistence/backends.py):
 
 - SQLite (`persistence/sqlite/`): synchronous connections that run their work on the event
   loop's own thread whenever they can (lanes), because SQLite's work is tens of microseconds
@@ -26,7 +26,7 @@ from functools import partial
 from typing import TypeVar
 
 from sqlalchemy import Engine, text
-from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -129,22 +129,3 @@ def storage_errors() -> Iterator[None]:
         raise
     except (OperationalError, InterfaceError, DBAPIError, OSError) as exc:
         raise StorageUnavailable(f"storage unavailable: {type(exc).__name__}") from exc
-
-
-def open_store(url: str | URL) -> Store:
-    """The store for a database URL: `sqlite:///path` (also `sqlite+aiosqlite:`) or
-    `postgresql://...` (also `postgresql+asyncpg:`, `postgres:`)."""
-    parsed = make_url(url) if isinstance(url, str) else url
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        from persistence.sqlite.store import SqliteStore
-
-        return SqliteStore(parsed)
-    if backend in {"postgresql", "postgres"}:
-        from persistence.postgres.store import PostgresStore
-
-        return PostgresStore(parsed)
-    raise DatabaseConfigError(
-        f"unsupported database {parsed.drivername!r}: use sqlite:///path/to/gateway.db or "
-        "postgresql://user@host/dbname"
-    )

@@ -30,10 +30,11 @@ from gateway.settings import Settings
 from gateway.settings_cli import add_setting_flag
 from persistence import schema
 from persistence.approvals import ApprovalRepository
+from persistence.backends import open_store
 from persistence.clock import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.runs import RunRepository
-from persistence.store import DatabaseConfigError, Store, open_store
+from persistence.store import DatabaseConfigError, Store
 from persistence.threads import ThreadRepository
 
 # The database is missing, empty, or at another schema revision than this gateway's.

@@ -44,7 +44,7 @@ def run_on(connection: Connection) -> None:
 
 
 async def run_on_own_store(url: str) -> None:
-    from persistence.store import open_store
+    from persistence.backends import open_store
 
     store = open_store(url)
     try:

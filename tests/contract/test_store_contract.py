@@ -20,6 +20,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
+from persistence.backends import open_store
 from persistence.clock import utcnow
 from persistence.errors import StorageUnavailable
 from persistence.events import FEW_THREADS, NewEvent
@@ -27,7 +28,7 @@ from persistence.instances import Incarnation, InstanceClaims, InstanceInUse
 from persistence.leases import LeaseLost, LeaseRepository
 from persistence.retention import RetentionRepository
 from persistence.runs import RunRepository, RunStatus
-from persistence.store import DatabaseConfigError, Store, open_store
+from persistence.store import DatabaseConfigError, Store
 from persistence.tables import events, runs, threads
 from persistence.threads import ThreadRepository
 from tests.support.storage import expire_lease, insert_running_run, migrated_store

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from persistence.backends import open_store
 from persistence.events import NewEvent
-from persistence.store import open_store
 
 
 async def main(url: str, batches: int, thread_ids: list[str]) -> int:

@@ -18,7 +18,7 @@ from sqlalchemy import event
 from gateway.agents.registry import AgentRegistry
 from gateway.run_lifecycle.execution import approval_view
 from persistence.approvals import ApprovalRepository
-from persistence.store import open_store
+from persistence.backends import open_store
 from tests.support.agents import EffectLog
 from tests.support.approvals import http_decide, requester_and_reviewer
 from tests.support.client import Client, clients, final_text

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import update
 
 from gateway.auth.access import TokenVerifier
+from persistence.backends import open_store
 from persistence.leases import LeaseLost, LeaseRepository
-from persistence.store import open_store
 from persistence.tables import runs
 from persistence.threads import ThreadRepository
 from tests.support.client import Client

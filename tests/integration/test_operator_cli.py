@@ -21,8 +21,8 @@ from gateway.auth.access import TokenVerifier
 from gateway.protocol.frames import utc_ts
 from gateway.run_lifecycle.sensitive_arguments import MASK
 from persistence import schema
+from persistence.backends import open_store
 from persistence.clock import utcnow
-from persistence.store import open_store
 from tests.integration.test_sensitive_arguments import CARD, SSN, vault_graph
 from tests.support.agents import EffectLog
 from tests.support.client import Client, ProtocolFailure, clients

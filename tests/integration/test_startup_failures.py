@@ -36,8 +36,8 @@ from gateway.run_lifecycle.recovery import Recovery
 from gateway.server.metrics_listener import MetricsServer
 from gateway.storage.health import StorageHealth
 from gateway.storage.retention_sweeps import Retention
+from persistence.backends import open_store
 from persistence.instances import InstanceClaims
-from persistence.store import open_store
 from tests.support.gateway import test_settings as settings_for
 
 pytestmark = pytest.mark.both_backends

@@ -23,9 +23,9 @@ import uvicorn
 from gateway.event_log.webhook_signature import verify
 from gateway.run_lifecycle.sensitive_arguments import MASK
 from gateway.settings import SettingsError, load_settings
+from persistence.backends import open_store
 from persistence.clock import utcnow
 from persistence.schema import migrate
-from persistence.store import open_store
 from persistence.tables import webhook_deliveries
 from persistence.webhooks import DeliveryStatus, WebhookRepository
 from tests.integration.test_final_checkpoints import one_graph, overrunner

@@ -17,9 +17,10 @@ from sqlalchemy import text, update
 
 from gateway.event_log.bus import EventBus
 from gateway.event_log.writer import EventLog
+from persistence.backends import open_store
 from persistence.clock import utcnow
 from persistence.schema import migrate
-from persistence.store import Store, open_store
+from persistence.store import Store
 from persistence.tables import runs
 
 

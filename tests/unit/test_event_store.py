@@ -21,9 +21,10 @@ from sqlalchemy import event
 from gateway.event_log.bus import EventBus
 from gateway.event_log.logged_event import LoggedEvent, encode_page
 from gateway.event_log.writer import EventLog
+from persistence.backends import open_store
 from persistence.events import FEW_THREADS, EventRecord
 from persistence.prepared import PreparedIn
-from persistence.store import DatabaseConfigError, Store, open_store
+from persistence.store import DatabaseConfigError, Store
 from persistence.threads import ThreadRepository
 from tests.support.storage import migrated_store
 
