@@ -16,18 +16,27 @@ with a coded error and closed lingering: the gateway stops sending, reads and dr
 client still sends for up to `LINGER_S`, then closes. Closing at once, as uvicorn does, leaves the
 rest of the client's head unread, and the kernel answers unread bytes with a reset that can
 destroy the response before the client has read it.
+
+A streaming response (an SSE feed) may need to end while its writer waits for a client that
+does not read: uvicorn writes the next chunk only once the transport has drained, and on shutdown
+it merely waits for such a response (then cancels it with an ERROR traceback). The ASGI extension
+`STREAM_END` offers such a response `end_now`, which queues its last chunk behind whatever is
+buffered without waiting and closes the connection (aborted if the peer has not taken it all
+`close_timeout_s` later, which releases the socket and its buffers), and `on_shutdown`, a
+callback run when the server starts its graceful shutdown.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from enum import Enum
 from http import HTTPStatus
 from typing import Any
 
 import h11
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 from gateway.protocol.close_codes import CloseCode
 from gateway.protocol.error_codes import ERRORS, ErrorCode
@@ -63,6 +72,9 @@ MALFORMED_HEAD_RESPONSE = refusal_response(
     ERRORS[ErrorCode.BAD_REQUEST].http_status,
     b'{"error":{"code":"bad_request","message":"the request head is not valid HTTP/1.1"}}',
 )
+# The ASGI extension (scope["extensions"]) through which a streaming response ends itself:
+# a `StreamEnd`.
+STREAM_END = "gateway.http.stream_end"
 # Long enough for a client to finish sending a refused head (`max_header_bytes` is 1 MiB at most)
 # and read the answer; short enough that a lingering connection costs little.
 LINGER_S = 2.0
@@ -71,6 +83,29 @@ LINGER_S = 2.0
 class Phase(Enum):
     HEAD = "head"
     BODY = "body"
+
+
+class StreamEnd:
+    """One request's `STREAM_END` extension (see the module's docstring)."""
+
+    __slots__ = ("_cycle", "_protocol")
+
+    def __init__(self, protocol: GuardedH11Protocol, cycle: RequestResponseCycle) -> None:
+        self._protocol = protocol
+        self._cycle = cycle
+
+    def end_now(self, last: bytes, linger_s: float | None = None) -> bool:
+        """Write `last` and the end of the response without waiting for the transport, then
+        close the connection, aborted if the client has not taken it all `linger_s` later
+        (default: the close timeout); False (nothing written) when the response has not
+        started, has ended, or the client is gone. The caller's own writer must have stopped
+        first."""
+        return self._protocol.end_stream(self._cycle, last, linger_s)
+
+    def on_shutdown(self, callback: Callable[[], None] | None) -> None:
+        """Run `callback` (once) when the server starts shutting down while this request's
+        response is still being sent; None: nothing any more."""
+        self._protocol.shutdown_callback = callback if callback is None else (self._cycle, callback)
 
 
 class GuardedH11Protocol(H11Protocol):
@@ -88,6 +123,10 @@ class GuardedH11Protocol(H11Protocol):
         # Refused and no longer sending: what arrives is dropped until the client or LINGER_S
         # ends the connection.
         self._lingering = False
+        # The cycle whose scope has its `StreamEnd`, and what its response runs at shutdown.
+        self._extended: RequestResponseCycle | None = None
+        self.shutdown_callback: tuple[RequestResponseCycle, Callable[[], None]] | None = None
+        self._abort_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -106,7 +145,49 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._set_deadline(None)
+        if self._abort_timer is not None:
+            self._abort_timer.cancel()
+            self._abort_timer = None
+        self.shutdown_callback = None
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        registered, self.shutdown_callback = self.shutdown_callback, None
+        super().shutdown()
+        if registered is not None:
+            cycle, callback = registered
+            if cycle is self.cycle and not cycle.response_complete:
+                callback()
+
+    def end_stream(
+        self, cycle: RequestResponseCycle, last: bytes, linger_s: float | None = None
+    ) -> bool:
+        """`StreamEnd.end_now`."""
+        if (
+            cycle is not self.cycle
+            or not cycle.response_started
+            or cycle.response_complete
+            or cycle.disconnected
+            or self.transport.is_closing()
+        ):
+            return False
+        output = self.conn.send(h11.Data(data=last)) if last else b""
+        output += self.conn.send(h11.EndOfMessage())  # type: ignore[operator]
+        cycle.response_complete = True
+        cycle.keep_alive = False
+        cycle.message_event.set()
+        self.transport.write(output)
+        self.conn.send(h11.ConnectionClosed())
+        self.transport.close()
+        if self._abort_timer is None:
+            linger_s = self.limits.close_timeout_s if linger_s is None else linger_s
+            self._abort_timer = self.loop.call_later(linger_s, self._abort)
+        return True
+
+    def _abort(self) -> None:
+        # Still not closed: the peer has not taken what was buffered for it.
+        self._abort_timer = None
+        self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:
@@ -129,6 +210,11 @@ class GuardedH11Protocol(H11Protocol):
 
     def handle_events(self) -> None:
         super().handle_events()
+        cycle = self.cycle
+        if cycle is not None and cycle is not self._extended and not self._upgraded:
+            # The application task is only scheduled yet: it sees the scope as completed here.
+            self._extended = cycle
+            cycle.scope.setdefault("extensions", {})[STREAM_END] = StreamEnd(self, cycle)  # type: ignore[typeddict-unknown-key,typeddict-item]
         self._follow_phase()
 
     def handle_websocket_upgrade(self, event: h11.Request) -> None:

@@ -10,66 +10,46 @@ resume rule (`resume_point`), written out as SSE messages instead of frames:
 - every event is a message whose `id` is its `seq` and whose data is the `event` frame, so a
   client's `Last-Event-ID` on reconnect is its cursor: no gap and no repeat;
 - a comment line every `GATEWAY_HEARTBEAT_S` keeps proxies from closing an idle feed and lets
-  the server notice a client that has gone.
+  the server notice a client that has gone;
+- a feed the gateway ends (the token expired, the client fell behind, a shutdown) ends with
+  `event: end`, whose data names the WebSocket close code of the same case
+  (gateway/transport/feed_response.py); the client reconnects with its Last-Event-ID.
+
+The frames wait in a queue bounded in frames and in bytes, like a WebSocket's
+(gateway/transport/outbox.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.responses import Response
 
 from gateway.abuse.limits import ConnectionSlot
 from gateway.auth.access import Principal, check_can_use_inbox
 from gateway.event_log.logged_event import LoggedEvent
 from gateway.event_log.subscription import Subscription, resume_point
 from gateway.protocol import frames as protocol
+from gateway.protocol.close_codes import CloseCode
 from gateway.protocol.error_codes import GatewayError
 from gateway.protocol.frames import MAX_ID_CHARS, ErrorCode
 from gateway.resources import Services
 from gateway.run_lifecycle.sensitive_arguments import frame_for
+from gateway.transport.feed_response import END_MESSAGES, FeedResponse
 from gateway.transport.http_api import authenticate, endpoint, int_value, path_id
+from gateway.transport.outbox import Outbox
 
 MAX_AFTER = 2**62
 # How long a browser's EventSource waits before reconnecting after the feed ends.
 RETRY_MS = 1000
-MEDIA_TYPE = "text/event-stream"
 HEARTBEAT = b": heartbeat\n\n"
 # Queued by the inbox feed in place of an update that did not fit: the feed ends there.
 OVERFLOW = ""
-
-
-class FeedResponse(StreamingResponse):
-    """A feed that holds one of its user's open-connection slots (GATEWAY_MAX_CONNECTIONS_PER_USER
-    counts WebSockets and feeds alike) until it ends, however it ends: the body may never be
-    started when the client leaves at once, so the slot is not the generator's to release."""
-
-    def __init__(
-        self,
-        body: AsyncIterator[bytes],
-        slot: ConnectionSlot,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        # No caching or buffering proxy may hold back a live feed.
-        super().__init__(
-            body,
-            media_type=MEDIA_TYPE,
-            headers={"cache-control": "no-store", "x-accel-buffering": "no", **(headers or {})},
-        )
-        self._slot = slot
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._slot.release()
 
 
 def sse_message(data: str, *, event: str | None = None, event_id: int | None = None) -> bytes:
@@ -80,29 +60,32 @@ def sse_message(data: str, *, event: str | None = None, event_id: int | None = N
     return f"{head}data: {data}\n\n".encode()
 
 
+def end_event(code: CloseCode) -> bytes:
+    """The last message of a feed the gateway ends (gateway/transport/feed_response.py)."""
+    data = {"type": "end", "code": int(code), "message": END_MESSAGES[code]}
+    return sse_message(orjson.dumps(data).decode(), event="end")
+
+
+def feed_response(
+    body: AsyncIterator[bytes], slot: ConnectionSlot, services: Services, principal: Principal
+) -> FeedResponse:
+    return FeedResponse(body, slot, services=services, principal=principal, last_word=end_event)
+
+
 async def _frames(
     services: Services,
-    principal: Principal,
-    queue: asyncio.Queue[str],
+    queue: Outbox,
     *,
     stopped: Callable[[], bool] = lambda: False,
 ) -> AsyncIterator[str | None]:
-    """The queued frames, and None whenever a heartbeat is due. Ends at the token's `exp`
-    (plus the verifier's leeway), as a WebSocket is closed then: the client comes back with a
-    fresh token (and its Last-Event-ID); or when `stopped()` says the source has ended."""
+    """The queued frames, and None whenever a heartbeat is due; ends when `stopped()` says the
+    source has ended. (The token's expiry ends the response: `FeedResponse`.)"""
     heartbeat_s = services.settings.heartbeat_s
-    deadline = None
-    if principal.expires_at is not None:
-        deadline = principal.expires_at + services.verifier.leeway_s
     while True:
-        # `exp` is wall-clock time.
-        left = heartbeat_s if deadline is None else min(heartbeat_s, deadline - time.time())
-        if left <= 0:
-            return
         try:
-            frame = await asyncio.wait_for(queue.get(), left)
+            frame = await asyncio.wait_for(queue.get(), heartbeat_s)
         except TimeoutError:
-            if stopped() or (deadline is not None and time.time() >= deadline):
+            if stopped():
                 return
             yield None
             continue
@@ -135,17 +118,23 @@ async def thread_stream(request: Request, services: Services) -> Response:
         protocol.subscribed(thread_id, thread.epoch, thread.head_seq, reset)
     )
     slot = services.limits.open_connection(principal.tenant, principal.user)
-    return FeedResponse(_feed(services, principal, thread_id, cursor, subscribed), slot)
+    body = _feed(services, principal, thread_id, cursor, subscribed)
+    return feed_response(body, slot, services, principal)
+
+
+def _queue(services: Services) -> Outbox:
+    settings = services.settings
+    return Outbox(settings.send_queue_size, settings.send_queue_bytes)
 
 
 def queued_subscription(
     services: Services, principal: Principal, thread_id: str, after_seq: int
-) -> tuple[asyncio.Queue[str], Subscription]:
+) -> tuple[Outbox, Subscription]:
     """A subscription from `after_seq` whose frames (as `principal` may see them) go into a
-    queue the caller drains; not started. Bounded like a WebSocket's outgoing queue: a reader
-    that falls behind makes the subscription read the table at its pace instead of growing
-    the queue."""
-    queue: asyncio.Queue[str] = asyncio.Queue(maxsize=services.settings.send_queue_size)
+    queue the caller drains; not started. Bounded like a WebSocket's outgoing queue, in frames
+    and in bytes: a reader that falls behind makes the subscription read the table at its pace
+    instead of growing the queue."""
+    queue = _queue(services)
 
     def send_live(frame: str, _committed: float) -> bool:
         try:
@@ -181,7 +170,7 @@ async def _feed(
     try:
         # The subscription's task ends only when it could not read the log: the feed ends
         # then, and the client resumes from its Last-Event-ID.
-        async for frame in _frames(services, principal, queue, stopped=task.done):
+        async for frame in _frames(services, queue, stopped=task.done):
             if frame is None:
                 yield HEARTBEAT
                 continue
@@ -200,12 +189,12 @@ async def inbox_stream(request: Request, services: Services) -> Response:
     principal = await authenticate(request, services)
     check_can_use_inbox(principal)
     slot = services.limits.open_connection(principal.tenant, principal.user)
-    return FeedResponse(_inbox_feed(services, principal), slot)
+    return feed_response(_inbox_feed(services, principal), slot, services, principal)
 
 
 async def _inbox_feed(services: Services, principal: Principal) -> AsyncIterator[bytes]:
     views = services.runs.views
-    queue: asyncio.Queue[str] = asyncio.Queue(maxsize=services.settings.send_queue_size)
+    queue = _queue(services)
 
     def on_update(added: list[dict[str, Any]], removed: list[str]) -> None:
         frame = protocol.inbox_update(views.for_inbox_reader(principal, added), removed)
@@ -214,7 +203,7 @@ async def _inbox_feed(services: Services, principal: Principal) -> AsyncIterator
         except asyncio.QueueFull:
             # The inbox has no cursor to resume from: a reader this far behind is ended (as a
             # WebSocket is) and gets a fresh snapshot when it reconnects.
-            with contextlib.suppress(asyncio.QueueEmpty):
+            while not queue.empty():
                 queue.get_nowait()
             queue.put_nowait(OVERFLOW)
 
@@ -225,7 +214,7 @@ async def _inbox_feed(services: Services, principal: Principal) -> AsyncIterator
         pending = await views.inbox_views(principal)
         snapshot = protocol.encode(protocol.inbox(pending))
         yield f"retry: {RETRY_MS}\n".encode() + sse_message(snapshot, event="inbox")
-        async for frame in _frames(services, principal, queue):
+        async for frame in _frames(services, queue):
             if frame is None:
                 yield HEARTBEAT
                 continue

@@ -238,3 +238,28 @@ def shared_gateway(
         yield process
     finally:
         process.terminate()
+
+
+def never_reading_feed(
+    port: int, path: str, token: str, *, method: str = "GET", body: bytes = b"", rcvbuf: int = 4096
+) -> socket.socket:
+    """An HTTP client that asks for a streaming response (an SSE feed) and never reads it,
+    with a small receive buffer so the kernel holds little for it on its side."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.connect(("127.0.0.1", port))
+    head = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", f"Authorization: Bearer {token}"]
+    if body:
+        head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+    return sock
+
+
+def read_all(sock: socket.socket, timeout: float) -> bytes:
+    """Everything the server sends until it closes (or resets) the connection, or `timeout`."""
+    sock.settimeout(timeout)
+    data = b""
+    with contextlib.suppress(OSError):
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data

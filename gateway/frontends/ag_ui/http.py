@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -38,9 +37,10 @@ from gateway.protocol.error_codes import GatewayError, conflict, not_found
 from gateway.protocol.frames import ErrorCode
 from gateway.resources import Services
 from gateway.storage.health import StorageUnavailable
+from gateway.transport.feed_response import MEDIA_TYPE, FeedResponse
 from gateway.transport.http_api import JSONBody, authenticate, endpoint, path_id
 from gateway.transport.json_body import read_json_body
-from gateway.transport.sse import HEARTBEAT, MEDIA_TYPE, FeedResponse
+from gateway.transport.sse import HEARTBEAT
 
 # A run that waits for decisions, or for a watcher, streams nothing until someone acts.
 WAITING = frozenset({"waiting_for_review", "suspended"})
@@ -141,7 +141,8 @@ async def _run(
     async def one_run(_seq: int) -> bool:
         return True
 
-    return FeedResponse(_stream(services, principal, projection, [], one_run), slot)
+    body = _stream(services, principal, projection, [], one_run)
+    return FeedResponse(body, slot, services=services, principal=principal)
 
 
 async def _connect(
@@ -178,7 +179,8 @@ async def _connect(
         return _nothing()
     slot = services.limits.open_connection(principal.tenant, principal.user)
     prelude = projection.prelude()
-    return FeedResponse(_stream(services, principal, projection, prelude, quiet), slot)
+    body = _stream(services, principal, projection, prelude, quiet)
+    return FeedResponse(body, slot, services=services, principal=principal)
 
 
 async def _stop(services: Services, principal: Principal, thread_id: str) -> Response:
@@ -313,7 +315,7 @@ async def _stream(
         yield b"".join(_frame(cursor, event) for event in prelude)
     entries = follow(services, principal, projection.thread_id, cursor)
     try:
-        async for entry in _paced(services, principal, entries):
+        async for entry in _paced(services, entries):
             if entry is None:
                 yield HEARTBEAT
                 continue
@@ -332,27 +334,19 @@ async def _stream(
 
 
 async def _paced(
-    services: Services, principal: Principal, entries: AsyncIterator[LogEntry]
+    services: Services, entries: AsyncIterator[LogEntry]
 ) -> AsyncIterator[LogEntry | None]:
-    """The entries, with None whenever a heartbeat is due; ends at the token's `exp` (plus
-    the verifier's leeway), as every feed does: the client connects again with a fresh token."""
+    """The entries, with None whenever a heartbeat is due. (The token's `exp` ends the
+    response, as every feed's: gateway/transport/feed_response.py.)"""
     heartbeat_s = services.settings.heartbeat_s
-    deadline = None
-    if principal.expires_at is not None:
-        deadline = principal.expires_at + services.verifier.leeway_s
     upcoming: asyncio.Future[LogEntry] | None = None
     try:
         while True:
-            left = heartbeat_s if deadline is None else min(heartbeat_s, deadline - time.time())
-            if left <= 0:
-                return
             if upcoming is None:
                 upcoming = asyncio.ensure_future(anext(entries))
             # Waited on without cancelling it: cancelling would close the log's iterator.
-            finished, _ = await asyncio.wait({upcoming}, timeout=left)
+            finished, _ = await asyncio.wait({upcoming}, timeout=heartbeat_s)
             if not finished:
-                if deadline is not None and time.time() >= deadline:
-                    return
                 yield None
                 continue
             try:

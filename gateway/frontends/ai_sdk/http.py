@@ -28,10 +28,11 @@ from gateway.frontends.ai_sdk.chat_requests import chat_request
 from gateway.frontends.ai_sdk.ui_chunks import RunChunks
 from gateway.frontends.ai_sdk.ui_messages import run_messages
 from gateway.frontends.thread_log import read_span
+from gateway.protocol.close_codes import CloseCode
 from gateway.resources import Services
+from gateway.transport.feed_response import END_MESSAGES, FeedResponse
 from gateway.transport.http_api import JSONBody, authenticate, endpoint, path_id
 from gateway.transport.json_body import read_json_body
-from gateway.transport.sse import FeedResponse
 
 STREAM_HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
 KEEP_ALIVE = b": keep-alive\n\n"
@@ -49,10 +50,24 @@ async def _sse(
     yield DONE
 
 
+def _last_word(code: CloseCode) -> bytes:
+    """An `error` chunk, the only way the AI SDK lets a stream say it was cut (a stream that
+    just stops looks complete): the client resumes it (`resumeStream()`)."""
+    chunk = {"type": "error", "errorText": END_MESSAGES[code]}
+    return b"data: " + orjson.dumps(chunk) + b"\n\n" + DONE
+
+
 def _streamed(
     services: Services, principal: Principal, response: responses.ChatResponse, slot: ConnectionSlot
 ) -> Response:
-    return FeedResponse(_sse(services, principal, response), slot, STREAM_HEADERS)
+    return FeedResponse(
+        _sse(services, principal, response),
+        slot,
+        services=services,
+        principal=principal,
+        last_word=_last_word,
+        headers=STREAM_HEADERS,
+    )
 
 
 def _slot(services: Services, principal: Principal) -> ConnectionSlot:
