@@ -177,7 +177,19 @@ def _paths() -> dict[str, dict[str, Any]]:
                 ok=("a signed token", "DevToken"),
                 errors=(400, 404, 413, 415, 500),
                 notes={404: "GATEWAY_SECRET is set: development tokens are off"},
-            )
+            ),
+            "get": _operation(
+                "devTokensAvailable",
+                "Whether development tokens are handed out",
+                description=(
+                    "`available`: whether `POST /v1/dev/token` issues tokens (development "
+                    "mode). Always 200, so a sign-in page can ask without an error."
+                ),
+                tag="tokens",
+                public=True,
+                ok=("whether development tokens are on", "DevTokenAvailability"),
+                errors=(500,),
+            ),
         },
         "/v1/approvals": {
             "get": _operation(

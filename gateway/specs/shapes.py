@@ -591,6 +591,10 @@ class DevTokenRequest(BaseModel):
     )
 
 
+class DevTokenAvailability(_Shape):
+    available: bool = Field(description="whether `POST /v1/dev/token` issues tokens")
+
+
 class DevToken(_Shape):
     token: str = Field(description="an HS256 JWT valid for `ttl_s` seconds (default one hour)")
 
@@ -764,6 +768,7 @@ HTTP_BODIES: tuple[type[BaseModel], ...] = (
     Health,
     Readiness,
     DevTokenRequest,
+    DevTokenAvailability,
     DevToken,
     DecisionRequest,
     RunStartRequest,

@@ -276,8 +276,11 @@ async def test_get_run_view_follows_the_run(gateway: Gateway, connect) -> None:
 async def test_dev_token_is_404_when_secret_is_set(gateway: Gateway) -> None:
     async with gateway.http() as http:
         response = await http.post("/v1/dev/token", json={"user": "dana", "roles": ["user"]})
+        # Whether tokens are handed out is asked without an error (a sign-in page's question).
+        available = await http.get("/v1/dev/token")
     assert_error(response, 404, "not_found")
     assert "token" not in response.json()
+    assert available.status_code == 200 and available.json() == {"available": False}
 
 
 async def test_dev_token_in_development_mode_works_for_hello(
@@ -287,6 +290,8 @@ async def test_dev_token_in_development_mode_works_for_hello(
     async with gateway_factory(secret=None) as gw:
         assert gw.settings.dev_mode
         async with gw.http() as http:
+            available = await http.get("/v1/dev/token")
+            assert available.status_code == 200 and available.json() == {"available": True}
             response = await http.post(
                 "/v1/dev/token", json={"user": "dana", "tenant": "acme", "roles": ["user"]}
             )

@@ -77,17 +77,15 @@ export function tokenProblem(token) {
 }
 
 /**
- * Whether the gateway hands out development tokens. An empty body is answered with 400
- * (user missing) in development mode and 404 when GATEWAY_SECRET is set; nothing is issued.
+ * Whether the gateway hands out development tokens: GET /v1/dev/token says so (always 200),
+ * so loading the sign-in page leaves no failed request in the browser's console.
  */
 export async function devTokensAvailable() {
   try {
-    const response = await fetch("/v1/dev/token", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: "{}",
-    });
-    return response.status !== 404 && response.status < 500;
+    const response = await fetch("/v1/dev/token", { headers: { Accept: "application/json" }, cache: "no-store" });
+    if (!response.ok) return false;
+    const body = await response.json();
+    return body?.available === true;
   } catch {
     return false;
   }
