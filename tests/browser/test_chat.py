@@ -429,7 +429,7 @@ async def test_input_while_busy_is_queued_and_cancel_keeps_the_partial_answer(
     await alice.get_by_test_id("cancel-run").click()
     # The story's message is stopped (its partial text stays, marked), then the queued input
     # runs.
-    await expect(alice.get_by_test_id("notice")).to_contain_text("Run cancelled.")
+    await expect(alice.get_by_test_id("notice")).to_contain_text("Stopped.")
     await expect(alice.locator(ASSISTANT_TEXT).last).to_have_text('You said: "hello again"')
     await expect(alice.locator(ASSISTANT_TEXT)).to_have_count(2)
     kept = (await alice.locator(ASSISTANT_TEXT).first.text_content()) or ""

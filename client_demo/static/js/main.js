@@ -1048,6 +1048,8 @@ function renderConnection(status) {
   }
   setText(el.connLabel, label);
   el.conn.title = status === "offline" ? "Click to reconnect now" : "";
+  // Named in words wherever the label is cut short (the phone's header).
+  el.conn.setAttribute("aria-label", `Connection: ${label}${status === "offline" ? ". Click to reconnect now" : ""}`);
   if (status !== lastConnStatus) {
     lastConnStatus = status;
     scheduleRender(); // composer, cancel button and cards depend on being online

@@ -19,8 +19,8 @@ export const STATUS_LABELS = {
 
 const USER_STATE_LABELS = {
   staged: "Waiting — read once the approval is decided",
-  delivered: "Added to the run",
-  queued: "Queued — starts when the current run ends",
+  delivered: "Read by the assistant",
+  queued: "Waiting — answered once the current answer is finished",
 };
 
 const TOOL_STATE_LABELS = {
@@ -349,12 +349,13 @@ export class ChatView {
       setText(reject, local.busy === "reject" ? "Rejecting…" : "Reject");
       setText(error, local.error || "");
       error.hidden = !local.error;
-      setText(statusPill, { pending: "pending", approved: "approved", rejected: "rejected", superseded: "superseded" }[a.status] || a.status);
+      setText(statusPill, { pending: "pending", approved: "approved", rejected: "rejected", superseded: "no longer needed", expired: "expired" }[a.status] || a.status);
       decision.hidden = pending;
       if (!pending) {
         clear(decision);
         if (a.status === "superseded") {
-          decision.append(`No decision: the run was ${a.outcome || "ended"} first.`);
+          const ended = { cancelled: "stopped", failed: "could not be finished" }[a.outcome] || "over";
+          decision.append(`No decision: the answer was ${ended} first.`);
         } else {
           decision.append(
             h("strong", {}, a.status === "approved" ? "Approved" : "Rejected"),
@@ -394,15 +395,15 @@ function noticeText(item) {
     case "agent.changed":
       return { tone: "info", text: `Handed off to ${item.agent}` };
     case "run.suspended":
-      return { tone: "warn", text: `Run suspended (${item.reason}); it continues when resumed.` };
+      return { tone: "warn", text: "Paused while nobody was watching; it goes on when you come back." };
     case "run.recovered":
-      return { tone: "warn", text: "The gateway restarted; this run was recovered and continues." };
+      return { tone: "warn", text: "The assistant was interrupted and picked up where it left off." };
     case "run.failed": {
       const error = item.error || {};
-      return { tone: "error", text: `Run failed${error.code ? ` (${error.code})` : ""}: ${error.message || "unknown error"}` };
+      return { tone: "error", text: `The answer could not be finished: ${error.message || "something went wrong"}${error.code ? ` (${error.code})` : ""}` };
     }
     default:
-      return { tone: "muted", text: "Run cancelled." };
+      return { tone: "muted", text: "Stopped." };
   }
 }
 
