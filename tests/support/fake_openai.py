@@ -5,8 +5,9 @@ shape the `openai` SDK parses (`response.created`, `response.in_progress`,
 `response.output_item.added`, `response.content_part.added`, `response.output_text.delta`...,
 `response.output_text.done`, `response.content_part.done`, `response.output_item.done`, function
 calls with `response.function_call_arguments.delta/done`, and `response.completed` with the whole
-response including usage). Events are built with the `openai.types.responses` models, so a shape
-the SDK would reject fails here first. Without `stream` it answers the finished response as JSON.
+response including usage): the sequence the offline demo model streams, from the same code
+(gateway/agents/demo/response_events.py), built with the `openai.types.responses` models, so a
+shape the SDK would reject fails here first. Without `stream` it answers the finished response as JSON.
 
 What it answers follows the offline demo model's rules for two cases (docs/protocol.md §9), applied
 to the newest user message of the request's `input`:
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import re
 import time
@@ -39,19 +39,9 @@ from typing import Any
 import uvicorn
 from openai.types.responses import (
     Response,
-    ResponseCompletedEvent,
-    ResponseContentPartAddedEvent,
-    ResponseContentPartDoneEvent,
-    ResponseCreatedEvent,
-    ResponseFunctionCallArgumentsDeltaEvent,
     ResponseFunctionToolCall,
-    ResponseInProgressEvent,
-    ResponseOutputItemAddedEvent,
-    ResponseOutputItemDoneEvent,
     ResponseOutputMessage,
     ResponseOutputText,
-    ResponseTextDeltaEvent,
-    ResponseTextDoneEvent,
     ResponseUsage,
 )
 from openai.types.responses.response_reasoning_item import ResponseReasoningItem, Summary
@@ -61,6 +51,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.responses import Response as HTTPResponse
 from starlette.routing import Route
+
+from gateway.agents.demo.response_events import response_events, split_deltas
 
 ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 _NUMBER_RE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
@@ -205,138 +197,6 @@ def build_response(model: str, plan: Plan, input_: Any) -> Response:
     )
 
 
-def _chunks(text: str) -> list[str]:
-    """Word-sized deltas that concatenate back to `text`."""
-    return [chunk for chunk in re.split(r"(?<=\s)(?=\S)", text) if chunk]
-
-
-def stream_events(response: Response) -> Iterator[Any]:
-    """The Responses streaming events for a finished response, in the real wire order."""
-    seq = itertools.count()
-    in_progress = response.model_copy(update={"output": [], "status": "in_progress", "usage": None})
-    yield ResponseCreatedEvent(
-        type="response.created", response=in_progress, sequence_number=next(seq)
-    )
-    yield ResponseInProgressEvent(
-        type="response.in_progress", response=in_progress, sequence_number=next(seq)
-    )
-    for index, item in enumerate(response.output):
-        if isinstance(item, ResponseOutputMessage):
-            yield ResponseOutputItemAddedEvent(
-                type="response.output_item.added",
-                item=item.model_copy(update={"content": [], "status": "in_progress"}),
-                output_index=index,
-                sequence_number=next(seq),
-            )
-            for content_index, part in enumerate(item.content):
-                assert isinstance(part, ResponseOutputText)
-                where: dict[str, Any] = {
-                    "item_id": item.id,
-                    "output_index": index,
-                    "content_index": content_index,
-                }
-                yield ResponseContentPartAddedEvent(
-                    type="response.content_part.added",
-                    part=ResponseOutputText(
-                        type="output_text", text="", annotations=[], logprobs=[]
-                    ),
-                    sequence_number=next(seq),
-                    **where,
-                )
-                for delta in _chunks(part.text):
-                    yield ResponseTextDeltaEvent(
-                        type="response.output_text.delta",
-                        delta=delta,
-                        logprobs=[],
-                        sequence_number=next(seq),
-                        **where,
-                    )
-                yield ResponseTextDoneEvent(
-                    type="response.output_text.done",
-                    text=part.text,
-                    logprobs=[],
-                    sequence_number=next(seq),
-                    **where,
-                )
-                yield ResponseContentPartDoneEvent(
-                    type="response.content_part.done",
-                    part=part,
-                    sequence_number=next(seq),
-                    **where,
-                )
-        elif isinstance(item, ResponseReasoningItem):
-            yield ResponseOutputItemAddedEvent(
-                type="response.output_item.added",
-                item=item.model_copy(update={"summary": []}),
-                output_index=index,
-                sequence_number=next(seq),
-            )
-            for summary_index, summary in enumerate(item.summary):
-                where = {"item_id": item.id, "output_index": index, "summary_index": summary_index}
-                part = {"type": "summary_text", "text": ""}
-                yield {
-                    "type": "response.reasoning_summary_part.added",
-                    "part": part,
-                    "sequence_number": next(seq),
-                    **where,
-                }
-                for delta in _chunks(summary.text):
-                    yield {
-                        "type": "response.reasoning_summary_text.delta",
-                        "delta": delta,
-                        "sequence_number": next(seq),
-                        **where,
-                    }
-                yield {
-                    "type": "response.reasoning_summary_text.done",
-                    "text": summary.text,
-                    "sequence_number": next(seq),
-                    **where,
-                }
-                yield {
-                    "type": "response.reasoning_summary_part.done",
-                    "part": {**part, "text": summary.text},
-                    "sequence_number": next(seq),
-                    **where,
-                }
-        elif isinstance(item, ResponseFunctionToolCall):
-            item_id = item.id or item.call_id
-            yield ResponseOutputItemAddedEvent(
-                type="response.output_item.added",
-                item=item.model_copy(update={"arguments": "", "status": "in_progress"}),
-                output_index=index,
-                sequence_number=next(seq),
-            )
-            arguments = item.arguments
-            middle = len(arguments) // 2
-            for delta in (arguments[:middle], arguments[middle:]):
-                yield ResponseFunctionCallArgumentsDeltaEvent(
-                    type="response.function_call_arguments.delta",
-                    item_id=item_id,
-                    output_index=index,
-                    delta=delta,
-                    sequence_number=next(seq),
-                )
-            # The API also sends `name` here; older openai releases require it.
-            yield {
-                "type": "response.function_call_arguments.done",
-                "item_id": item_id,
-                "output_index": index,
-                "name": item.name,
-                "arguments": arguments,
-                "sequence_number": next(seq),
-            }
-        yield ResponseOutputItemDoneEvent(
-            type="response.output_item.done",
-            item=item,
-            output_index=index,
-            sequence_number=next(seq),
-        )
-    yield ResponseCompletedEvent(
-        type="response.completed", response=response, sequence_number=next(seq)
-    )
-
-
 def _json(event: Any) -> str:
     if isinstance(event, dict):
         return json.dumps(event)
@@ -397,7 +257,7 @@ class FakeOpenAI:
             return HTTPResponse(_json(response), media_type="application/json")
 
         async def sse() -> AsyncIterator[str]:
-            for event in stream_events(response):
+            for event in response_events(response, argument_deltas=2):
                 kind = event["type"] if isinstance(event, dict) else event.type
                 if kind == "response.output_text.delta" and self.delta_delay_s:
                     await asyncio.sleep(self.delta_delay_s)
@@ -497,7 +357,7 @@ def chat_chunks(model: str, plan: Plan, messages: list[Any]) -> Iterator[dict[st
         return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
     yield chunk({"role": "assistant", "content": ""})
-    for piece in _chunks(plan.text):
+    for piece in split_deltas(plan.text):
         yield chunk({"content": piece})
     for index, call in enumerate(_tool_calls(plan)):
         arguments = call["function"]["arguments"]
