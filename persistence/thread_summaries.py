@@ -60,7 +60,7 @@ def summaries_in(conn: Connection, records: Sequence[ThreadRecord]) -> list[Thre
         )
     }
     # Pending approvals are few and indexed by tenant and status.
-    waiting = dict(
+    waiting: dict[str, int] = dict(
         conn.execute(
             select(approvals.c.thread_id, func.count())
             .where(

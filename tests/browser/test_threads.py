@@ -125,9 +125,7 @@ async def test_the_list_is_live_and_a_thread_is_renamed_archived_and_deleted(
 
     # Cancelled, it can go; the list and the address forget it.
     await alice.get_by_test_id("cancel-run").click()
-    await expect(alice.get_by_test_id("status-badge")).to_have_attribute(
-        "data-status", "cancelled"
-    )
+    await expect(alice.get_by_test_id("status-badge")).to_have_attribute("data-status", "cancelled")
     alice.once("dialog", lambda dialog: dialog.accept())
     await alice.get_by_test_id("thread-actions").click()
     await alice.get_by_test_id("delete-thread").click()
