@@ -160,6 +160,18 @@ def int_value(name: str, raw: str | None, default: int, *, low: int, high: int) 
     return value
 
 
+def method_route(path: str, **handlers: Callable[[Request], Awaitable[Response]]) -> Route:
+    """One route for a path that several methods serve (`GET=…, PATCH=…`), so a method it does
+    not serve gets 405 with an `Allow` header naming them all (a route per method would name
+    only its own)."""
+
+    async def dispatch(request: Request) -> Response:
+        # The only method Starlette admits beyond the given ones is HEAD, with GET.
+        return await (handlers.get(request.method) or handlers["GET"])(request)
+
+    return Route(path, dispatch, methods=list(handlers))
+
+
 def path_id(request: Request, name: str) -> str:
     value = request.path_params[name]
     if not value or len(value) > MAX_ID_CHARS:
@@ -380,8 +392,7 @@ def routes() -> list[Route]:
     return [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-        Route("/v1/dev/token", dev_token, methods=["POST"]),
-        Route("/v1/dev/token", dev_token_available, methods=["GET"]),
+        method_route("/v1/dev/token", GET=dev_token_available, POST=dev_token),
         Route("/v1/approvals", list_approvals, methods=["GET"]),
         Route("/v1/approvals/{approval_id}/decision", decide, methods=["POST"]),
         Route("/v1/threads/{thread_id}/events", thread_events, methods=["GET"]),

@@ -16,6 +16,7 @@ from gateway.transport.http_api import (
     authenticate,
     endpoint,
     int_param,
+    method_route,
     path_id,
 )
 from gateway.transport.json_body import read_json_body
@@ -72,7 +73,7 @@ async def delete_thread(request: Request, services: Services) -> Response:
 def routes() -> list[Route]:
     return [
         Route("/v1/threads", list_threads, methods=["GET"]),
-        Route("/v1/threads/{thread_id}", get_thread, methods=["GET"]),
-        Route("/v1/threads/{thread_id}", change_thread, methods=["PATCH"]),
-        Route("/v1/threads/{thread_id}", delete_thread, methods=["DELETE"]),
+        method_route(
+            "/v1/threads/{thread_id}", GET=get_thread, PATCH=change_thread, DELETE=delete_thread
+        ),
     ]

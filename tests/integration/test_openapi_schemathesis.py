@@ -187,7 +187,7 @@ def dev_mode_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         gw.terminate()
 
 
-@schema.include(path="/v1/dev/token").parametrize()
+@schema.include(path="/v1/dev/token", method="POST").parametrize()
 @FUZZ
 def test_development_tokens_conform_in_development_mode(
     case: schemathesis.Case, dev_mode_url: str
