@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gateway.protocol.error_codes import ERRORS, ErrorCode
-from gateway.protocol.frames import MAX_ID_CHARS, PROTOCOL_VERSION
+from gateway.protocol.frames import MAX_ID_CHARS, OMITTABLE, PROTOCOL_VERSION
 from gateway.specs.shapes import HTTP_BODIES, component_schemas, ref, webhook_data_models
 from gateway.transport.http_api import (
     DEV_TOKEN_TTL_S,
@@ -30,6 +30,9 @@ ASYNCAPI_PATH = "/v1/asyncapi.json"
 MAX_AFTER = 2**62
 
 JSON = "application/json"
+# `omit`: one or more of the kinds a hello may omit, comma-separated.
+_OMIT_KIND = "|".join(sorted(OMITTABLE))
+OMIT_PATTERN = f"^({_OMIT_KIND})(,({_OMIT_KIND}))*$"
 
 # What each code the HTTP API answers with means there (`unsupported_protocol` belongs to the
 # WebSocket's hello). Their statuses are gateway.protocol.error_codes.ERRORS'.
@@ -378,6 +381,12 @@ def _paths() -> dict[str, dict[str, Any]]:
                         {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS},
                         "the epoch the cursor belongs to; another epoch means `reset`",
                     ),
+                    _query(
+                        "omit",
+                        {"type": "string", "pattern": OMIT_PATTERN},
+                        "added events to leave out, comma-separated: `reasoning`, `usage`; the "
+                        "event after omitted ones carries `prev_seq`",
+                    ),
                     {
                         "name": "Last-Event-ID",
                         "in": "header",
@@ -449,12 +458,12 @@ def _paths() -> dict[str, dict[str, Any]]:
                     "The WebSocket's `run.retry` over HTTP: a new run on the same thread that "
                     "answers the failed run's input from its last checkpoint, so only the turn "
                     "it failed in is repeated; side effects the failed run made are not made "
-                    "again. The body is an empty JSON object."
+                    "again. The request needs no body."
                 ),
                 tag="runs",
                 parameters=[_path_id("run_id")],
                 ok=("the new run", "Retried"),
-                errors=(400, 401, 403, 404, 409, 413, 415, 429, 500, 503),
+                errors=(400, 401, 403, 404, 409, 429, 500, 503),
                 notes={
                     409: "the run did not fail, it is not the thread's last, or the thread's "
                     "run is active"

@@ -91,12 +91,10 @@ async def regenerate(request: Request, services: Services) -> Response:
 
 @endpoint
 async def retry(request: Request, services: Services) -> Response:
-    """`run.retry` over HTTP: the failed run, retried from its last checkpoint in a new run."""
+    """`run.retry` over HTTP: the failed run, retried from its last checkpoint in a new run.
+    The path says everything: a body, if any, is not read."""
     principal = await authenticate(request, services)
-    body = await read_json_body(request)
-    if "run_id" in body:
-        raise GatewayError(ErrorCode.BAD_REQUEST, "run_id is the path's, not a body field")
-    frame = await _validated(services, "run.retry", {**body, "run_id": path_id(request, "run_id")})
+    frame = await _validated(services, "run.retry", {"run_id": path_id(request, "run_id")})
     admit = _admit(services, principal)
     started = await services.runs.retries.retry(principal, frame.run_id, admit=lambda _: admit())
     return JSONBody({**started.answer(), "first_seq": started.first_seq})

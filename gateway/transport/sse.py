@@ -107,18 +107,31 @@ def _epoch(request: Request) -> str | None:
     return epoch
 
 
+def _omitted(request: Request) -> frozenset[str]:
+    """`omit=reasoning,usage`: the added events to leave out, as a hello's `omit` does."""
+    raw = request.query_params.get("omit")
+    if not raw:
+        return frozenset()
+    kinds = raw.split(",")
+    unknown = [kind for kind in kinds if kind not in protocol.OMITTABLE]
+    if unknown:
+        choices = ", ".join(sorted(protocol.OMITTABLE))
+        raise GatewayError(ErrorCode.BAD_REQUEST, f"omit takes a list of {choices}")
+    return frozenset().union(*(protocol.OMITTABLE[kind] for kind in kinds))
+
+
 @endpoint
 async def thread_stream(request: Request, services: Services) -> Response:
     principal = await authenticate(request, services)
     thread_id = path_id(request, "thread_id")
-    after_seq, epoch = _cursor(request), _epoch(request)
+    after_seq, epoch, omit = _cursor(request), _epoch(request), _omitted(request)
     thread = await services.runs.authorize_subscribe(principal, thread_id)
     cursor, reset = resume_point(thread, after_seq, epoch)
     subscribed = protocol.encode(
         protocol.subscribed(thread_id, thread.epoch, thread.head_seq, reset)
     )
     slot = services.limits.open_connection(principal.tenant, principal.user)
-    body = _feed(services, principal, thread_id, cursor, subscribed)
+    body = _feed(services, principal, thread_id, cursor, subscribed, omit)
     return feed_response(body, slot, services, principal)
 
 
@@ -128,12 +141,16 @@ def _queue(services: Services) -> Outbox:
 
 
 def queued_subscription(
-    services: Services, principal: Principal, thread_id: str, after_seq: int
+    services: Services,
+    principal: Principal,
+    thread_id: str,
+    after_seq: int,
+    omit: frozenset[str] = frozenset(),
 ) -> tuple[Outbox, Subscription]:
-    """A subscription from `after_seq` whose frames (as `principal` may see them) go into a
-    queue the caller drains; not started. Bounded like a WebSocket's outgoing queue, in frames
-    and in bytes: a reader that falls behind makes the subscription read the table at its pace
-    instead of growing the queue."""
+    """A subscription from `after_seq` whose frames (as `principal` may see them, without the
+    event types of `omit`) go into a queue the caller drains; not started. Bounded like a
+    WebSocket's outgoing queue, in frames and in bytes: a reader that falls behind makes the
+    subscription read the table at its pace instead of growing the queue."""
     queue = _queue(services)
 
     def send_live(frame: str, _committed: float) -> bool:
@@ -155,15 +172,21 @@ def queued_subscription(
         send_live=send_live,
         reveal=reveal,
         metrics=services.metrics,
+        omit=omit,
     )
     return queue, subscription
 
 
 async def _feed(
-    services: Services, principal: Principal, thread_id: str, cursor: int, subscribed: str
+    services: Services,
+    principal: Principal,
+    thread_id: str,
+    cursor: int,
+    subscribed: str,
+    omit: frozenset[str],
 ) -> AsyncIterator[bytes]:
     yield f"retry: {RETRY_MS}\n".encode() + sse_message(subscribed, event="subscribed")
-    queue, subscription = queued_subscription(services, principal, thread_id, cursor)
+    queue, subscription = queued_subscription(services, principal, thread_id, cursor, omit)
     subscription.start()
     task = subscription.task
     assert task is not None

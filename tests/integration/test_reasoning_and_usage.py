@@ -16,6 +16,7 @@ from openai.types.responses.response_reasoning_item import ResponseReasoningItem
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
 from gateway.agents.registry import AgentGraph, AgentRegistry
+from tests.integration.test_sse import is_event, read_until
 from tests.support.agents import EffectLog, call, effect_tool, say
 from tests.support.client import Client, ProtocolFailure
 from tests.support.fake_openai import running_fake_openai
@@ -227,3 +228,34 @@ async def test_an_unknown_kind_to_omit_is_refused(gateway_factory: Callable[...,
         with pytest.raises(ProtocolFailure) as refused:
             await Client.connect(gw.ws_url, gw.token("alice", "user"), hello={"omit": ["text"]})
     assert refused.value.code == "bad_request"
+
+
+async def test_the_sse_feed_may_leave_them_out_too(gateway_factory: Callable[..., Any]) -> None:
+    """`omit=reasoning` on the thread's feed: the same rule as a hello's, `prev_seq` included;
+    an unknown kind is a 400 before anything streams."""
+    async with gateway_factory(registry=reasoning_registry()) as gw:
+        token = gw.token("alice", "user")
+        alice = await Client.connect(gw.ws_url, token)
+        try:
+            started = await alice.request("run.start", input="where is order 7?")
+            await alice.wait_event("run.completed")
+            everything = alice.events_of(started["thread_id"])
+        finally:
+            await alice.close()
+        headers = {"Authorization": f"Bearer {token}"}
+        path = f"/v1/threads/{started['thread_id']}/stream"
+        async with httpx.AsyncClient(base_url=gw.http_url, timeout=10) as http:
+            refused = await http.get(path, headers=headers, params={"omit": "reasoning,text"})
+            assert refused.status_code == 400, refused.text
+            _, received = await read_until(
+                http, path, headers, is_event("run.completed"), params={"omit": "reasoning"}
+            )
+    reasoning = {"reasoning.started", "reasoning.delta", "reasoning.completed"}
+    kept = [e for e in everything if e["event"] not in reasoning]
+    assert [e["seq"] for e in received] == [e["seq"] for e in kept]
+    assert "model.usage" in {e["event"] for e in received}
+    previous = 0
+    for frame in received:
+        assert frame.get("prev_seq", frame["seq"] - 1) == previous, frame
+        previous = frame["seq"]
+    assert any("prev_seq" in frame for frame in received)
