@@ -66,7 +66,7 @@ def serve(settings: Settings, argv: list[str]) -> None:
         # With migrations off, the workers would each refuse a schema not at this revision:
         # refused here once instead, as a single process would.
         if settings.migrate:
-            migrate(settings)
+            migrate(settings, serving=True)
         else:
             require_schema(settings)
         try:
@@ -100,7 +100,13 @@ def serve(settings: Settings, argv: list[str]) -> None:
     WorkerServer(config, settings.ready_fd).run()
 
 
-def migrate(settings: Settings, *, current: bool = False, downgrade: str | None = None) -> int:
+def migrate(
+    settings: Settings,
+    *,
+    current: bool = False,
+    downgrade: str | None = None,
+    serving: bool = False,
+) -> int:
     """Upgrade to the newest revision; or print the revision (`current`: exit status 1 when
     the schema is behind, so a deployment script can tell); or take it back. Each says what
     it found and what it did."""
@@ -134,7 +140,12 @@ def migrate(settings: Settings, *, current: bool = False, downgrade: str | None 
             await store.close()
 
     said, status = asyncio.run(main())
-    print(f"{said} ({backend})")
+    if serving:
+        # The supervisor of `serve --workers`: a log line like every other it writes (JSON
+        # under GATEWAY_LOG_FORMAT=json), not a bare print.
+        logging.getLogger("gateway").info("%s (%s)", said, backend)
+    else:
+        print(f"{said} ({backend})")
     return status
 
 

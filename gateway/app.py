@@ -31,7 +31,7 @@ from gateway.agents.model_providers import (
     default_model_name,
     model_of,
 )
-from gateway.agents.registry import AgentGraph, AgentRegistry, load_registry
+from gateway.agents.registry import AgentGraph, AgentRegistry, agent_names, load_registry
 from gateway.auth.access import TokenVerifier
 from gateway.auth.audit_trail import AuditTrail
 from gateway.auth.jwks import KeySource, RemoteKeys, StaticKeys
@@ -392,7 +392,17 @@ def create_app(
         # The sockets close (`CloseCode.RESTART`) before the runs stop.
         stack.callback(close_connections, services)
         if metrics is not None:
-            metrics.know_agents(graphs.names())
+            # Graph names (runs) and every agent a graph can hand off to (model calls).
+            metrics.know_agents(
+                {
+                    *graphs.names(),
+                    *(
+                        name
+                        for graph in graphs.names()
+                        for name in agent_names(runs.starting_agent(graphs.get(graph)))
+                    ),
+                }
+            )
             metrics.count_pending(runs.approvals.count_pending)
             limits.on_refused = metrics.refused
         # On the gateway's own application, not the one running the lifespan: an application

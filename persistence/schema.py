@@ -46,7 +46,8 @@ def alembic_config(connection: Connection) -> Any:
 
 
 def _quiet_alembic() -> None:
-    # Alembic narrates every plugin and revision at INFO; the gateway logs the outcome itself.
+    # Alembic narrates every plugin (as it is first imported) and revision at INFO; the gateway
+    # logs the outcome itself. Before any import of alembic's.
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
@@ -66,6 +67,7 @@ def _downgrade(connection: Connection, target: str) -> None:
 
 def head_revision() -> str:
     """The newest revision of the shipped migrations: this gateway's."""
+    _quiet_alembic()
     from alembic.script import ScriptDirectory
 
     head = ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
@@ -74,6 +76,7 @@ def head_revision() -> str:
 
 
 def _revision(connection: Connection) -> SchemaRevision:
+    _quiet_alembic()
     from alembic.runtime.migration import MigrationContext
 
     return SchemaRevision(

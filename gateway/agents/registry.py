@@ -278,3 +278,28 @@ def load_registry(spec: str, **factory_kwargs: Any) -> AgentRegistry:
     if not isinstance(target, AgentRegistry):
         raise ValueError(f"{spec!r} is not an AgentRegistry (got {type(target).__name__})")
     return target
+
+
+def agent_names(starting: Agent[Any]) -> set[str]:
+    """The names of `starting` and of every agent it can hand off to, however deep: the agents
+    whose model calls a run of its graph can make (the metrics count them by agent)."""
+    names: set[str] = set()
+    pending: list[Any] = [starting]
+    while pending:
+        agent = pending.pop()
+        if agent is None or agent.name in names:
+            continue
+        names.add(agent.name)
+        for target in getattr(agent, "handoffs", ()):
+            if isinstance(target, Agent):
+                pending.append(target)
+                continue
+            # A `Handoff`: its agent when it keeps a reference to it, else its name alone.
+            name = getattr(target, "agent_name", None)
+            reference = getattr(target, "_agent_ref", None)
+            found = reference() if callable(reference) else None
+            if isinstance(found, Agent):
+                pending.append(found)
+            elif isinstance(name, str):
+                names.add(name)
+    return names

@@ -222,7 +222,7 @@ class SegmentRunner:
     async def drive(self, segment: Segment, execution: Execution) -> None:
         run = segment.run
         translator = StreamTranslator(
-            agent=segment.agent.name,
+            agent=speaking_agent(segment),
             call_names=dict(segment.known_calls),
             skip_outputs=set(segment.logged_outputs),
             sensitive=segment.graph.sensitive_arguments,
@@ -958,6 +958,17 @@ def _failure_message(exc: Exception) -> str:
         return f"{type(exc).__name__}: storage error"
     text = str(exc).strip() or type(exc).__name__
     return f"{type(exc).__name__}: {text[:300]}"
+
+
+def speaking_agent(segment: Segment) -> str:
+    """The agent the segment starts with: a continued state's own (a pause after a handoff
+    goes on with the agent handed to, which the SDK announces again as it starts: already
+    logged, it is no change), else the graph's starting agent."""
+    if isinstance(segment.start, RunState):
+        current = getattr(segment.start, "_current_agent", None)
+        if current is not None:
+            return str(current.name)
+    return str(segment.agent.name)
 
 
 def _stop_on_lost_lease(run: RunRecord, result: RunResultStreaming) -> None:

@@ -709,6 +709,8 @@ class RunManager:
             await asyncio.wait(
                 [asyncio.create_task(e.done.wait()) for e in executions], timeout=grace_s
             )
+        # Those that reached no turn boundary within the grace: cut below.
+        cut = [e.run_id for e in executions if not e.done.is_set()]
         tasks = [e.task for e in self._ctx.executions.values() if e.task is not None]
         tasks += list(self._ctx.background)
         for task in tasks:
@@ -716,7 +718,17 @@ class RunManager:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._ctx.segments.close()
         if executions:
-            await self._hand_over([e.run_id for e in executions])
+            run_ids = [e.run_id for e in executions]
+            log.info(
+                "shutting down: handing %d run(s) over to %s: %d at a turn boundary, %d cut "
+                "mid-turn (those go on from their newest checkpoint)%s",
+                len(run_ids),
+                "the other processes" if self._ctx.bus.shared else "the next process to start",
+                len(run_ids) - len(cut),
+                len(cut),
+                f": {', '.join(cut[:10])}{' …' if len(cut) > 10 else ''}" if cut else "",
+            )
+            await self._hand_over(run_ids)
 
     async def _hand_over(self, run_ids: list[str]) -> None:
         owner = self._ctx.instance_id

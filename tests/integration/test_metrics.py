@@ -13,8 +13,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.agents.registry import AgentRegistry
 from gateway.observability.metrics import MULTIPROC_ENV
 from tests.integration.test_workers import dev_token, serving_pids, worker_pids
+from tests.support.agents import EffectLog, handoff_graph
 from tests.support.client import Client, ProtocolFailure
 from tests.support.crash import close_all, crash
 from tests.support.crash import connect as crash_connect
@@ -256,3 +258,22 @@ def test_a_metrics_port_with_several_workers_is_refused() -> None:
     with pytest.raises(SettingsError, match="GATEWAY_METRICS_PORT cannot be used with"):
         load_settings(metrics=True, metrics_port=9100, workers=2)
     assert load_settings(metrics=True, metrics_port=9100).metrics_port == 9100
+
+
+async def test_model_calls_of_an_agent_handed_off_to_are_counted_under_its_name(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    graph, _, _ = handoff_graph(EffectLog())
+    async with gateway_factory(metrics=True, registry=AgentRegistry([graph])) as gw:
+        alice = await connect(gw, "alice", "user")
+        await alice.request("run.start", input="I want a refund")
+        await alice.wait_event("run.paused")
+        samples = await scrape(gw)
+        calls = {
+            dict(labels).get("agent"): count
+            for (name, labels), count in samples.items()
+            if name == "gateway_model_call_seconds_count"
+        }
+        assert calls.get("triage") == 1 and calls.get("refunds") == 1, calls
+        assert "other" not in calls
+        await alice.close()

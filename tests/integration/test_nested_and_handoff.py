@@ -82,6 +82,8 @@ async def test_approval_after_handoff_approve(gateway_factory) -> None:
         await alice.wait_event("run.completed")
         events = alice.events_of(thread_id)
         assert "refunds finished" in final_text(events, run_id)
+        # Said once: the continuation goes on with the agent the pause was in.
+        assert names(events).count("agent.changed") == 1
         outputs = [e for e in events if e["event"] == "tool.output"]
         assert [o["data"]["call_id"] for o in outputs if o["data"]["tool_name"] == "charge"] == [
             "call_r1"

@@ -156,6 +156,7 @@ def spawn_gateway(
     env: dict[str, str] | None = None,
     args: list[str] | None = None,
     max_open_files: int | None = None,
+    start_within_s: float = 30.0,
 ) -> GatewayProcess:
     """`python -m gateway serve --port 0` in a subprocess; returns once it listens.
     `max_open_files`: the process's descriptor limit (soft and hard)."""
@@ -182,7 +183,7 @@ def spawn_gateway(
         text=True,
         preexec_fn=None if max_open_files is None else partial(_limit_files, max_open_files),
     )
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + start_within_s
     pattern = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
     while time.monotonic() < deadline:
         match = pattern.search(log_path.read_text(errors="replace"))
