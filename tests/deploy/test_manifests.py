@@ -12,6 +12,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from starlette.applications import Starlette
 
 from gateway.run_lifecycle.manager import RunManager
 from gateway.server.config import gateway_config
@@ -32,7 +33,7 @@ def drain_s() -> float:
     """The longest a gateway takes from SIGTERM to its exit: open requests and sockets
     (uvicorn's graceful timeout), then streaming runs reaching a turn boundary."""
     settings = load_settings(secret="x" * 40)
-    sockets = float(gateway_config(lambda *_: None, settings).timeout_graceful_shutdown or 0)
+    sockets = float(gateway_config(Starlette(), settings).timeout_graceful_shutdown or 0)
     runs = float(inspect.signature(RunManager.close).parameters["grace_s"].default)
     return sockets + runs
 
