@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.agents.demo.assistant import refund_text
+from gateway.agents.demo.assistant import order_status_text, refund_text
 from gateway.auth.access import TokenVerifier
 from tests.support.browser import DESKTOP, PHONE, PageErrors, artifact, wait_until
 from tests.support.client import Client
@@ -549,6 +549,30 @@ async def test_regenerate_keeps_the_earlier_answer_as_a_version(
     await expect(first.get_by_test_id("message-replaced")).to_be_visible()
     await expect(alice.get_by_test_id("status-badge")).to_have_attribute("data-status", "completed")
     await shot(alice, "regenerated")
+
+
+async def test_try_again_goes_on_from_where_a_failed_answer_stopped(
+    browser: Any, gateway: GatewayProcess, page_errors: PageErrors
+) -> None:
+    # The offline model fails the answer after a lookup once (docs/protocol.md §9 `flaky`).
+    from playwright.async_api import expect
+
+    _, alice = await open_chat(browser, gateway, page_errors, "alice", "user")
+    await send(alice, "a flaky lookup of order 7")
+    await expect(alice.get_by_test_id("status-badge")).to_have_attribute("data-status", "failed")
+    retry = alice.get_by_test_id("retry")
+    await expect(retry).to_be_visible()
+    await shot(alice, "failed-answer")
+    await retry.click()
+    await expect(alice.get_by_test_id("status-badge")).to_have_attribute("data-status", "completed")
+    # The lookup is not made again: one tool result, then the answer that quotes it.
+    await expect(alice.locator(ASSISTANT_TEXT).last).to_contain_text("Here is what happened:")
+    await expect(alice.locator(ASSISTANT_TEXT).last).to_contain_text(order_status_text(7))
+    await expect(alice.get_by_test_id("tool-output")).to_have_count(1)
+    # The question is shown once: the conversation goes on from it.
+    await expect(alice.locator("[data-role=user]")).to_have_count(1)
+    await expect(retry).to_be_hidden()
+    await shot(alice, "retried-answer")
 
 
 async def test_a_small_refund_by_support_is_approved_by_the_demos_rule(

@@ -188,6 +188,8 @@ function fold(s, frame) {
       if (data.retries) s = setRun(s, data.retries, { retriedBy: runId });
       s.runId = runId;
       if (s.title === null && typeof data.input === "string") s.title = data.input;
+      // A retry answers the failed run's input, already shown: the conversation goes on.
+      if (data.retries) return s;
       // A queued input becomes this run's input: show it once, where its run starts.
       const queued = s.items.findIndex((i) => i.kind === "input" && i.status === "queued" && i.text === data.input);
       if (queued >= 0) s = { ...s, items: s.items.filter((_, index) => index !== queued) };

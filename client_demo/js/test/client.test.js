@@ -329,6 +329,8 @@ describe("versions", () => {
     assert.equal(done.runs[runId].status, "failed");
     assert.equal(done.runs[runId].retriedBy, retried.runId);
     assert.equal(done.runs[retried.runId].retries, runId);
+    // The input is shown once: the retry goes on with the same question.
+    assert.deepEqual(done.items.filter((i) => i.kind === "input").map((i) => i.text), ["a flaky lookup of order 7"]);
     const answer = messages(done).at(-1);
     assert.equal(answer.runId, retried.runId);
     assert.match(answer.text, /^Here is what happened:\n- Order 7: /);

@@ -61,6 +61,7 @@ const el = {
   badge: $("#status-badge"),
   cancel: $("#cancel-run"),
   regenerate: $("#regenerate"),
+  retry: $("#retry"),
   threadActions: $("#thread-actions"),
   threadMenu: $("#thread-menu"),
   renameThread: $("#rename-thread"),
@@ -783,6 +784,22 @@ el.regenerate.addEventListener("click", () => {
     });
 });
 
+el.retry.addEventListener("click", () => {
+  const state = app.current ? getState(app.current) : null;
+  const runId = state?.runId;
+  if (!runId || app.retrying) return;
+  app.retrying = true;
+  render();
+  // The failed answer goes on from its last checkpoint in a new run; both stay in the thread.
+  app.client
+    .retry(runId)
+    .catch((err) => toast(`Could not try again: ${err.message}`))
+    .finally(() => {
+      app.retrying = false;
+      render();
+    });
+});
+
 async function decide(approvalId, decision, reason) {
   if (!online()) throw new Error("Not connected; try again when the indicator shows online.");
   try {
@@ -843,6 +860,9 @@ function render({ full = false } = {}) {
   el.cancel.disabled = app.cancelling || !online();
   setText(el.cancel, app.cancelling ? "Stopping…" : "Stop");
   el.regenerate.hidden = !(state?.runId && !activeRun && canCompose(app.current));
+  // A failed answer can go on from where it stopped (§4 run.retry), once.
+  el.retry.hidden = !(lastRun?.status === "failed" && !lastRun.retriedBy && !activeRun && canCompose(app.current));
+  el.retry.disabled = Boolean(app.retrying) || !online();
   // Renaming, archiving and deleting: the owner's or an admin's, as for sending.
   el.threadActions.hidden = !(app.current && canCompose(app.current));
   if (el.threadActions.hidden) closeThreadMenu();
