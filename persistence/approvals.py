@@ -9,7 +9,7 @@ from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, bindparam, func, select, update
+from sqlalchemy import JSON, Select, bindparam, func, select, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
@@ -47,6 +47,8 @@ class ApprovalRecord:
     decided_at: datetime | None
     # Past this instant the system rejects the approval (GATEWAY_APPROVAL_TTL_S); None: never.
     expires_at: datetime | None = None
+    # The arguments a reviewer approved the call with instead of `arguments` (None: as made).
+    edited_arguments: dict[str, Any] | None = None
 
     def values(self) -> dict[str, Any]:
         """The row to insert for a new approval."""
@@ -67,6 +69,7 @@ class ApprovalRecord:
             "requested_at": self.requested_at,
             "decided_at": self.decided_at,
             "expires_at": self.expires_at,
+            "edited_arguments": self.edited_arguments,
         }
 
     @classmethod
@@ -88,6 +91,7 @@ class ApprovalRecord:
             requested_at=as_utc(row["requested_at"]) or utcnow(),
             decided_at=as_utc(row["decided_at"]),
             expires_at=as_utc(row.get("expires_at")),
+            edited_arguments=row.get("edited_arguments"),
         )
 
 
@@ -163,6 +167,7 @@ class ApprovalRepository:
         reason: str | None,
         checkpoint_version: int,
         decided_at: datetime,
+        edited_arguments: dict[str, Any] | None = None,
     ) -> bool:
         """Record a decision if the approval is still pending at that checkpoint version.
 
@@ -176,6 +181,7 @@ class ApprovalRepository:
             reviewer=reviewer,
             reason=reason,
             decided_at=decided_at,
+            edited_arguments=edited_arguments,
         )
 
     async def expired_pending(self, now: datetime, limit: int = 200) -> list[ApprovalRecord]:
@@ -282,6 +288,7 @@ _SETTLE = Prepared(
         reviewer=bindparam("b_reviewer"),
         reason=bindparam("b_reason"),
         decided_at=bindparam("b_decided_at"),
+        edited_arguments=bindparam("b_edited", type_=JSON),
     )
 )
 # Not prepared: the status list is an expanding IN.
@@ -325,6 +332,7 @@ def _settle_pending_in(
     reviewer: str | None,
     reason: str | None,
     decided_at: datetime,
+    edited_arguments: dict[str, Any] | None = None,
 ) -> bool:
     """Record the outcome only while the approval is pending at that checkpoint version, so a
     reviewer, a concurrent reviewer and the expiry sweep settle it once between them."""
@@ -337,6 +345,7 @@ def _settle_pending_in(
             "b_reviewer": reviewer,
             "b_reason": reason,
             "b_decided_at": decided_at,
+            "b_edited": edited_arguments,
         },
     )
     return settled == 1

@@ -129,6 +129,8 @@ approvals = Table(
     Column("decided_at", DateTime(timezone=True), nullable=True),
     # Past this instant the system rejects the approval (GATEWAY_APPROVAL_TTL_S; null: never).
     Column("expires_at", DateTime(timezone=True), nullable=True),
+    # The arguments the reviewer approved the call with instead of `arguments` (null: as made).
+    Column("edited_arguments", JSON, nullable=True),
     UniqueConstraint("run_id", "checkpoint_version", "call_id", name="uq_approvals_call"),
     Index("ix_approvals_tenant_status", "tenant", "status"),
     Index("ix_approvals_run", "run_id", "checkpoint_version"),
