@@ -131,14 +131,17 @@ class ThreadRepository:
     async def list_for(
         self,
         *,
-        tenant: str,
+        tenant: str | None,
         owner: str | None = None,
         limit: int = 100,
         archived: bool | None = False,
     ) -> list[ThreadRecord]:
-        """The tenant's (or `owner`'s) threads, newest first; deleted ones never. `archived`:
-        only those not archived (False), only archived ones (True), or both (None)."""
-        query = select(threads).where(threads.c.tenant == tenant, threads.c.deleted_at.is_(None))
+        """The tenant's (or `owner`'s; every tenant's for None, the operator's command line)
+        threads, newest first; deleted ones never. `archived`: only those not archived (False),
+        only archived ones (True), or both (None)."""
+        query = select(threads).where(threads.c.deleted_at.is_(None))
+        if tenant is not None:
+            query = query.where(threads.c.tenant == tenant)
         if owner is not None:
             query = query.where(threads.c.owner == owner)
         if archived is not None:

@@ -110,8 +110,21 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _with_limit(pending)
     _with_json(pending)
 
-    threads = commands.add_parser("threads", help="export a thread's event log (operator)")
+    threads = commands.add_parser("threads", help="list threads, export one's log (operator)")
     on_threads = threads.add_subparsers(dest="action", required=True)
+    thread_listing = _with_database(
+        on_threads.add_parser("list", help="threads, the newest first (deleted ones never)")
+    )
+    thread_listing.add_argument("--tenant", help="threads of this tenant only")
+    thread_listing.add_argument("--owner", help="threads of this user only")
+    thread_listing.add_argument(
+        "--archived",
+        choices=["no", "only", "too"],
+        default="no",
+        help="archived threads: left out (no, the default), only them, or listed too",
+    )
+    _with_limit(thread_listing)
+    _with_json(thread_listing)
     export = _with_database(
         on_threads.add_parser(
             "export", help="the thread's events as JSON lines, in seq order, as clients get them"
@@ -143,6 +156,7 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout) 
         ("runs", "show"): lambda store: show_run(store, args.run_id, args.as_json, out),
         ("runs", "cancel"): lambda store: cancel(store, settings, args, out),
         ("approvals", "list"): lambda store: list_approvals(store, args, out),
+        ("threads", "list"): lambda store: list_threads(store, args, out),
         ("threads", "export"): lambda store: export_thread(
             store, args.thread_id, args.after_seq, out
         ),
@@ -279,6 +293,15 @@ async def list_approvals(store: Store, args: argparse.Namespace, out: TextIO) ->
     now = utcnow()
     views = [output.pending_view(approval, now) for approval in pending]
     output.write_list(out, views, args.as_json, output.APPROVAL_COLUMNS, output.approval_cells)
+
+
+async def list_threads(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    archived = {"no": False, "only": True, "too": None}[args.archived]
+    found = await ThreadRepository(store).list_for(
+        tenant=args.tenant, owner=args.owner, limit=_limit(args.limit), archived=archived
+    )
+    views = [output.thread_view(thread) for thread in found]
+    output.write_list(out, views, args.as_json, output.THREAD_COLUMNS, output.thread_cells)
 
 
 async def export_thread(store: Store, thread_id: str, after_seq: int, out: TextIO) -> None:

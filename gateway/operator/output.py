@@ -131,6 +131,32 @@ def run_cells(view: dict[str, Any]) -> list[str]:
     ]
 
 
+def thread_view(thread: ThreadRecord) -> dict[str, Any]:
+    return {
+        "thread_id": thread.thread_id,
+        "tenant": thread.tenant,
+        "owner": thread.owner,
+        "title": thread.title,
+        "created_at": utc_ts(thread.created_at),
+        "events": thread.head_seq,
+        "archived_at": utc_ts(thread.archived_at) if thread.archived_at else None,
+    }
+
+
+def thread_cells(view: dict[str, Any]) -> list[str]:
+    title = view["title"] or NONE
+    return [
+        view["thread_id"],
+        view["tenant"],
+        view["owner"],
+        str(view["events"]),
+        view["created_at"],
+        "archived" if view["archived_at"] else NONE,
+        title if len(title) <= 40 else f"{title[:39]}…",
+    ]
+
+
+THREAD_COLUMNS = ["THREAD", "TENANT", "OWNER", "EVENTS", "CREATED", "ARCHIVED", "TITLE"]
 RUN_COLUMNS = ["RUN", "THREAD", "TENANT", "STATE", "IN STATE", "CREATED", "LEASE"]
 APPROVAL_COLUMNS = [
     "APPROVAL",

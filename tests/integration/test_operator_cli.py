@@ -424,3 +424,50 @@ async def test_errors_are_coded_and_on_stderr(database_url: str, tmp_path: Path)
         )
         out, _ = await process.communicate()
         assert process.returncode == 0 and json.loads(out) == []
+
+
+async def test_threads_list_lists_every_tenant_s_threads_newest_first(
+    gateway_factory: Any, database_url: str
+) -> None:
+    async with gateway_factory() as gw, clients(gw) as connect:
+        alice = await connect("alice", "user")
+        older = await alice.request("run.start", input="hello there")
+        await finished(alice, older["run_id"])
+        newer = await alice.request("run.start", input="a second thread")
+        await finished(alice, newer["run_id"])
+        token = TokenVerifier(TEST_SECRET).issue("zed", "globex", ["user"])
+        other = await Client.connect(gw.ws_url, token)
+        theirs = await other.request("run.start", input="another tenant")
+        await finished(other, theirs["run_id"])
+        async with gw.http() as http:
+            archived = await http.patch(
+                f"/v1/threads/{older['thread_id']}",
+                json={"archived": True},
+                headers={"Authorization": f"Bearer {gw.token('alice', 'user')}"},
+            )
+        assert archived.status_code == 200, archived.text
+        await other.close()
+
+    listed = await cli(database_url, "threads", "list", "--json")
+    assert listed.status == 0, listed.err
+    assert [t["thread_id"] for t in listed.json()] == [theirs["thread_id"], newer["thread_id"]]
+    first = listed.json()[1]
+    assert first["tenant"] == "acme" and first["owner"] == "alice"
+    assert first["title"] == "a second thread" and first["events"] > 0
+
+    acme = await cli(database_url, "threads", "list", "--tenant", "acme", "--archived", "too")
+    assert acme.status == 0, acme.err
+    lines = acme.out.splitlines()
+    assert lines[0].split() == [
+        "THREAD",
+        "TENANT",
+        "OWNER",
+        "EVENTS",
+        "CREATED",
+        "ARCHIVED",
+        "TITLE",
+    ]
+    assert [line.split()[0] for line in lines[1:]] == [newer["thread_id"], older["thread_id"]]
+    assert "archived" in lines[2]
+    only = await cli(database_url, "threads", "list", "--archived", "only", "--json")
+    assert [t["thread_id"] for t in only.json()] == [older["thread_id"]]
