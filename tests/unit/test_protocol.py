@@ -118,6 +118,9 @@ def test_frame_types_cover_protocol_table() -> None:
         "run.regenerate",
         "run.retry",
         "inbox.subscribe",
+        "thread.update",
+        "thread.delete",
+        "threads.subscribe",
         "ping",
         "pong",
     }
@@ -196,8 +199,8 @@ def test_type_must_be_string(bad_type: Any) -> None:
 
 
 def test_unknown_type_names_it_and_keeps_ref() -> None:
-    err = parse_error({"type": "thread.delete", "id": "c7"})
-    assert err.message == "unknown frame type 'thread.delete'"
+    err = parse_error({"type": "thread.destroy", "id": "c7"})
+    assert err.message == "unknown frame type 'thread.destroy'"
     assert err.ref == "c7"
 
 
