@@ -173,7 +173,9 @@ class Settings(BaseSettings):
         description=(
             "Least seconds (0-3600) between two fetches of the JWKS URL, whatever triggers them (an"
             " unknown `kid`, stale keys, a failed fetch), so tokens with made-up key ids cannot "
-            "flood the provider."
+            "flood the provider. A token issued after the last fetch whose `kid` is unknown "
+            "before the next fetch is allowed (a freshly rotated key) is refused as retryable "
+            "`unavailable`, saying when to try again."
         ),
     )
     jwt_user_claim: str = Field(

@@ -156,6 +156,15 @@ class TokenVerifier:
                 signing = await self._keys.lookup(_kid(header))
             except KeysUnavailable as exc:
                 raise AuthUnavailable(f"{exc}; try again later") from None
+            if signing is None:
+                # A key rotated in since the last fetch, which the refetch interval holds
+                # back: retryable, with when to try, instead of `unauthorized` for good.
+                wait_s = self._keys.retry_after(_issued_at(token))
+                if wait_s is not None:
+                    raise AuthUnavailable(
+                        "token key id ('kid') is not among the identity provider's keys yet "
+                        f"(they are fetched again within {math.ceil(wait_s)} s); try again then"
+                    )
         return self._decode(token, header, signing)
 
     async def aclose(self) -> None:
@@ -277,6 +286,16 @@ def _kept(claims: Mapping[str, Any], paths: tuple[str, ...]) -> dict[str, Any]:
         if value is not MISSING:
             kept[path] = value
     return kept
+
+
+def _issued_at(token: str) -> float | None:
+    """The token's `iat`, unverified (see `RemoteKeys.retry_after`); None when it has none."""
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return None
+    value = claims.get("iat")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _kid(header: dict[str, Any]) -> str:

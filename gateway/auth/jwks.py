@@ -162,6 +162,10 @@ class StaticKeys:
     async def lookup(self, kid: str) -> SigningKey | None:
         return self._keys.get(kid)
 
+    def retry_after(self, issued_at: float | None) -> float | None:
+        """A file's keys never change while the gateway runs: an unknown kid stays unknown."""
+        return None
+
     async def aclose(self) -> None:
         return None
 
@@ -190,6 +194,8 @@ class RemoteKeys:
         self._clock = clock
         self._keys: dict[str, SigningKey] = {}
         self._fetched_at: float | None = None
+        # The same moment by the wall clock, to compare with a token's `iat`.
+        self._fetched_wall: float | None = None
         self._attempted_at: float | None = None
         self._last_failed = False
         # One fetch at a time: concurrent handshakes with a new kid share it.
@@ -213,6 +219,26 @@ class RemoteKeys:
         if key is None and self._last_failed:
             raise KeysUnavailable("the identity provider's keys could not be fetched")
         return key
+
+    def retry_after(self, issued_at: float | None) -> float | None:
+        """For a token whose kid `lookup` did not find: seconds until the next fetch, when that
+        fetch may find the key, else None. It may when the refetch interval held the fetch back
+        and the token was issued after the keys at hand were fetched (or says nothing of when
+        it was issued): a key the provider published since, which a token signed right after
+        a rotation uses. A token issued before the last fetch names a key the provider did not
+        have: unknown for good. (`iat` is read before the signature is checked; a forged one
+        changes only which refusal a forged token gets, never how often the keys are fetched.)
+        """
+        if self._attempted_at is None:
+            return None
+        left = self._refetch_s - (self._clock() - self._attempted_at)
+        if left <= 0:
+            return None
+        if issued_at is not None and self._fetched_wall is not None:
+            # `iat` is in whole seconds: one issued in the second of the fetch may be after it.
+            if issued_at < int(self._fetched_wall):
+                return None
+        return left
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -241,6 +267,7 @@ class RemoteKeys:
             return
         self._keys = keys
         self._fetched_at = self._clock()
+        self._fetched_wall = time.time()
         self._last_failed = False
         log.info("fetched %d signing key(s) from %s", len(keys), self._display)
 

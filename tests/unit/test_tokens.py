@@ -299,21 +299,30 @@ async def test_unknown_kid_refetches_at_most_once_per_interval(rsa: KeyPair) -> 
         verifier = TokenVerifier(None, keys=keys)
         try:
             assert (await verifier.authenticate(rsa.sign(claims()))).user == "alice"
-            # The provider rotates; a token with the new kid arrives within the interval.
+            # The provider rotates; a token with the new kid arrives within the interval. It
+            # may be signed with a key published since the last fetch: retryable, saying when,
+            # and the provider is not asked again before the interval is over.
             server.document = jwks(rsa, rotated)
             now[0] += 5
             for _ in range(5):
-                with pytest.raises(AuthError) as info:
-                    await verifier.authenticate(rotated.sign(claims()))
-                assert info.value.code == "unauthorized"
-                assert "not known" in info.value.message
+                with pytest.raises(AuthUnavailable) as info:
+                    await verifier.authenticate(rotated.sign(claims(iat=int(time.time()) + 1)))
+                assert info.value.code == "unavailable"
+                assert "fetched again within 25 s" in info.value.message
             assert server.requests == 1
+            # A kid unknown to a fetch made after the token was issued: unknown for good.
+            with pytest.raises(AuthError) as info:
+                await verifier.authenticate(rotated.sign(claims(iat=int(time.time()) - 60)))
+            assert info.value.code == "unauthorized" and "not known" in info.value.message
             # Once the interval has passed, one refetch finds the new key.
             now[0] += 30
             assert (await verifier.authenticate(rotated.sign(claims(sub="new")))).user == "new"
             assert server.requests == 2
-            with pytest.raises(AuthError):
-                await verifier.authenticate(rsa_key("rsa-bogus").sign(claims()))
+            with pytest.raises(AuthError) as info:
+                await verifier.authenticate(
+                    rsa_key("rsa-bogus").sign(claims(iat=int(time.time()) - 60))
+                )
+            assert info.value.code == "unauthorized"
             assert server.requests == 2
         finally:
             await verifier.aclose()
