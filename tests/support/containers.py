@@ -186,6 +186,9 @@ class Container:
         podman("start", self.name)
 
     def remove(self) -> None:
+        """Remove the container and its volumes; its log's end goes to the test's captured
+        output, which pytest shows when the test fails."""
+        print(f"--- log of {self.name} (port {self.port}) ---\n{self.logs()[-6000:]}")
         podman("rm", "--force", "--time", "0", self.name, check=False)
         for volume in self.volumes:
             podman("volume", "rm", "--force", volume, check=False)
