@@ -253,6 +253,11 @@ class ThreadList:
                 self._changed |= changed
                 self._resync = self._resync or resync
                 await asyncio.sleep(RETRY_S)
+            except Exception:
+                # Not this read's changes alone: every list is read again on the next change.
+                log.error("thread lists: reading changed threads failed", exc_info=True)
+                self._resync = True
+                await asyncio.sleep(RETRY_S)
         self._changed.clear()
 
     async def _send_changes(self, changed: set[str]) -> None:

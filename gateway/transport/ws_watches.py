@@ -50,6 +50,8 @@ class Watches:
         self._subscriptions: dict[str, Subscription] = {}
         self._inbox_unsubscribe: Callable[[], None] | None = None
         self._threads_unsubscribe: Callable[[], None] | None = None
+        # Which list the connection follows (`archived`), to follow it again under new roles.
+        self._threads_archived = False
 
     def watching(self, thread_id: str | None) -> bool:
         return thread_id in self._subscriptions
@@ -155,6 +157,7 @@ class Watches:
             elif not outlet.try_send(protocol.encode(frame)):
                 outlet.close_soon(CloseCode.TOO_SLOW)
 
+        self._threads_archived = archived
         snapshot, stop = await self._services.runs.thread_list.watch(
             principal,
             archived=archived,
@@ -172,6 +175,16 @@ class Watches:
     async def drop_lost_access(self, principal: Principal) -> None:
         """New roles apply to what is already watched: end what they no longer allow."""
         outlet = self._outlet
+        if self._threads_unsubscribe is not None:
+            # Which threads the list holds depends on the roles: it is sent again, whole.
+            try:
+                await self.subscribe_threads(principal, self._threads_archived, None)
+            except GatewayError as exc:
+                await outlet.send_or_queue(
+                    protocol.error_frame(
+                        None, ErrorCode(exc.code), f"thread list ended: {exc.message}"
+                    )
+                )
         if self._inbox_unsubscribe is not None:
             try:
                 check_can_use_inbox(principal)

@@ -11,6 +11,7 @@ import pytest
 
 from tests.integration.test_http_api import assert_error, bearer, paused_refund
 from tests.integration.test_sse import messages
+from tests.integration.test_token_expiry import rehello
 from tests.support.client import Client, ProtocolFailure
 from tests.support.gateway import Gateway
 
@@ -287,3 +288,19 @@ async def test_an_approval_carries_the_input_it_is_for_and_its_thread_keeps_its_
         )
     assert inbox.json()["approvals"][0]["run_input"] == "refund order 42 for 30"
     assert thread.json()["thread"]["title"] == "what is the status of order 3?"
+
+
+async def test_a_list_followed_under_new_roles_holds_what_they_allow(
+    gateway: Gateway, connect: Any
+) -> None:
+    carol = await connect("carol", "user")
+    await carol.request("run.start", input="tell me a story")
+    await carol.wait_event("run.completed", timeout=30)
+    alice = await connect("alice", "user", "reviewer")
+    await alice.request("threads.subscribe")
+    first = await alice.wait_for(lambda f: f["type"] == "threads")
+    assert [t["owner"] for t in first["threads"]] == ["carol"]
+    # A new hello with the user role alone: the list is sent again, alice's own threads only.
+    await rehello(alice, gateway.token("alice", "user"), "h2")
+    again = await alice.wait_for(lambda f: f["type"] == "threads" and f is not first)
+    assert again["threads"] == []
