@@ -394,7 +394,9 @@ class ConnectionSession:
         return protocol.welcome(
             user=principal.user,
             tenant=principal.tenant,
-            roles=sorted(principal.roles),
+            # The core roles and the reviewer roles the agent graphs name (`finance`), as the
+            # token carries them: a client shows what its user may decide.
+            roles=sorted({*map(str, principal.roles), *principal.extra_roles}),
             heartbeat_s=self._server.heartbeat_s,
             server_name=self._server.name,
             server_version=self._server.version,

@@ -180,7 +180,8 @@ async def test_a_tool_with_reviewer_roles_needs_one_of_them_over_ws_and_http(
         bob = await open_client("bob", "reviewer")
         adam = await open_client("adam", "admin")
         fay = await open_client("fay", "reviewer", "finance")
-        assert fay.welcome["roles"] == ["reviewer"]  # core roles only; `finance` is accepted
+        # The graph's reviewer role is accepted and listed with the core ones.
+        assert fay.welcome["roles"] == ["finance", "reviewer"]
 
         first = await pause(alice, "refund 1")
         for client in (bob, adam):  # admins need the role too
