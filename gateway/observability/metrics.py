@@ -235,6 +235,21 @@ class GatewayMetrics:
             registry=reg,
             multiprocess_mode="livesum",
         )
+        self.thread_lists = Gauge(
+            "gateway_thread_lists",
+            "Live thread lists being followed (threads.subscribe, WebSocket and SSE).",
+            registry=reg,
+            multiprocess_mode="livesum",
+        )
+        self.thread_changes = Counter(
+            "gateway_thread_changes",
+            "Threads renamed, archived, brought back or deleted, by action.",
+            ["action"],
+            registry=reg,
+        )
+        self._thread_changes = Bounded(
+            self.thread_changes, ("renamed", "archived", "unarchived", "deleted")
+        )
         self.slow_closes = Counter(
             "gateway_slow_consumer_closes",
             f"Connections closed with {int(CloseCode.TOO_SLOW)}: their send queue stayed full.",
@@ -350,6 +365,9 @@ class GatewayMetrics:
     def delivered(self, committed: float) -> None:
         """A frame of an event committed at `committed` (`time.perf_counter`) was written."""
         self.delivery_lag.observe(time.perf_counter() - committed)
+
+    def thread_changed(self, action: str) -> None:
+        self._thread_changes.get(action).inc()
 
     def refused(self, limit: str) -> None:
         self._refusals.get(limit).inc()

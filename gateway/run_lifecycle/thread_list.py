@@ -166,6 +166,9 @@ class ThreadList:
             if changed is None:
                 raise not_found("thread not found")
             self._ctx.bus.threads_changed([thread_id])
+            if self._ctx.metrics is not None:
+                for entry in entries:
+                    self._ctx.metrics.thread_changed(entry.action.removeprefix("thread."))
         return await self.view(principal, thread_id)
 
     async def delete(self, principal: Principal, thread_id: str) -> dict[str, Any]:
@@ -182,6 +185,8 @@ class ThreadList:
         if not deleted:
             raise not_found("thread not found")
         self._ctx.bus.threads_changed([thread_id])
+        if self._ctx.metrics is not None:
+            self._ctx.metrics.thread_changed("deleted")
         return {"thread_id": thread_id, "deleted": True}
 
     @staticmethod
@@ -211,11 +216,18 @@ class ThreadList:
         check_can_list(principal)
         reader = _Reader(principal, archived, on_update, on_snapshot)
         self._readers.add(reader)
+        metrics = self._ctx.metrics
+        if metrics is not None:
+            metrics.thread_lists.inc()
         if self._unsubscribe is None:
             self._unsubscribe = self._ctx.bus.subscribe_thread_changes(self._heard)
 
         def stop() -> None:
+            if reader not in self._readers:
+                return
             self._readers.discard(reader)
+            if metrics is not None:
+                metrics.thread_lists.dec()
             if not self._readers and self._unsubscribe is not None:
                 self._unsubscribe()
                 self._unsubscribe = None

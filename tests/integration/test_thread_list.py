@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_http_api import assert_error, bearer, paused_refund
+from tests.integration.test_metrics import scrape, value
 from tests.integration.test_sse import messages
 from tests.integration.test_token_expiry import rehello
 from tests.support.client import Client, ProtocolFailure
@@ -304,3 +305,24 @@ async def test_a_list_followed_under_new_roles_holds_what_they_allow(
     await rehello(alice, gateway.token("alice", "user"), "h2")
     again = await alice.wait_for(lambda f: f["type"] == "threads" and f is not first)
     assert again["threads"] == []
+
+
+async def test_lists_and_changes_are_counted(gateway_factory: Any) -> None:
+    async with gateway_factory(metrics=True) as gw:
+        alice = await Client.connect(gw.ws_url, gw.token("alice", "user"))
+        await alice.request("threads.subscribe")
+        ack = await alice.request("run.start", input="tell me a story")
+        await alice.wait_event("run.completed", timeout=30)
+        await alice.request("thread.update", thread_id=ack["thread_id"], title="A story")
+        await alice.request("thread.update", thread_id=ack["thread_id"], archived=True)
+        await alice.request("thread.delete", thread_id=ack["thread_id"])
+        samples = await scrape(gw)
+        assert value(samples, "gateway_thread_lists") == 1
+        for action in ("renamed", "archived", "deleted"):
+            assert value(samples, "gateway_thread_changes_total", action=action) == 1
+        await alice.close()
+        for _ in range(100):
+            if value(await scrape(gw), "gateway_thread_lists") == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert value(await scrape(gw), "gateway_thread_lists") == 0
