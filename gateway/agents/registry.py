@@ -111,6 +111,9 @@ class AgentGraph:
     reviewer_roles: Mapping[str, frozenset[str]] = field(default_factory=dict, hash=False)
     decided_by: Mapping[str, DecidedBy | str] = field(default_factory=dict, hash=False)
     approval_rules: Mapping[str, ApprovalRule] = field(default_factory=dict, hash=False)
+    # Tools of the starting agent whose calls a reviewer may approve with edited arguments
+    # (gateway/agents/edited_arguments.py).
+    editable_arguments: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         for tool_name, who in self.decided_by.items():

@@ -124,21 +124,26 @@ def decision_entry(
     tool_name: str,
     arguments_digest: str,
     has_reason: bool,
+    edited_arguments_digest: str | None = None,
 ) -> AuditEntry:
+    details = {
+        "decision": decision,
+        "run_id": run_id,
+        "thread_id": thread_id,
+        "tool_name": tool_name,
+        # What was approved, provably, without repeating possibly sensitive arguments.
+        "arguments_digest": arguments_digest,
+        "reason_given": has_reason,
+    }
+    if edited_arguments_digest is not None:
+        # Approved with edited arguments: what the tool ran with, the same way.
+        details["edited_arguments_digest"] = edited_arguments_digest
     return caller_entry(
         principal,
         AuditAction.APPROVAL_DECIDED,
         outcome=Outcome.SUCCESS,
         target=approval_id,
-        details={
-            "decision": decision,
-            "run_id": run_id,
-            "thread_id": thread_id,
-            "tool_name": tool_name,
-            # What was approved, provably, without repeating possibly sensitive arguments.
-            "arguments_digest": arguments_digest,
-            "reason_given": has_reason,
-        },
+        details=details,
     )
 
 

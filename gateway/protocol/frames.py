@@ -200,6 +200,8 @@ class ApprovalDecide(_Frame):
     approval_id: Id
     decision: Literal["approve", "reject"]
     reason: Annotated[str, Field(max_length=MAX_REASON_CHARS)] | None = None
+    # An approval with edited arguments, for tools whose graph allows it (§4).
+    arguments: dict[str, Any] | None = None
 
 
 class RunCancel(_Frame):

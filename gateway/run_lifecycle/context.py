@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from gateway.agents.edited_arguments import with_editable_tools
 from gateway.agents.registry import AgentGraph, AgentRegistry, GraphMismatchError, UnknownAgentError
 from gateway.agents.run_caller import RunCaller, caller_of, latest_decision
 from gateway.auth.access import Principal, ThreadRef
@@ -113,7 +114,7 @@ class RunContext:
         key = (graph.name, graph.version, id(graph))
         agent = self._agents.get(key)
         if agent is None:
-            agent = self._agents[key] = graph.build()
+            agent = self._agents[key] = with_editable_tools(graph.build(), graph.editable_arguments)
         return agent
 
     def graph(self, name: str | None) -> AgentGraph:

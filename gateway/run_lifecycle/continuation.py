@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -23,6 +23,7 @@ from agents.items import ToolApprovalItem
 from agents.run_state import RunState
 from sqlalchemy.engine import Connection
 
+from gateway.agents.edited_arguments import edits_of
 from gateway.protocol.error_codes import conflict
 from gateway.protocol.frames import EventType
 from gateway.run_lifecycle.approval_binding import binding_problem, by_call_id
@@ -242,8 +243,20 @@ class Continuer:
                 logged_outputs=logged,
                 lease=held,
                 prepare=prepare,
+                edits=approved_edits(a for a, _ in decided),
             )
         )
+
+
+def approved_edits(approvals: Iterable[ApprovalRecord]) -> Mapping[str, str]:
+    """The edited arguments of the calls approved with an edit, for their tools to run with."""
+    return edits_of(
+        {
+            a.call_id: a.edited_arguments
+            for a in approvals
+            if a.status is ApprovalStatus.APPROVED and a.edited_arguments is not None
+        }
+    )
 
 
 def pause_inputs_in(conn: Connection, run: RunRecord) -> PauseInputs:

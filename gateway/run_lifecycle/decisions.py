@@ -15,18 +15,21 @@ import asyncio
 import logging
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from gateway.agents.edited_arguments import EditRefused, checked_edit
 from gateway.agents.registry import AgentGraph
 from gateway.auth.access import AccessDenied, Principal
 from gateway.auth.audit_trail import AuditAction, decision_entry, system_entry
 from gateway.protocol.error_codes import GatewayError, conflict, not_found
-from gateway.protocol.frames import EventType, utc_ts
-from gateway.run_lifecycle.approval_binding import binding_problem, by_call_id
+from gateway.protocol.frames import ErrorCode, EventType, utc_ts
+from gateway.run_lifecycle.approval_binding import arguments_digest, binding_problem, by_call_id
 from gateway.run_lifecycle.context import RunContext, thread_ref
 from gateway.run_lifecycle.continuation import Continuer, PauseInputs, claim_if_decided_in
 from gateway.run_lifecycle.review_rules import check_decider, review_context
+from gateway.run_lifecycle.sensitive_arguments import masked_call_data
 from gateway.storage.health import log_failure
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.audit import AuditRepository
@@ -128,10 +131,16 @@ class Decisions:
         approval_id: str,
         decision: str,
         reason: str | None,
+        arguments: dict[str, Any] | None = None,
     ) -> ApprovalRecord:
+        """`arguments`: an approval with edited arguments, for a tool the graph lets
+        reviewers edit (gateway/agents/edited_arguments.py); checked against the tool's JSON
+        schema before anything is recorded."""
         ctx = self._ctx
         approval, run, thread = await ctx.approval_for(principal, approval_id)
         self._check_review_rules(principal, thread, run, approval, decision)
+        if arguments is not None:
+            self._check_edit(run, approval, decision, arguments)
         async with ctx.lock(thread.thread_id):
             # Read again under the lock: a decision or an expiry may have landed meanwhile.
             run_id = run.run_id
@@ -155,6 +164,11 @@ class Decisions:
                 tool_name=approval.tool_name,
                 arguments_digest=approval.arguments_digest,
                 has_reason=bool(reason),
+                edited_arguments_digest=(
+                    arguments_digest(approval.tool_name, arguments)
+                    if arguments is not None
+                    else None
+                ),
             )
             version = run.checkpoint_version
 
@@ -170,6 +184,7 @@ class Decisions:
                     reason=reason,
                     checkpoint_version=version,
                     decided_at=now,
+                    edited_arguments=arguments,
                 ):
                     raise StaleWrite(approval_id)
                 # Same transaction: the trail holds exactly the decisions that took effect.
@@ -186,6 +201,7 @@ class Decisions:
                     "reason": reason,
                     "reviewer": principal.user,
                     "decided_at": utc_ts(now),
+                    **self._edit_data(run, approval, arguments),
                 },
             )
             try:
@@ -198,11 +214,43 @@ class Decisions:
             self._waited(approval, decision, now)
             # Exactly the row the compare-and-swap wrote, without reading it back.
             decided = replace(
-                approval, status=status, reviewer=principal.user, reason=reason, decided_at=now
+                approval,
+                status=status,
+                reviewer=principal.user,
+                reason=reason,
+                decided_at=now,
+                edited_arguments=arguments,
             )
         # The decision is durable; the reviewer's ack need not wait for the restore.
         self._continue_soon(run, known, claimed=claimed)
         return decided
+
+    def _check_edit(
+        self, run: RunRecord, approval: ApprovalRecord, decision: str, arguments: Any
+    ) -> None:
+        """Edited arguments the call may run with, else `bad_request` (nothing recorded)."""
+        if decision != "approve":
+            raise GatewayError(ErrorCode.BAD_REQUEST, "edited arguments go with an approval")
+        graph = self._ctx.graph(run.agent)
+        if approval.tool_name not in graph.editable_arguments:
+            raise GatewayError(
+                ErrorCode.BAD_REQUEST,
+                f"tool {approval.tool_name!r} does not take edited arguments",
+            )
+        try:
+            checked_edit(self._ctx.agent(graph), approval.tool_name, arguments)
+        except EditRefused as exc:
+            raise GatewayError(ErrorCode.BAD_REQUEST, str(exc)) from None
+
+    def _edit_data(
+        self, run: RunRecord, approval: ApprovalRecord, arguments: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """`approval.decided`'s `edited_arguments`, masked in the log as the call's are."""
+        if arguments is None:
+            return {}
+        sensitive = self._ctx.graph(run.agent).sensitive_arguments
+        view = masked_call_data({"arguments": arguments}, approval.tool_name, sensitive)
+        return {"edited_arguments": view["arguments"]}
 
     def _waited(self, approval: ApprovalRecord, outcome: str, decided_at: datetime) -> None:
         """The wait for a review, as a span from the request to the stored decision."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from functools import partial
@@ -37,6 +37,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from gateway.agents.approval_rules import RuleDecision, evaluate
+from gateway.agents.edited_arguments import current_edits
 from gateway.agents.exactly_once import LedgerScope, current_scope
 from gateway.agents.registry import AgentGraph
 from gateway.agents.run_caller import RunCaller
@@ -104,6 +105,9 @@ class Segment:
     # In-memory work on `start` left to the segment (a continuation's decisions): done first,
     # and if it fails the run fails like any run that raises.
     prepare: Callable[[], None] | None = None
+    # call id -> edited arguments (JSON) of calls approved with an edit, for the tools to run
+    # with (gateway/agents/edited_arguments.py).
+    edits: Mapping[str, str] = field(default_factory=dict)
     # The state taken at a turn's tool outputs, stored as a turn checkpoint once the next
     # model call starts (the session mark is right only then), or when that call fails.
     unsaved_turn: str | None = None
@@ -156,6 +160,8 @@ def approval_view(record: ApprovalRecord, review: ReviewContext | None = None) -
         "requested_at": utc_ts(record.requested_at),
         "expires_at": utc_ts(record.expires_at) if record.expires_at else None,
     }
+    if record.edited_arguments is not None:
+        view["edited_arguments"] = record.edited_arguments
     if review is not None:
         view["reviewer_roles"] = sorted(review.reviewer_roles)
         view["requested_by"] = review.requested_by
@@ -234,6 +240,7 @@ class SegmentRunner:
                 on_reconcile=partial(self._needs_reconciliation, segment),
             )
         )
+        edits = current_edits.set(segment.edits)
         spans = self.telemetry.segment(
             {
                 "gateway.thread.id": run.thread_id,
@@ -335,6 +342,7 @@ class SegmentRunner:
             if segment.lease is not None:
                 self._leases.drop(segment.lease)
             current_scope.reset(scope)
+            current_edits.reset(edits)
             execution.done.set()
 
     async def close(self) -> None:

@@ -6,8 +6,9 @@ last boundary (the turn checkpoint before the failure, or the pause whose decisi
 continuing), so only the turn it failed in is repeated:
 
 - the failed run keeps that boundary when it ends (`CheckpointRepository.add_final_in` with
-  `keep_previous`); it becomes the retry's checkpoint 1, with the pause's recorded decisions
-  applied, so the retry's own crash recovery continues from the same place;
+  `keep_previous`); it becomes the retry's checkpoint 1, and the pause's recorded decisions
+  (edited arguments included) are copied to it, so they apply to the retry's first segment and
+  again to its own crash recovery, which continues from the same place;
 - the conversation's history goes back to that checkpoint's session mark (what the failed turn
   wrote after it belonged to the lost attempt), in the retry's first transaction;
 - the retry shares the failed run's operation-ledger scope (gateway/agents/exactly_once.py): a
@@ -20,7 +21,7 @@ checkpoints) is retried from its input, with the history as it was before that r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,10 +36,11 @@ from gateway.auth.audit_trail import answered_again_entry
 from gateway.protocol.error_codes import GatewayError, conflict
 from gateway.protocol.frames import ErrorCode, EventType
 from gateway.run_lifecycle.context import RunContext, thread_ref
-from gateway.run_lifecycle.continuation import APPLIED, apply_decisions
+from gateway.run_lifecycle.continuation import APPLIED, apply_decisions, approved_edits
 from gateway.run_lifecycle.execution import Segment
 from gateway.run_lifecycle.restored_checkpoints import restore_state
 from gateway.run_lifecycle.started import Started
+from persistence.approvals import ApprovalRecord, ApprovalRepository
 from persistence.audit import AuditRepository
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
 from persistence.clock import utcnow
@@ -58,8 +60,10 @@ class _Boundary:
 
     checkpoint: CheckpointRecord
     state: RunState[Any, Any]
-    serialized: str
+    # The failed run's decisions at that checkpoint, applied to `state`: copied to the retry.
+    approvals: list[ApprovalRecord]
     known_calls: dict[str, str]
+    edits: Mapping[str, str]
     caller: RunCaller
     context: Any
 
@@ -106,25 +110,17 @@ class Retries:
             for a in await ctx.approvals.for_checkpoint(failed.run_id, checkpoint.version)
             if a.status in APPLIED
         ]
-        serialized = checkpoint.state
-        known_calls: dict[str, str] = {}
-        if approvals:
-            # The pause's decisions were checked against this very checkpoint when they were
-            # made; applied here, and stored with the state, they hold for the retry's own
-            # recovery too.
-            by_call = {item.call_id: item for item in state.get_interruptions()}
-            decided = [(a, by_call[a.call_id]) for a in approvals if a.call_id in by_call]
-            apply_decisions(state, decided, [])
-            known_calls = {a.call_id: a.tool_name for a, _ in decided}
-            serialized = orjson.dumps(
-                state.to_json(context_serializer=graph.serialize_context)
-            ).decode()
+        # The pause's decisions were checked against this very checkpoint when they were made.
+        by_call = {item.call_id: item for item in state.get_interruptions()}
+        decided = [(a, by_call[a.call_id]) for a in approvals if a.call_id in by_call]
+        apply_decisions(state, decided, [])
         caller = await ctx.caller(failed, approvals)
         return _Boundary(
             checkpoint=checkpoint,
             state=state,
-            serialized=serialized,
-            known_calls=known_calls,
+            approvals=[a for a, _ in decided],
+            known_calls={a.call_id: a.tool_name for a, _ in decided},
+            edits=approved_edits(a for a, _ in decided),
             caller=caller,
             context=graph.resumed_context(checkpoint.state, caller),
         )
@@ -156,7 +152,7 @@ class Retries:
                 boundary.checkpoint,
                 run_id=run.run_id,
                 version=1,
-                state=boundary.serialized,
+                state=boundary.checkpoint.state,
                 reason=RETRY_REASON,
                 created_at=now,
             )
@@ -164,6 +160,12 @@ class Retries:
         mark = first.session_mark if first is not None else failed.session_mark
         instance_id, ttl_s, incarnation = ctx.instance_id, ctx.lease_ttl_s, ctx.incarnation
 
+        # The decisions go on with the checkpoint, under new ids (an approval id names one
+        # run's decision); decided already, so nobody is asked and no inbox hears of them.
+        copied = [
+            replace(a, approval_id=new_id("ap"), run_id=run.run_id, checkpoint_version=1)
+            for a in (boundary.approvals if boundary is not None else ())
+        ]
         audit = answered_again_entry(
             principal, run_id=run.run_id, thread_id=run.thread_id, retries=failed.run_id
         )
@@ -176,6 +178,7 @@ class Retries:
                 CheckpointRepository.save_in(
                     conn, first, status=RunStatus.RUNNING, expected=(RunStatus.RUNNING,)
                 )
+                ApprovalRepository.insert_in(conn, copied)
             return LeaseRepository.acquire_in(conn, run.run_id, instance_id, ttl_s, incarnation)
 
         data: dict[str, Any] = {"input": failed.input, "agent": graph.name}
@@ -208,6 +211,7 @@ class Retries:
                 caller=boundary.caller,
                 context=boundary.context,
                 known_calls=boundary.known_calls,
+                edits=boundary.edits,
                 logged_outputs=frozenset(orjson.loads(e.data).get("call_id") for e in outputs),
                 lease=lease,
             )

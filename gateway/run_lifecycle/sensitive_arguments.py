@@ -82,7 +82,13 @@ def masked_call_data(
     if not names:
         return data
     assert isinstance(arguments, Mapping)
-    return {**data, "arguments": mask_arguments(arguments, names), "masked": names}
+    masked = {**data, "arguments": mask_arguments(arguments, names), "masked": names}
+    edited = data.get("edited_arguments")
+    if isinstance(edited, Mapping):
+        masked["edited_arguments"] = mask_arguments(
+            edited, masked_names(tool_name, edited, sensitive)
+        )
+    return masked
 
 
 def approval_id_of(frame: str) -> str | None:

@@ -89,6 +89,9 @@ class Approval(_Shape):
     reviewer: str | Absent | None = None
     reason: str | Absent | None = None
     decided_at: Timestamp | Absent | None = None
+    edited_arguments: dict[str, Any] | Absent = Field(
+        None, description="approved with these arguments instead of `arguments` (masked alike)"
+    )
     reviewer_roles: list[str] | Absent = Field(
         None, description="one of these roles is needed to decide; empty: any reviewer"
     )
@@ -447,6 +450,11 @@ class ApprovalDecidedData(_Shape):
         None, description="a rule's decision: the call it decided (it was never requested)"
     )
     tool_name: str | Absent = Field(None, description="a rule's decision: the call's tool")
+    edited_arguments: dict[str, Any] | Absent = Field(
+        None,
+        description="approved with these arguments instead of the call's (sensitive ones "
+        "masked as in `approval.requested`)",
+    )
 
 
 class RunPausedData(_Shape):
@@ -603,6 +611,11 @@ class DecisionRequest(BaseModel):
     decision: Literal["approve", "reject"]
     reason: Annotated[str, Field(max_length=MAX_REASON_CHARS)] | None = Field(
         None, description="for a rejection, exactly what the model is told"
+    )
+    arguments: dict[str, Any] | None = Field(
+        None,
+        description="approve with these arguments instead (tools the graph lets reviewers "
+        "edit; checked against the tool's JSON schema)",
     )
 
 

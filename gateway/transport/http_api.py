@@ -274,7 +274,12 @@ async def decide(request: Request, services: Services) -> Response:
         raise GatewayError(
             ErrorCode.BAD_REQUEST, f"reason must be a string of at most {MAX_REASON_CHARS} chars"
         )
-    approval = await services.runs.decisions.decide(principal, approval_id, decision, reason)
+    arguments = body.get("arguments")
+    if arguments is not None and not isinstance(arguments, dict):
+        raise GatewayError(ErrorCode.BAD_REQUEST, "arguments must be a JSON object")
+    approval = await services.runs.decisions.decide(
+        principal, approval_id, decision, reason, arguments
+    )
     return JSONBody({"approval": await services.runs.views.view_approval(principal, approval)})
 
 

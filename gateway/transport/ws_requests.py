@@ -80,7 +80,7 @@ class ClientRequests:
                 return None
             case protocol.ApprovalDecide():
                 approval = await runs.decisions.decide(
-                    principal, frame.approval_id, frame.decision, frame.reason
+                    principal, frame.approval_id, frame.decision, frame.reason, frame.arguments
                 )
                 return protocol.ack(
                     ref, approval=await runs.views.view_approval(principal, approval)

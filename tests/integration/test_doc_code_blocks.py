@@ -35,7 +35,7 @@ COVERED = {
     ("README.md", 0): "tests/unit/test_readme_example.py",
     **{
         (DOCS + "agents.md", index): "test_the_agents_guide_blocks_run_in_order"
-        for index in range(8)
+        for index in range(9)
     },
     (DOCS + "clients.md", 0): "test_the_protocol_by_hand_script_prints_what_the_page_shows",
     (DOCS + "protocol.md", 0): "test_the_webhook_signature_check_accepts_only_signed_bodies",

@@ -58,6 +58,8 @@ export interface Approval {
   reviewer?: string | null;
   reason?: string | null;
   decided_at?: string | null;
+  /** approved with these arguments instead of `arguments` (masked alike) */
+  edited_arguments?: Record<string, unknown>;
   /** one of these roles is needed to decide; empty: any reviewer */
   reviewer_roles?: string[];
   /** who started the run (may not approve it under the four-eyes rule) */
@@ -84,6 +86,7 @@ export interface ApprovalDecide {
   approval_id: string;
   decision: "approve" | "reject";
   reason?: string | null;
+  arguments?: Record<string, unknown> | null;
 }
 
 export interface ApprovalDecidedData {
@@ -101,6 +104,8 @@ export interface ApprovalDecidedData {
   call_id?: string;
   /** a rule's decision: the call's tool */
   tool_name?: string;
+  /** approved with these arguments instead of the call's (sensitive ones masked as in `approval.requested`) */
+  edited_arguments?: Record<string, unknown>;
   [key: string]: unknown;
 }
 
