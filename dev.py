@@ -14,7 +14,8 @@
                                    process, under a minute
     python3 dev.py test --newest   the whole suite in .venv-newest, against the newest versions
                                    pyproject.toml's ranges allow (the lockfile ignored)
-    python3 dev.py lint            ruff (lint + format check) and the layer rules (import-linter)
+    python3 dev.py lint            ruff (lint + format check), the layer rules (import-linter)
+                                   and the types (mypy, strict)
     python3 dev.py lock            pin every dependency anew in requirements.lock (uv)
 
 The virtual environment is rebuilt when pyproject.toml or requirements.lock changes, so the two
@@ -240,6 +241,8 @@ def lint() -> int:
     status |= run("-m", "ruff", "format", "--check", *folders)
     # The layer rules: pyproject.toml [tool.importlinter].
     status |= subprocess.call([str(BIN / "lint-imports"), "--no-cache"], cwd=ROOT)
+    # The types: pyproject.toml [tool.mypy], strict on gateway/ and persistence/.
+    status |= run("-m", "mypy")
     return status
 
 

@@ -283,7 +283,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 def value_type(field: FieldInfo) -> type:
     """What a flag's value is parsed as before pydantic validates it: bool, int, float or str
     (lists, URLs and choices arrive as the text a variable would hold)."""
-    kinds = [kind for kind in _alternatives(field.annotation) if kind is not type(None)]
+    kinds: list[type] = [kind for kind in _alternatives(field.annotation) if kind is not type(None)]
     if len(kinds) == 1 and kinds[0] in (bool, int, float):
         return kinds[0]
     return str

@@ -115,19 +115,20 @@ async def run_once(
             return message
         log.info("re-running idempotent operation %s (%s) after a restart", name, call_id)
     try:
-        result = await _call(operation, key)
+        text = await _call(operation, key)
     except Exception as exc:
         await bound.repository.finish(
             bound.scope, call_id, OperationStatus.FAILED, f"{type(exc).__name__}: {exc}"[:2000]
         )
         raise
-    text = result if isinstance(result, str) else str(result)
     await bound.repository.finish(bound.scope, call_id, OperationStatus.DONE, text)
     return text
 
 
-async def _call(operation: Callable[[str], Any], key: str) -> Any:
+async def _call(operation: Callable[[str], Any], key: str) -> str:
+    """The operation's result as the ledger stores it (text), with a ledger or without, so a
+    tool sees the same value either way and a replay returns what the first call did."""
     result = operation(key)
     if inspect.isawaitable(result):
         result = await result
-    return result
+    return result if isinstance(result, str) else str(result)

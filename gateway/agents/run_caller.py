@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.auth.access import Principal
+from gateway.protocol.identity import Principal
 from persistence.approvals import ApprovalRecord, ApprovalStatus
 from persistence.runs import RunRecord
 

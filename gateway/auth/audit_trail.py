@@ -22,10 +22,11 @@ import logging
 from enum import StrEnum
 from typing import Any
 
-from gateway.auth.access import Principal
+from gateway.protocol.identity import Principal
+from persistence.audit import AuditEntry, AuditRecord, AuditRepository
 
-# AuditQuery: also what the reviewer API builds, so that it need not import persistence.
-from persistence.audit import AuditEntry, AuditQuery, AuditRecord, AuditRepository
+# Re-exported: also what the reviewer API builds, so that it need not import persistence.
+from persistence.audit import AuditQuery as AuditQuery
 from persistence.errors import StorageUnavailable
 from persistence.store import Store
 
@@ -201,6 +202,7 @@ def answered_again_entry(
     retries: str | None = None,
 ) -> AuditEntry:
     """A run that answers again: a regenerate (`supersedes`) or a retry (`retries`)."""
+    details: dict[str, str | None]
     if retries is not None:
         action, details = AuditAction.RUN_RETRIED, {"thread_id": thread_id, "retries": retries}
     else:

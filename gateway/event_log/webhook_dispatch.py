@@ -61,7 +61,7 @@ class WebhookConfig:
 def backoff_s(attempts: int, base_s: float, cap_s: float) -> float:
     """The wait after the `attempts`-th failed attempt: doubling from `base_s` up to `cap_s`,
     each drawn from its upper half so receivers that failed together are not retried in step."""
-    ceiling = min(cap_s, base_s * 2 ** max(0, attempts - 1))
+    ceiling = min(cap_s, base_s * 2.0 ** max(0, attempts - 1))
     return ceiling * random.uniform(0.5, 1.0)  # jitter, not a secret
 
 

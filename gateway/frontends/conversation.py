@@ -14,12 +14,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gateway.auth.access import Principal, check_can_act_on_thread, check_can_subscribe
-from gateway.protocol.error_codes import GatewayError, not_found
-from gateway.protocol.frames import MAX_ID_CHARS, MAX_REASON_CHARS, ErrorCode
+from gateway.auth.access import check_can_act_on_thread, check_can_subscribe
+from gateway.protocol.error_codes import ErrorCode, GatewayError, not_found
+from gateway.protocol.frames import MAX_ID_CHARS, MAX_REASON_CHARS
+from gateway.protocol.identity import Principal
 from gateway.resources import Services
 from gateway.run_lifecycle.context import thread_ref
-from gateway.run_lifecycle.manager import RunRecord, Started, ThreadRecord
+from gateway.run_lifecycle.manager import RunRecord, ThreadRecord
+from gateway.run_lifecycle.started import Started
 
 # Ids that frontend libraries make (nanoid, uuid, assistant-ui's local `__LOCALID_…`) and the
 # gateway's own (`t_…`); nothing that would need escaping in a URL path or a log line, and no

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from gateway.auth.access import Principal
+from gateway.protocol.identity import Principal
 from gateway.resources import Services
 from gateway.run_lifecycle.sensitive_arguments import frame_for
 from gateway.storage.health import StorageUnavailable

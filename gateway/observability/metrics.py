@@ -395,7 +395,10 @@ class GatewayMetrics:
         # A fresh registry per scrape, as prometheus-client's multiprocess guide does: the
         # collector reads every worker's files each time.
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry, path=self._multiprocess_dir)
+        # prometheus_client.multiprocess carries no annotations.
+        multiprocess.MultiProcessCollector(  # type: ignore[no-untyped-call]
+            registry, path=self._multiprocess_dir
+        )
         return generate_latest(registry)
 
 
@@ -403,4 +406,4 @@ def worker_died(directory: str, pid: int) -> None:
     """Drop a gone worker's `live*` gauges (its counters stay: they are totals)."""
     from prometheus_client import multiprocess
 
-    multiprocess.mark_process_dead(pid, directory)
+    multiprocess.mark_process_dead(pid, directory)  # type: ignore[no-untyped-call]  # unannotated

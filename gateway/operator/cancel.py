@@ -21,11 +21,11 @@ import os
 import socket
 from dataclasses import dataclass
 
-from gateway.auth.access import Principal, Role
 from gateway.auth.audit_trail import cancellation_entry
 from gateway.event_log.bus import EventBus
 from gateway.event_log.relay import open_relay
 from gateway.event_log.writer import EventLog
+from gateway.protocol.identity import Principal, Role
 from gateway.run_lifecycle.cancellation import cancel_unstreamed
 from gateway.settings import Settings
 from persistence.inputs import Disposition, InputRepository

@@ -24,8 +24,8 @@ from sqlalchemy.engine import URL, make_url
 from gateway.event_log.logged_event import encode_page
 from gateway.operator import output
 from gateway.operator.filters import FilterError, parse_duration, parse_states
-from gateway.protocol.error_codes import GatewayError, conflict, not_found
-from gateway.protocol.frames import ErrorCode, utc_ts
+from gateway.protocol.error_codes import ErrorCode, GatewayError, conflict, not_found
+from gateway.protocol.frames import utc_ts
 from gateway.settings import Settings
 from gateway.settings_cli import add_setting_flag
 from persistence import schema

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from persistence.runs import ACTIVE, RunStatus
+from persistence.run_status import RunStatus
+from persistence.runs import ACTIVE
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")

@@ -425,8 +425,8 @@ def _int_floor(model: type[_Frame], field: str) -> int | None:
     if info is None:
         return None
     for constraint in info.metadata:
-        if isinstance(constraint, annotated_types.Ge):
-            return int(constraint.ge)  # type: ignore[call-overload]
+        if isinstance(constraint, annotated_types.Ge) and isinstance(constraint.ge, int):
+            return constraint.ge
     return None
 
 

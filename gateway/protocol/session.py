@@ -26,8 +26,8 @@ from typing import Any
 
 from gateway.protocol import frames as protocol
 from gateway.protocol.close_codes import CloseCode
-from gateway.protocol.error_codes import close_code_for
-from gateway.protocol.frames import ErrorCode, ProtocolError
+from gateway.protocol.error_codes import ErrorCode, close_code_for
+from gateway.protocol.frames import ProtocolError
 from gateway.protocol.identity import Principal
 
 

@@ -20,7 +20,8 @@ from persistence.audit import AuditEntry, AuditRepository
 from persistence.checkpoints import CheckpointRepository
 from persistence.errors import StaleWrite
 from persistence.leases import LeaseHolder, LeaseRepository
-from persistence.runs import ACTIVE, RunRecord, RunRepository, RunStatus
+from persistence.run_status import RunStatus
+from persistence.runs import ACTIVE, RunRecord, RunRepository
 
 
 class HeldElsewhere(RuntimeError):

@@ -21,13 +21,13 @@ from sqlalchemy.engine import Connection
 from gateway.agents.edited_arguments import with_editable_tools
 from gateway.agents.registry import AgentGraph, AgentRegistry, GraphMismatchError, UnknownAgentError
 from gateway.agents.run_caller import RunCaller, caller_of, latest_decision
-from gateway.auth.access import Principal, ThreadRef
+from gateway.auth.access import ThreadRef
 from gateway.event_log.bus import EventBus
 from gateway.event_log.writer import EventLog
 from gateway.observability.log_fields import bound, unbound_context
 from gateway.observability.metrics import GatewayMetrics
-from gateway.protocol.error_codes import GatewayError, not_found
-from gateway.protocol.frames import ErrorCode
+from gateway.protocol.error_codes import ErrorCode, GatewayError, not_found
+from gateway.protocol.identity import Principal
 from gateway.run_lifecycle.execution import Execution, Segment, SegmentRunner
 from gateway.run_lifecycle.restored_checkpoints import RestoredStates
 from persistence.approvals import ApprovalRecord, ApprovalRepository

@@ -35,7 +35,8 @@ from persistence.checkpoints import CheckpointRecord
 from persistence.errors import StaleWrite
 from persistence.inputs import Disposition, InputRepository, PendingInput
 from persistence.leases import Lease, LeaseLost, LeaseRepository
-from persistence.runs import RunRecord, RunRepository, RunStatus
+from persistence.run_status import RunStatus
+from persistence.runs import RunRecord, RunRepository
 from persistence.sessions import SessionMarks
 
 log = logging.getLogger(__name__)

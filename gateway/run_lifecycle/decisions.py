@@ -21,10 +21,11 @@ from sqlalchemy.engine import Connection
 
 from gateway.agents.edited_arguments import EditRefused, checked_edit
 from gateway.agents.registry import AgentGraph
-from gateway.auth.access import AccessDenied, Principal
+from gateway.auth.access import AccessDenied
 from gateway.auth.audit_trail import AuditAction, decision_entry, system_entry
-from gateway.protocol.error_codes import GatewayError, conflict, not_found
-from gateway.protocol.frames import ErrorCode, EventType, utc_ts
+from gateway.protocol.error_codes import ErrorCode, GatewayError, conflict, not_found
+from gateway.protocol.frames import EventType, utc_ts
+from gateway.protocol.identity import Principal
 from gateway.run_lifecycle.approval_binding import arguments_digest, binding_problem, by_call_id
 from gateway.run_lifecycle.context import RunContext, thread_ref
 from gateway.run_lifecycle.continuation import Continuer, PauseInputs, claim_if_decided_in
@@ -36,7 +37,8 @@ from persistence.audit import AuditRepository
 from persistence.checkpoints import CheckpointRecord
 from persistence.clock import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
-from persistence.runs import RunRecord, RunRepository, RunStatus
+from persistence.run_status import RunStatus
+from persistence.runs import RunRecord, RunRepository
 from persistence.threads import ThreadRecord
 
 log = logging.getLogger(__name__)

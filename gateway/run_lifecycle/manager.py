@@ -28,18 +28,14 @@ from sqlalchemy.exc import IntegrityError
 
 from gateway.agents.registry import AgentGraph, AgentRegistry
 from gateway.agents.run_caller import caller_of, stored_caller
-from gateway.auth.access import (
-    Principal,
-    check_can_act_on_thread,
-    check_can_create,
-    check_can_subscribe,
-)
+from gateway.auth.access import check_can_act_on_thread, check_can_create, check_can_subscribe
 from gateway.auth.audit_trail import Outcome, answered_again_entry, cancellation_entry
 from gateway.event_log.bus import EventBus
 from gateway.event_log.writer import EventLog
 from gateway.observability.metrics import GatewayMetrics
-from gateway.protocol.error_codes import GatewayError, conflict, not_found, rate_limited
-from gateway.protocol.frames import ErrorCode, EventType
+from gateway.protocol.error_codes import ErrorCode, GatewayError, conflict, not_found, rate_limited
+from gateway.protocol.frames import EventType
+from gateway.protocol.identity import Principal
 from gateway.run_lifecycle.cancellation import cancel_unstreamed
 from gateway.run_lifecycle.context import RunContext, thread_ref
 from gateway.run_lifecycle.continuation import Continuer
@@ -61,10 +57,16 @@ from persistence.events import EventRepository
 from persistence.ids import new_id
 from persistence.inputs import Disposition, InputRepository
 from persistence.leases import Lease, LeaseRepository
-from persistence.runs import RunRecord, RunRepository, RunStatus
+from persistence.run_status import RunStatus
+
+# RunRecord and ThreadRecord re-exported: the records the transports read, so that they need
+# not import persistence.
+from persistence.runs import RunRecord as RunRecord
+from persistence.runs import RunRepository
 from persistence.sessions import SessionMarks
 from persistence.store import Store
-from persistence.threads import ThreadRecord, ThreadRepository
+from persistence.threads import ThreadRecord as ThreadRecord
+from persistence.threads import ThreadRepository
 
 log = logging.getLogger(__name__)
 

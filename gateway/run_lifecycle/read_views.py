@@ -12,8 +12,9 @@ from typing import Any
 import orjson
 
 from gateway.agents.registry import UnknownAgentError
-from gateway.auth.access import Principal, check_can_subscribe
+from gateway.auth.access import check_can_subscribe
 from gateway.protocol.frames import MODEL_USAGE
+from gateway.protocol.identity import Principal
 from gateway.run_lifecycle.context import RunContext, thread_ref
 from gateway.run_lifecycle.execution import approval_view
 from gateway.run_lifecycle.review_rules import ReviewContext, decision_rights, review_context

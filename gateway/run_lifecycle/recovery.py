@@ -26,7 +26,8 @@ from persistence.clock import utcnow
 from persistence.errors import StaleWrite
 from persistence.events import NewEvent
 from persistence.leases import Lease, LeaseLost
-from persistence.runs import RunRecord, RunRepository, RunStatus
+from persistence.run_status import RunStatus
+from persistence.runs import RunRecord, RunRepository
 
 log = logging.getLogger(__name__)
 

@@ -31,10 +31,11 @@ from sqlalchemy.engine import Connection
 
 from gateway.agents.registry import AgentGraph
 from gateway.agents.run_caller import RunCaller, caller_of
-from gateway.auth.access import Principal, check_can_act_on_thread
+from gateway.auth.access import check_can_act_on_thread
 from gateway.auth.audit_trail import answered_again_entry
-from gateway.protocol.error_codes import GatewayError, conflict
-from gateway.protocol.frames import ErrorCode, EventType
+from gateway.protocol.error_codes import ErrorCode, GatewayError, conflict
+from gateway.protocol.frames import EventType
+from gateway.protocol.identity import Principal
 from gateway.run_lifecycle.context import RunContext, thread_ref
 from gateway.run_lifecycle.continuation import APPLIED, apply_decisions, approved_edits
 from gateway.run_lifecycle.execution import Segment
@@ -46,7 +47,8 @@ from persistence.checkpoints import CheckpointRecord, CheckpointRepository
 from persistence.clock import utcnow
 from persistence.ids import new_id
 from persistence.leases import LeaseRepository
-from persistence.runs import RunRecord, RunRepository, RunStatus
+from persistence.run_status import RunStatus
+from persistence.runs import RunRecord, RunRepository
 from persistence.sessions import SessionMarks
 from persistence.threads import ThreadRecord
 

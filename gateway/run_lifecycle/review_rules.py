@@ -28,11 +28,11 @@ from gateway.agents.registry import AgentGraph
 from gateway.auth.access import (
     AccessDenied,
     DecidedBy,
-    Principal,
     ThreadRef,
     check_can_decide,
     default_decided_by,
 )
+from gateway.protocol.identity import Principal
 from persistence.runs import RunRecord
 
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from gateway.auth.access import Principal, Role
 from gateway.event_log.logged_event import LoggedEvent
+from gateway.protocol.identity import Principal, Role
 from persistence.approvals import ApprovalRepository
 
 MASK = "***"

@@ -20,16 +20,11 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from gateway.auth.access import (
-    AccessDenied,
-    Principal,
-    Role,
-    check_can_act_on_thread,
-    check_can_subscribe,
-)
+from gateway.auth.access import AccessDenied, check_can_act_on_thread, check_can_subscribe
 from gateway.auth.audit_trail import AuditAction, Outcome, caller_entry
-from gateway.protocol.error_codes import GatewayError, conflict, not_found
-from gateway.protocol.frames import ErrorCode, utc_ts
+from gateway.protocol.error_codes import ErrorCode, GatewayError, conflict, not_found
+from gateway.protocol.frames import utc_ts
+from gateway.protocol.identity import Principal, Role
 from gateway.run_lifecycle.context import RunContext, thread_ref
 from gateway.run_lifecycle.thread_titles import checked_title
 from persistence.audit import AuditRepository

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 
-from gateway.protocol.error_codes import GatewayError
-from gateway.protocol.frames import ErrorCode
+from gateway.protocol.error_codes import ErrorCode, GatewayError
 
 # A title a list can show on one line; a rename may be longer, up to the column's width.
 DEFAULT_TITLE_CHARS = 80

@@ -114,7 +114,7 @@ class GuardedH11Protocol(H11Protocol):
     def __init__(self, config: Any, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
         self.limits: ServerLimits = config.limits
-        self.timeout_keep_alive = self.limits.idle_timeout_s  # type: ignore[assignment]
+        self.timeout_keep_alive = self.limits.idle_timeout_s
         self._phase: Phase | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self._received = False
@@ -172,7 +172,7 @@ class GuardedH11Protocol(H11Protocol):
         ):
             return False
         output = self.conn.send(h11.Data(data=last)) if last else b""
-        output += self.conn.send(h11.EndOfMessage())  # type: ignore[operator]
+        output += self.conn.send(h11.EndOfMessage())
         cycle.response_complete = True
         cycle.keep_alive = False
         cycle.message_event.set()
@@ -214,7 +214,10 @@ class GuardedH11Protocol(H11Protocol):
         if cycle is not None and cycle is not self._extended and not self._upgraded:
             # The application task is only scheduled yet: it sees the scope as completed here.
             self._extended = cycle
-            cycle.scope.setdefault("extensions", {})[STREAM_END] = StreamEnd(self, cycle)  # type: ignore[typeddict-unknown-key,typeddict-item]
+            # uvicorn types an extension's value as a dict (as the ASGI spec's own are); this one
+            # is an object the response calls.
+            extensions = cycle.scope.setdefault("extensions", {})
+            extensions[STREAM_END] = StreamEnd(self, cycle)  # type: ignore[assignment]
         self._follow_phase()
 
     def handle_websocket_upgrade(self, event: h11.Request) -> None:

@@ -79,7 +79,7 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
             scope["extensions"][SEND_FRAMES] = {"write_now": self.write_text_now}
 
     async def send(self, message: ASGISendEvent) -> None:
-        if message["type"] == SEND_FRAMES:  # type: ignore[comparison-overlap]
+        if message["type"] == SEND_FRAMES:
             await self._send_frames(message["frames"])  # type: ignore[typeddict-item]
             return
         closing = message["type"] == "websocket.close" and self.handshake_complete

@@ -18,9 +18,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.json_schema import SkipJsonSchema, models_json_schema
 
-from gateway.auth.access import Role
 from gateway.auth.audit_trail import AuditAction, Outcome
-from gateway.protocol.error_codes import ERRORS, ErrorRule
+from gateway.protocol.error_codes import ERRORS, ErrorCode, ErrorRule
 from gateway.protocol.frames import (
     ADDED_EVENTS,
     MAX_ID_CHARS,
@@ -30,13 +29,13 @@ from gateway.protocol.frames import (
     REASONING_DELTA,
     REASONING_STARTED,
     TOOL_NEEDS_RECONCILIATION,
-    ErrorCode,
 )
 from gateway.protocol.frames import EventType as E
+from gateway.protocol.identity import Role
 from gateway.run_lifecycle.thread_titles import MAX_TITLE_CHARS, TITLE_PATTERN
 from gateway.transport.http_api import DEV_TOKEN_TTL_S, MAX_DEV_TOKEN_TTL_S, MIN_DEV_TOKEN_TTL_S
 from persistence.approvals import ApprovalStatus
-from persistence.runs import RunStatus
+from persistence.run_status import RunStatus
 
 REF = "#/components/schemas/"
 # utc_ts(): UTC, milliseconds, `Z`.

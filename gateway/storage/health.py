@@ -30,9 +30,10 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-# Also the name the transports catch, so that they need not import persistence.
 from gateway.observability.log_fields import unbound_context
-from persistence.errors import StorageUnavailable
+
+# Re-exported: also the name the transports catch, so that they need not import persistence.
+from persistence.errors import StorageUnavailable as StorageUnavailable
 from persistence.store import Store, Work
 
 T = TypeVar("T")

@@ -4,8 +4,7 @@ subscriptions, the frontend adapters)."""
 
 from __future__ import annotations
 
-from gateway.protocol.error_codes import GatewayError, storage_unavailable
-from gateway.protocol.frames import ErrorCode
+from gateway.protocol.error_codes import ErrorCode, GatewayError, storage_unavailable
 from gateway.storage.health import StorageUnavailable
 
 # A fault of the gateway's own: the client learns nothing of it, the log gets its traceback.

@@ -32,13 +32,14 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.abuse.limits import ConnectionSlot
-from gateway.auth.access import Principal
 from gateway.protocol.close_codes import CloseCode
+from gateway.protocol.identity import Principal
 from gateway.resources import Services
 from gateway.server.connection_limits import CLOSE_TIMEOUT_S
 from gateway.server.http_guard import STREAM_END, StreamEnd
@@ -124,7 +125,8 @@ class FeedResponse(Response):
         if control is not None:
             control.on_shutdown(lambda: end(CloseCode.RESTART))
         try:
-            await asyncio.wait({writer, ended}, return_when=asyncio.FIRST_COMPLETED)
+            waits: set[asyncio.Future[Any]] = {writer, ended}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
             if expiry is not None:
                 expiry.cancel()

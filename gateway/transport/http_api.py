@@ -17,17 +17,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.auth.access import (
-    AuthError,
-    AuthUnavailable,
-    Principal,
-    Role,
-    check_can_use_inbox,
-)
+from gateway.auth.access import AuthError, AuthUnavailable, check_can_use_inbox
 from gateway.auth.audit_trail import DENIAL_CODES, AuditQuery, Transport
 from gateway.event_log.logged_event import LoggedEvent
-from gateway.protocol.error_codes import ERRORS, GatewayError
-from gateway.protocol.frames import MAX_ID_CHARS, MAX_REASON_CHARS, ErrorCode, utc_ts
+from gateway.protocol.error_codes import ERRORS, ErrorCode, GatewayError
+from gateway.protocol.frames import MAX_ID_CHARS, MAX_REASON_CHARS, utc_ts
+from gateway.protocol.identity import Principal, Role
 from gateway.resources import Services
 from gateway.storage.health import StorageUnavailable
 from gateway.transport.client_errors import INTERNAL, client_error

@@ -15,10 +15,9 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.auth.access import Principal
 from gateway.protocol import frames as protocol
-from gateway.protocol.error_codes import GatewayError
-from gateway.protocol.frames import ErrorCode
+from gateway.protocol.error_codes import ErrorCode, GatewayError
+from gateway.protocol.identity import Principal
 from gateway.resources import Services
 from gateway.transport.http_api import JSONBody, authenticate, endpoint, path_id
 from gateway.transport.json_body import read_json_body

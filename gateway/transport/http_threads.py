@@ -7,8 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.protocol.error_codes import GatewayError
-from gateway.protocol.frames import ErrorCode
+from gateway.protocol.error_codes import ErrorCode, GatewayError
 from gateway.resources import Services
 from gateway.run_lifecycle.thread_list import MAX_LIST
 from gateway.transport.http_api import (

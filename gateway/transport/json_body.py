@@ -14,8 +14,7 @@ from typing import Any
 import orjson
 from starlette.requests import ClientDisconnect, Request
 
-from gateway.protocol.error_codes import GatewayError
-from gateway.protocol.frames import ErrorCode
+from gateway.protocol.error_codes import ErrorCode, GatewayError
 
 MAX_BODY_BYTES = 64 * 1024
 

@@ -31,13 +31,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.abuse.limits import ConnectionSlot
-from gateway.auth.access import Principal, check_can_use_inbox
+from gateway.auth.access import check_can_use_inbox
 from gateway.event_log.logged_event import LoggedEvent
 from gateway.event_log.subscription import Subscription, resume_point
 from gateway.protocol import frames as protocol
 from gateway.protocol.close_codes import CloseCode
-from gateway.protocol.error_codes import GatewayError
-from gateway.protocol.frames import MAX_ID_CHARS, ErrorCode
+from gateway.protocol.error_codes import ErrorCode, GatewayError
+from gateway.protocol.frames import MAX_ID_CHARS
+from gateway.protocol.identity import Principal
 from gateway.resources import Services
 from gateway.run_lifecycle.sensitive_arguments import frame_for
 from gateway.transport.feed_response import END_MESSAGES, FeedResponse

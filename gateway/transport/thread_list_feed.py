@@ -16,8 +16,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.auth.access import Principal
 from gateway.protocol import frames as protocol
+from gateway.protocol.identity import Principal
 from gateway.resources import Services
 from gateway.run_lifecycle.thread_list import check_can_list
 from gateway.transport.http_api import authenticate, endpoint

@@ -23,12 +23,12 @@ from starlette.types import Send
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway.abuse.limits import ConnectionSlot
-from gateway.auth.access import Principal
 from gateway.protocol import frames as protocol
 from gateway.protocol import session
 from gateway.protocol.close_codes import CloseCode
-from gateway.protocol.error_codes import GatewayError
-from gateway.protocol.frames import ErrorCode, ProtocolError
+from gateway.protocol.error_codes import ErrorCode, GatewayError
+from gateway.protocol.frames import ProtocolError
+from gateway.protocol.identity import Principal
 from gateway.protocol.session import Closed, ConnectionSession
 from gateway.resources import Services
 from gateway.server.connection_limits import CLOSE_TIMEOUT_S
@@ -255,7 +255,7 @@ class Connection:
             message = await self._ws.receive()
             if message["type"] == "websocket.disconnect":
                 raise WebSocketDisconnect(message.get("code", CloseCode.NORMAL))
-            text = message.get("text")
+            text: str | None = message.get("text")
             limit = self._settings.max_frame_bytes
             if text is None:
                 data = message.get("bytes") or b""

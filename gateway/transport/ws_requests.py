@@ -11,13 +11,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from gateway.auth.access import Principal
 from gateway.auth.audit_trail import DENIAL_CODES, Transport
 from gateway.protocol import frames as protocol
-from gateway.protocol.error_codes import GatewayError
-from gateway.protocol.frames import ErrorCode, ProtocolError
+from gateway.protocol.error_codes import ErrorCode, GatewayError
+from gateway.protocol.frames import ProtocolError
+from gateway.protocol.identity import Principal
 from gateway.resources import Services
-from gateway.run_lifecycle.manager import Started
+from gateway.run_lifecycle.started import Started
 from gateway.transport.client_errors import INTERNAL, client_error
 from gateway.transport.ws_watches import Outlet, Watches
 
@@ -169,7 +169,7 @@ class ClientRequests:
             log.error("frame handling failed", exc_info=exc)
             error = INTERNAL
         self._note_denial(principal, frame, error)
-        reply = protocol.error_frame(ref, error.code, error.message)  # type: ignore[arg-type]
+        reply = protocol.error_frame(ref, error.code, error.message)
         return reply | error.fields
 
     def _note_denial(self, principal: Principal | None, frame: Any, exc: GatewayError) -> None:

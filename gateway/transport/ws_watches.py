@@ -11,13 +11,13 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
-from gateway.auth.access import AccessDenied, Principal, check_can_use_inbox
+from gateway.auth.access import AccessDenied, check_can_use_inbox
 from gateway.event_log.logged_event import LoggedEvent
 from gateway.event_log.subscription import Subscription, resume_point
 from gateway.protocol import frames as protocol
 from gateway.protocol.close_codes import CloseCode
-from gateway.protocol.error_codes import GatewayError, rate_limited
-from gateway.protocol.frames import ErrorCode
+from gateway.protocol.error_codes import ErrorCode, GatewayError, rate_limited
+from gateway.protocol.identity import Principal
 from gateway.protocol.session import Closed, ConnectionSession
 from gateway.resources import Services
 from gateway.run_lifecycle.manager import ThreadRecord
@@ -208,7 +208,7 @@ class Watches:
             retry = "; subscribe again" if error.code == ErrorCode.UNAVAILABLE else ""
             refusal = protocol.error_frame(
                 None,
-                error.code,  # type: ignore[arg-type]
+                error.code,
                 f"subscription ended: {error.message}{retry}",
             )
             await outlet.send_or_queue(refusal | {"thread_id": thread_id})

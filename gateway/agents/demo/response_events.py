@@ -8,7 +8,7 @@ import copy
 import itertools
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 from agents.items import TResponseStreamEvent
 from openai.types.responses import (
@@ -77,6 +77,14 @@ def response_events(
     )
 
 
+class _SummaryPlace(TypedDict):
+    """Where a reasoning summary's events belong: the fields they all carry."""
+
+    item_id: str
+    output_index: int
+    summary_index: int
+
+
 def _reasoning_events(
     item: ResponseReasoningItem, index: int, seq: Iterator[int]
 ) -> Iterator[TResponseStreamEvent]:
@@ -87,7 +95,11 @@ def _reasoning_events(
         sequence_number=next(seq),
     )
     for summary_index, part in enumerate(item.summary):
-        where = {"item_id": item.id, "output_index": index, "summary_index": summary_index}
+        where: _SummaryPlace = {
+            "item_id": item.id,
+            "output_index": index,
+            "summary_index": summary_index,
+        }
         yield ResponseReasoningSummaryPartAddedEvent(
             type="response.reasoning_summary_part.added",
             part=AddedPart(type="summary_text", text=""),

@@ -311,7 +311,9 @@ class ThreadProjection:
     def _message_delta(self, run_id: str, data: dict[str, Any]) -> list[Event]:
         run = self._current(run_id)
         delta = data.get("delta") or ""
-        if run is None or run.message_id != data.get("message_id") or not delta:
+        if run is None or run.message_id is None or run.message_id != data.get("message_id"):
+            return []
+        if not delta:
             return []
         self._grow(run.message_id, delta)
         return [self._event(TextMessageContentEvent(message_id=run.message_id, delta=delta))]
@@ -337,7 +339,7 @@ class ThreadProjection:
         run = self._current(run_id)
         message_id = data.get("message_id")
         events = []
-        if run is not None and run.message_id == message_id:
+        if run is not None and message_id is not None and run.message_id == message_id:
             run.message_id = None
             events.append(self._event(TextMessageEndEvent(message_id=message_id)))
         message = self._message(message_id)
@@ -423,7 +425,9 @@ class ThreadProjection:
     def _reasoning_delta(self, run_id: str, data: dict[str, Any]) -> list[Event]:
         run = self._current(run_id)
         delta = data.get("delta") or ""
-        if run is None or run.reasoning_id != data.get("reasoning_id") or not delta:
+        if run is None or run.reasoning_id is None or run.reasoning_id != data.get("reasoning_id"):
+            return []
+        if not delta:
             return []
         self._grow(run.reasoning_id, delta)
         return [self._event(ReasoningMessageContentEvent(message_id=run.reasoning_id, delta=delta))]

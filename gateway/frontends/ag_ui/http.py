@@ -27,14 +27,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.auth.access import Principal
 from gateway.frontends import conversation
 from gateway.frontends.ag_ui import copilotkit
 from gateway.frontends.ag_ui.events import TERMINAL, Event, ThreadProjection
 from gateway.frontends.ag_ui.run_input import RunRequest, cursor_of, parse_run_input
 from gateway.frontends.thread_log import LogEntry, follow, read_span
-from gateway.protocol.error_codes import GatewayError, conflict, not_found
-from gateway.protocol.frames import ErrorCode
+from gateway.protocol.error_codes import ErrorCode, GatewayError, conflict, not_found
+from gateway.protocol.identity import Principal
 from gateway.resources import Services
 from gateway.storage.health import StorageUnavailable
 from gateway.transport.feed_response import MEDIA_TYPE, FeedResponse
@@ -141,8 +140,8 @@ async def _run(
     async def one_run(_seq: int) -> bool:
         return True
 
-    body = _stream(services, principal, projection, [], one_run)
-    return FeedResponse(body, slot, services=services, principal=principal)
+    stream = _stream(services, principal, projection, [], one_run)
+    return FeedResponse(stream, slot, services=services, principal=principal)
 
 
 async def _connect(
@@ -179,8 +178,8 @@ async def _connect(
         return _nothing()
     slot = services.limits.open_connection(principal.tenant, principal.user)
     prelude = projection.prelude()
-    body = _stream(services, principal, projection, prelude, quiet)
-    return FeedResponse(body, slot, services=services, principal=principal)
+    stream = _stream(services, principal, projection, prelude, quiet)
+    return FeedResponse(stream, slot, services=services, principal=principal)
 
 
 async def _stop(services: Services, principal: Principal, thread_id: str) -> Response:

@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from gateway.frontends.ag_ui.events import Dialect
 from gateway.frontends.conversation import Decision, conversation_id
-from gateway.protocol.error_codes import GatewayError
-from gateway.protocol.frames import MAX_REASON_CHARS, ErrorCode
+from gateway.protocol.error_codes import ErrorCode, GatewayError
+from gateway.protocol.frames import MAX_REASON_CHARS
 
 # The cursor of a connect in `forwardedProps` (the client strips unknown top-level members).
 CURSOR_PROP = "lastEventId"

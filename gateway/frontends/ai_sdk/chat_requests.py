@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.frontends.conversation import Decision, conversation_id
-from gateway.protocol.error_codes import GatewayError
-from gateway.protocol.frames import ErrorCode
+from gateway.protocol.error_codes import ErrorCode, GatewayError
 
 TRIGGERS = ("submit-message", "regenerate-message")
 # The suffix of a user message's id in the gateway's history (ui_messages.user_message).

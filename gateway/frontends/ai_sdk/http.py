@@ -14,6 +14,8 @@ Refusals are the gateway's coded JSON errors, answered before anything streams.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
+from typing import Any
 
 import orjson
 from starlette.requests import Request
@@ -21,15 +23,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.abuse.limits import ConnectionSlot
-from gateway.auth.access import Principal
 from gateway.frontends import conversation
 from gateway.frontends.ai_sdk import responses
 from gateway.frontends.ai_sdk.chat_requests import chat_request
 from gateway.frontends.ai_sdk.ui_chunks import RunChunks
 from gateway.frontends.ai_sdk.ui_messages import run_messages
-from gateway.frontends.thread_log import read_span
+from gateway.frontends.thread_log import LogEntry, read_span
 from gateway.protocol.close_codes import CloseCode
+from gateway.protocol.identity import Principal
 from gateway.resources import Services
+from gateway.run_lifecycle.manager import RunRecord
 from gateway.transport.feed_response import END_MESSAGES, FeedResponse
 from gateway.transport.http_api import JSONBody, authenticate, endpoint, path_id
 from gateway.transport.json_body import read_json_body
@@ -118,23 +121,23 @@ async def messages(request: Request, services: Services) -> Response:
         return JSONBody({"messages": []})
     fresh = await services.runs.threads.get(thread.thread_id) or thread
     entries = await read_span(services, principal, thread.thread_id, 0, fresh.head_seq)
-    by_run: dict[str, list] = {}
+    by_run: dict[str, list[LogEntry]] = {}
     # Answers a regenerate or an edit replaced: the chat shows the branch chosen last.
     superseded: set[str] = set()
+
+    def may_approve(run: RunRecord, tool: str) -> bool:
+        return services.runs.decisions.may_approve(principal, thread, run, tool)
+
     for entry in entries:
         if entry.run_id is not None:
             by_run.setdefault(entry.run_id, []).append(entry)
         if entry.type == "run.started" and isinstance(entry.data.get("supersedes"), str):
             superseded.add(entry.data["supersedes"])
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for run in await services.runs.runs_of_thread(thread.thread_id):
         if run.run_id in superseded:
             continue
-        projection = RunChunks(
-            thread.thread_id,
-            run.run_id,
-            lambda tool, run=run: services.runs.decisions.may_approve(principal, thread, run, tool),
-        )
+        projection = RunChunks(thread.thread_id, run.run_id, partial(may_approve, run))
         out.extend(run_messages(projection, by_run.get(run.run_id, []), run.input))
     return JSONBody({"messages": out})
 

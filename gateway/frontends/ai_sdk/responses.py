@@ -25,15 +25,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from gateway.auth.access import Principal
 from gateway.frontends import conversation
 from gateway.frontends.ai_sdk.chat_requests import ChatRequest
 from gateway.frontends.ai_sdk.ui_chunks import Boundary, Chunk, RunChunks
 from gateway.frontends.thread_log import follow, read_span
 from gateway.protocol.error_codes import conflict, not_found
 from gateway.protocol.frames import EventType
+from gateway.protocol.identity import Principal
 from gateway.resources import Services
-from gateway.run_lifecycle.manager import RunRecord, Started, ThreadRecord
+from gateway.run_lifecycle.manager import RunRecord, ThreadRecord
+from gateway.run_lifecycle.started import Started
 from gateway.storage.health import StorageUnavailable
 
 # Chunks written together at most, and held between the response and its transport.

@@ -173,7 +173,7 @@ class RunChunks:
         if kind == TOOL_NEEDS_RECONCILIATION:
             return Step([{"type": "data-needs-reconciliation", "data": data}])
         if kind == EventType.RUN_COMPLETED:
-            closing = [
+            closing: list[Chunk] = [
                 {"type": "finish-step"},
                 {
                     "type": "finish",
@@ -300,7 +300,7 @@ class RunChunks:
         if not tools or not all(self._may_decide(tool) for tool in tools):
             # A reviewer decides elsewhere; the continuation comes in this response.
             return Step(chunks)
-        closing = [
+        closing: list[Chunk] = [
             {"type": "finish-step"},
             {
                 "type": "finish",
@@ -325,7 +325,7 @@ class RunChunks:
         """Texts and reasoning still open when the run stops or pauses are ended (their
         `message.aborted` / `reasoning.completed` come first in the log; this covers a log
         cut short)."""
-        closing = [
+        closing: list[Chunk] = [
             {"type": "text-end", "id": message_id} for message_id in sorted(self._open_texts)
         ]
         closing += [

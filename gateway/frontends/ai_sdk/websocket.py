@@ -25,13 +25,12 @@ import orjson
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from gateway.auth.access import Principal
 from gateway.frontends import conversation
 from gateway.frontends.ai_sdk import responses
 from gateway.frontends.ai_sdk.chat_requests import chat_request
 from gateway.protocol.close_codes import CloseCode
-from gateway.protocol.error_codes import GatewayError
-from gateway.protocol.frames import ErrorCode
+from gateway.protocol.error_codes import ErrorCode, GatewayError
+from gateway.protocol.identity import Principal
 from gateway.resources import Services
 from gateway.storage.health import StorageUnavailable
 from gateway.transport.client_errors import client_error
