@@ -1,0 +1,209 @@
+"""The private or recent APIs of other packages the gateway relies on are where it expects
+them. pyproject.toml bounds each of these dependencies to the versions tested; a release that
+moves one of these names fails here, naming the dependency and what relies on it, rather than
+deep inside a server test or in a user's install."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+import pytest
+from sqlalchemy import Column, Integer, MetaData, String, Table, insert
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.ext.asyncio import create_async_engine
+
+# (dependency, module, dotted name in it, what relies on it)
+NAMES = [
+    (
+        "uvicorn",
+        "uvicorn.protocols.websockets.websockets_sansio_impl",
+        "WebSocketsSansIOProtocol",
+        "gateway/server/ws_guard.py subclasses it",
+    ),
+    (
+        "uvicorn",
+        "uvicorn.protocols.http.h11_impl",
+        "H11Protocol",
+        "gateway/server/http_guard.py subclasses it",
+    ),
+    (
+        "uvicorn",
+        "uvicorn.protocols.http.h11_impl",
+        "RequestResponseCycle",
+        "gateway/server/http_guard.py ends its responses",
+    ),
+    ("uvicorn", "uvicorn.protocols.utils", "ClientDisconnected", "gateway/server/ws_guard.py"),
+    ("uvicorn", "uvicorn._types", "ASGISendEvent", "gateway/server/ws_guard.py"),
+    ("uvicorn", "uvicorn.config", "LOGGING_CONFIG", "gateway/observability/log_config.py"),
+    ("websockets", "websockets.frames", "Frame", "gateway/server/ws_guard.py"),
+    ("websockets", "websockets.frames", "OP_TEXT", "gateway/server/ws_guard.py"),
+    ("websockets", "websockets.http11", "Request", "gateway/server/ws_guard.py"),
+    ("websockets", "websockets.protocol", "State", "gateway/server/ws_guard.py"),
+    ("websockets", "websockets.exceptions", "InvalidState", "gateway/server/ws_guard.py"),
+    (
+        "sqlalchemy",
+        "sqlalchemy.types",
+        "TypeEngine._cached_bind_processor",
+        "persistence/prepared.py converts parameters as SQLAlchemy would",
+    ),
+    (
+        "sqlalchemy",
+        "sqlalchemy.types",
+        "TypeEngine._cached_result_processor",
+        "persistence/prepared.py converts returned columns as SQLAlchemy would",
+    ),
+    (
+        "sqlalchemy",
+        "sqlalchemy.engine",
+        "Connection._has_events",
+        "persistence/prepared.py tells statement observers of its executions",
+    ),
+    (
+        "sqlalchemy",
+        "sqlalchemy.exc",
+        "DBAPIError.instance",
+        "persistence/prepared.py raises driver errors as SQLAlchemy's",
+    ),
+    ("openai-agents", "agents.run_state", "RunState", "checkpoints (gateway/run_lifecycle/)"),
+    (
+        "openai-agents",
+        "agents.run_state",
+        "CURRENT_SCHEMA_VERSION",
+        "checkpoints record the SDK's RunState schema version",
+    ),
+    (
+        "openai-agents",
+        "agents.result",
+        "RunResultStreaming.to_state",
+        "gateway/run_lifecycle/execution.py checkpoints a paused run",
+    ),
+    (
+        "openai-agents",
+        "agents.extensions.memory",
+        "SQLAlchemySession",
+        "persistence/sessions.py subclasses it",
+    ),
+    (
+        "openai-agents",
+        "agents.extensions.memory",
+        "SQLAlchemySession._serialize_item",
+        "persistence/sessions.py writes items as the SDK does",
+    ),
+    (
+        "openai-agents",
+        "agents.extensions.memory",
+        "SQLAlchemySession._deserialize_item",
+        "persistence/sessions.py reads items as the SDK does",
+    ),
+    (
+        "openai-agents",
+        "agents.memory.session_settings",
+        "resolve_session_limit",
+        "persistence/sessions.py",
+    ),
+    (
+        "openai-agents",
+        "agents.models.multi_provider",
+        "MultiProvider",
+        "gateway/agents/model_providers.py",
+    ),
+    (
+        "openai-agents",
+        "agents.testing",
+        "assistant_message",
+        "the offline demo model (gateway/agents/demo/assistant.py)",
+    ),
+    (
+        "openai-agents",
+        "agents.testing",
+        "function_call",
+        "the offline demo model (gateway/agents/demo/assistant.py)",
+    ),
+]
+
+# Methods of uvicorn's protocols the gateway's subclasses override and call up to, and the
+# private state they read, set by uvicorn's own code.
+UVICORN_CLASSES = {
+    "uvicorn.protocols.websockets.websockets_sansio_impl.WebSocketsSansIOProtocol": (
+        ["handle_connect", "send", "keepalive_timeout", "run_asgi", "connection_lost"],
+        ["conn", "transport", "handshake_complete", "close_sent", "writable", "initial_response"],
+    ),
+    "uvicorn.protocols.http.h11_impl.H11Protocol": (
+        [
+            "connection_made",
+            "connection_lost",
+            "shutdown",
+            "data_received",
+            "handle_events",
+            "handle_websocket_upgrade",
+            "on_response_complete",
+            "timeout_keep_alive_handler",
+        ],
+        ["conn", "cycle", "transport", "timeout_keep_alive", "timeout_keep_alive_task"],
+    ),
+}
+
+
+def moved(dependency: str, where: str, used_by: str) -> str:
+    return (
+        f"{dependency} no longer has {where}, which {used_by} relies on: this {dependency} "
+        f"release is outside the tested range (pyproject.toml); adapt the code before allowing it"
+    )
+
+
+def resolve(module: str, dotted: str) -> Any:
+    value: Any = importlib.import_module(module)
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+@pytest.mark.parametrize(
+    ("dependency", "module", "name", "used_by"), NAMES, ids=[f"{m}.{n}" for _, m, n, _ in NAMES]
+)
+def test_relied_on_names_are_where_the_gateway_expects_them(
+    dependency: str, module: str, name: str, used_by: str
+) -> None:
+    try:
+        resolve(module, name)
+    except (ImportError, AttributeError):
+        pytest.fail(moved(dependency, f"{module}.{name}", used_by))
+
+
+@pytest.mark.parametrize("path", sorted(UVICORN_CLASSES))
+def test_uvicorn_protocols_have_what_the_guards_override_and_read(path: str) -> None:
+    module, _, name = path.rpartition(".")
+    cls = resolve(module, name)
+    methods, state = UVICORN_CLASSES[path]
+    source = "".join(inspect.getsource(base) for base in cls.__mro__ if base is not object)
+    missing = [m for m in methods if not callable(getattr(cls, m, None))]
+    missing += [f"self.{a}" for a in state if f"self.{a} =" not in source]
+    assert not missing, moved("uvicorn", f"{path}: {', '.join(missing)}", "gateway/server/")
+
+
+def test_sqlalchemy_compiled_statements_have_what_prepared_reads() -> None:
+    table = Table("t", MetaData(), Column("id", Integer, primary_key=True), Column("v", String))
+    compiled: Any = insert(table).compile(dialect=sqlite.dialect(), column_keys=["v"])
+    parts = ["positiontup", "binds", "insert_prefetch", "update_prefetch",
+             "post_compile_params", "literal_execute_params", "string"]  # fmt: skip
+    missing = [part for part in parts if not hasattr(compiled, part)]
+    assert not missing, moved(
+        "sqlalchemy", f"SQLCompiler.{', '.join(missing)}", "persistence/prepared.py"
+    )
+
+
+async def test_the_sdk_session_keeps_its_tables_where_sessions_py_reads_them() -> None:
+    from agents.extensions.memory import SQLAlchemySession
+
+    engine = create_async_engine("sqlite+aiosqlite://")
+    try:
+        session = SQLAlchemySession("s", engine=engine)
+        missing = [a for a in ("_messages", "_sessions", "session_settings", "session_id")
+                   if not hasattr(session, a)]  # fmt: skip
+        assert not missing, moved(
+            "openai-agents", f"SQLAlchemySession.{', '.join(missing)}", "persistence/sessions.py"
+        )
+    finally:
+        await engine.dispose()
