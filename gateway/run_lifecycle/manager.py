@@ -211,6 +211,9 @@ class RunManager:
                 raise not_found("thread not found")
             if thread is None and not create_missing:
                 raise not_found("thread not found")
+            if thread is None and await self._ctx.threads.get_many([thread_id]):
+                # A deleted thread: its id is never used again.
+                raise not_found("thread not found")
         if thread is None:
             check_can_create(principal)
             new_thread_id = thread_id

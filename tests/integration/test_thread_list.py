@@ -326,3 +326,20 @@ async def test_lists_and_changes_are_counted(gateway_factory: Any) -> None:
                 break
             await asyncio.sleep(0.05)
         assert value(await scrape(gw), "gateway_thread_lists") == 0
+
+
+async def test_a_deleted_threads_id_is_never_used_again(gateway: Gateway, connect: Any) -> None:
+    alice = await connect("alice", "user")
+    ack = await alice.request("run.start", input="tell me a story")
+    await alice.wait_event("run.completed", timeout=30)
+    await alice.request("thread.delete", thread_id=ack["thread_id"])
+    # The AI SDK adapter makes a thread under the id its client chose: not this one again.
+    chat = {
+        "id": ack["thread_id"],
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}],
+        "trigger": "submit-message",
+    }
+    async with gateway.http() as http:
+        answer = await http.post("/v1/ai-sdk/chat", json=chat, headers=bearer(gateway, "alice"))
+    assert_error(answer, 404, "not_found")
+    assert await listed(gateway, "alice", "user") == []
