@@ -168,6 +168,7 @@ def approval_view(record: ApprovalRecord, review: ReviewContext | None = None) -
         view["decided_by"] = review.decided_by.value
         view["owner"] = review.owner
         view["run_input"] = review.run_input
+        view["arguments_editable"] = review.arguments_editable
     if record.status is not ApprovalStatus.PENDING:
         view["reviewer"] = record.reviewer
         view["reason"] = record.reason
@@ -634,6 +635,7 @@ class SegmentRunner:
                 "reviewer_roles": sorted(reviews[record.approval_id].reviewer_roles),
                 # Who decides, the same for every reader; what one reader may do is in views.
                 "decided_by": reviews[record.approval_id].decided_by.value,
+                "arguments_editable": reviews[record.approval_id].arguments_editable,
             }
             # The log is read by viewers too: sensitive values are masked here, and put back
             # for reviewers at send time (gateway/run_lifecycle/sensitive_arguments.py).

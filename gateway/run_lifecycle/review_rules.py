@@ -49,6 +49,8 @@ class ReviewContext:
     owner: str
     # The input the run answers: what a reviewer reads to know what the call is for.
     run_input: str = ""
+    # The graph lets a reviewer approve the call with edited arguments.
+    arguments_editable: bool = False
 
 
 def review_context(
@@ -64,6 +66,7 @@ def review_context(
         decided_by=declared or default_decided_by(self_approval),
         owner=run.owner,
         run_input=run.input,
+        arguments_editable=graph is not None and tool_name in graph.editable_arguments,
     )
 
 

@@ -91,6 +91,9 @@ class Approval(_Shape):
     edited_arguments: dict[str, Any] | Absent = Field(
         None, description="approved with these arguments instead of `arguments` (masked alike)"
     )
+    arguments_editable: bool | Absent = Field(
+        None, description="a reviewer may approve the call with edited `arguments`"
+    )
     reviewer_roles: list[str] | Absent = Field(
         None, description="one of these roles is needed to decide; empty: any reviewer"
     )
@@ -425,6 +428,9 @@ class ApprovalRequestedData(_Shape):
         None,
         description="who decides the call: the run's own user, reviewers, or either; what one "
         "reader may do is in the views (`can_decide`)",
+    )
+    arguments_editable: bool | Absent = Field(
+        None, description="a reviewer may approve the call with edited `arguments` (§4)"
     )
     masked: list[str] | Absent = Field(
         None,

@@ -275,17 +275,23 @@ export class GatewayClient extends Emitter {
    * @param {string} approvalId
    * @param {"approve" | "reject"} decision
    * @param {string} [reason] for a rejection, what the model is told
+   * @param {{arguments?: Record<string, unknown>}} [options] arguments: approve with these
+   *   instead of the call's (an approval whose `arguments_editable` is true, §4)
    */
-  async decide(approvalId, decision, reason) {
+  async decide(approvalId, decision, reason, { arguments: edited } = {}) {
     const frame = { approval_id: approvalId, decision };
     if (reason !== undefined) frame.reason = reason;
+    if (edited !== undefined) frame.arguments = edited;
     const ack = await this.connection.request("approval.decide", frame);
     return ack.approval;
   }
 
-  /** @param {string} approvalId */
-  approve(approvalId) {
-    return this.decide(approvalId, "approve");
+  /**
+   * @param {string} approvalId
+   * @param {Record<string, unknown>} [edited] approve with these arguments instead (§4)
+   */
+  approve(approvalId, edited) {
+    return this.decide(approvalId, "approve", undefined, edited === undefined ? {} : { arguments: edited });
   }
 
   /** @param {string} approvalId @param {string} [reason] */

@@ -60,6 +60,8 @@
  * @property {"user" | "reviewer" | "either" | null} decidedBy  who decides it (§3 "Who decides")
  * @property {string[]} reviewerRoles  roles of which a decider must hold one; empty: any
  * @property {string | null} [rule]  the graph's approval rule that decided it by itself
+ * @property {boolean} [argumentsEditable]  a reviewer may approve it with edited arguments (§4)
+ * @property {Record<string, unknown> | null} [editedArguments]  the arguments it was approved with, when edited
  *
  * @typedef {object} ReasoningItem   a model's reasoning summary, its text growing as deltas arrive
  * @property {"reasoning"} kind
@@ -273,6 +275,7 @@ function fold(s, frame) {
         expiresAt: data.expires_at ?? null, requestedAt: data.requested_at ?? frame.ts ?? null, decidedAt: null,
         checkpointVersion: data.checkpoint_version ?? null, outcome: null,
         decidedBy: data.decided_by ?? null, reviewerRoles: data.reviewer_roles ?? [],
+        argumentsEditable: data.arguments_editable === true, editedArguments: null,
       });
     }
     case "approval.decided": {
@@ -283,7 +286,7 @@ function fold(s, frame) {
       const status = data.expired ? "expired" : data.decision === "approve" ? "approved" : "rejected";
       return update(s, index, {
         status, reviewer: data.reviewer ?? null, reason: data.reason ?? null, decidedAt: data.decided_at ?? frame.ts ?? null,
-        rule: data.rule ?? null,
+        rule: data.rule ?? null, editedArguments: data.edited_arguments ?? null,
       });
     }
     case "reasoning.started":

@@ -270,6 +270,33 @@ describe("requests", () => {
   });
 });
 
+describe("approve with edits", () => {
+  test("a reviewer approves a refund for another amount; the tool and the model get the edit", async () => {
+    const aliceToken = await gateway.token("alice");
+    const alice = client({ WebSocket: trackedWebSocket().WebSocket, token: aliceToken });
+    const bob = client({ WebSocket: trackedWebSocket().WebSocket, token: await gateway.token("bob", ["reviewer"]) });
+    await Promise.all([alice.ready(), bob.ready()]);
+    const { threadId } = await alice.startRun({ input: "refund order 42 for 80 dollars" });
+    const waiting = await waitFor(alice, "thread", () => {
+      const s = alice.thread(threadId);
+      return s.status === "waiting_for_review" && s;
+    });
+    const [pending] = pendingApprovals(waiting);
+    assert.equal(pending.argumentsEditable, true);
+    await assert.rejects(bob.approve(pending.id, { order_id: 42, amount: "lots" }), { code: "bad_request" });
+    const decided = await bob.approve(pending.id, { order_id: 42, amount: 60 });
+    assert.deepEqual(decided.edited_arguments, { order_id: 42, amount: 60 });
+    assert.deepEqual(decided.arguments, { order_id: 42, amount: 80 });
+    const done = await threadDone(alice, threadId);
+    const approval = done.items.find((i) => i.kind === "approval");
+    assert.deepEqual(approval.editedArguments, { order_id: 42, amount: 60 });
+    const tool = done.items.find((i) => i.kind === "tool" && i.id === pending.callId);
+    assert.match(tool.output, /^\[A reviewer approved this call with changed arguments: .*"amount":60/);
+    assert.match(tool.output, /Refund of 60\.00 USD issued for order 42/);
+    assert.match(messages(done).at(-1).text, /Refund of 60\.00 USD issued for order 42/);
+  });
+});
+
 describe("omit", () => {
   test("a view without reasoning asks the gateway to leave it out, and sees no gap", async () => {
     const token = await gateway.token("alice");

@@ -73,6 +73,10 @@ export interface ApprovalItem {
   decidedBy: "user" | "reviewer" | "either" | null;
   /** roles of which a decider must hold one; empty: any */
   reviewerRoles: string[];
+  /** a reviewer may approve it with edited arguments (§4 "Approve with edits") */
+  argumentsEditable?: boolean;
+  /** the arguments it was approved with, when a reviewer edited them */
+  editedArguments?: Record<string, unknown> | null;
   /** the graph's approval rule that decided it by itself; null: a person or the system */
   rule?: string | null;
 }
@@ -322,8 +326,14 @@ export declare class GatewayClient {
   ): Promise<{ threadId: string; runId: string; retries: string; checkpointVersion: number | null }>;
   cancel(runId: string): Promise<unknown>;
   resume(runId: string): Promise<unknown>;
-  decide(approvalId: string, decision: "approve" | "reject", reason?: string): Promise<Approval>;
-  approve(approvalId: string): Promise<Approval>;
+  decide(
+    approvalId: string,
+    decision: "approve" | "reject",
+    reason?: string,
+    options?: { arguments?: Record<string, unknown> },
+  ): Promise<Approval>;
+  /** Approve; with `edited`, with those arguments instead of the call's (§4). */
+  approve(approvalId: string, edited?: Record<string, unknown>): Promise<Approval>;
   reject(approvalId: string, reason?: string): Promise<Approval>;
   subscribeInbox(): Promise<unknown>;
   on<K extends keyof ClientEvents>(name: K, listener: ClientEvents[K]): Unsubscribe;

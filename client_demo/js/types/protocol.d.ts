@@ -60,6 +60,8 @@ export interface Approval {
   decided_at?: string | null;
   /** approved with these arguments instead of `arguments` (masked alike) */
   edited_arguments?: Record<string, unknown>;
+  /** a reviewer may approve the call with edited `arguments` */
+  arguments_editable?: boolean;
   /** one of these roles is needed to decide; empty: any reviewer */
   reviewer_roles?: string[];
   /** who started the run (may not approve it under the four-eyes rule) */
@@ -122,6 +124,8 @@ export interface ApprovalRequestedData {
   reviewer_roles?: string[];
   /** who decides the call: the run's own user, reviewers, or either; what one reader may do is in the views (`can_decide`) */
   decided_by?: "user" | "reviewer" | "either";
+  /** a reviewer may approve the call with edited `arguments` (§4) */
+  arguments_editable?: boolean;
   /** sensitive arguments whose values are replaced by "***" (reviewers and admins receive the real values) */
   masked?: string[];
   [key: string]: unknown;

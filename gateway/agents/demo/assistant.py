@@ -599,4 +599,6 @@ def demo_graph(model: str | Model | None = None) -> AgentGraph:
         # reviewer (docs/protocol.md §9).
         decided_by={"send_email": DecidedBy.EITHER},
         approval_rules={"issue_refund": REFUND_UP_TO_50},
+        # A reviewer may approve a refund for another amount or order (docs/protocol.md §9).
+        editable_arguments=frozenset({"issue_refund"}),
     )
