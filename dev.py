@@ -15,7 +15,8 @@
     python3 dev.py test --newest   the whole suite in .venv-newest, against the newest versions
                                    pyproject.toml's ranges allow (the lockfile ignored)
     python3 dev.py lint            ruff (lint + format check), the layer rules (import-linter)
-                                   and the types (mypy, strict)
+                                   and the types (mypy, strict; the JavaScript client's
+                                   declarations with tsc --strict)
     python3 dev.py lock            pin every dependency anew in requirements.lock (uv)
 
 The virtual environment is rebuilt when pyproject.toml or requirements.lock changes, so the two
@@ -243,7 +244,23 @@ def lint() -> int:
     status |= subprocess.call([str(BIN / "lint-imports"), "--no-cache"], cwd=ROOT)
     # The types: pyproject.toml [tool.mypy], strict on gateway/ and persistence/.
     status |= run("-m", "mypy")
+    status |= check_js_types()
     return status
+
+
+def check_js_types() -> int:
+    """The JavaScript client's declarations under `tsc --strict`, against the package's own
+    typed example of its use (client_demo/js/test/typecheck). Needs Node.js and the package's
+    dev dependencies (`npm ci` in client_demo/js, as `dev.py test` and CI run); without them it
+    says so and passes, as its test in the suite then skips (a failure under CI)."""
+    package = ROOT / "client_demo" / "js"
+    tsc = package / "node_modules" / "typescript" / "bin" / "tsc"
+    node = shutil.which("node")
+    if node is None or not tsc.exists():
+        print("JavaScript types not checked: needs Node.js and `npm ci` in client_demo/js")
+        return 0
+    config = package / "test" / "typecheck" / "tsconfig.json"
+    return subprocess.call([node, str(tsc), "-p", str(config)], cwd=ROOT)
 
 
 def main(argv: list[str]) -> int:
