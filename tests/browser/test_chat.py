@@ -186,6 +186,47 @@ async def test_refund_streams_then_reviewer_approves_inline(
     await shot(bob, "approve-reviewer")
 
 
+async def test_a_reviewer_changes_the_amount_before_approving(
+    browser: Any, gateway: GatewayProcess, page_errors: PageErrors
+) -> None:
+    # The demo's refunds take edited arguments (docs/protocol.md §4 "Approve with edits").
+    from playwright.async_api import expect
+
+    _, alice = await open_chat(browser, gateway, page_errors, "alice", "user")
+    await send(alice, "refund order 42 for 80 dollars")
+    await expect(alice.get_by_test_id("approval-card")).to_be_visible()
+    # The owner, who does not decide refunds, is offered no change either.
+    await expect(alice.get_by_test_id("edit-arguments")).to_be_hidden()
+    thread_id = await current_thread(alice)
+
+    _, bob = await open_chat(browser, gateway, page_errors, "bob", "reviewer")
+    await open_thread_from_list(bob, thread_id)
+    card = bob.get_by_test_id("approval-card")
+    await card.get_by_test_id("edit-arguments").click()
+    editor = card.get_by_test_id("approval-args-editor")
+    await expect(editor).to_be_focused()
+    await editor.fill("{not json")
+    await card.get_by_test_id("approve-button").click()
+    await expect(card.get_by_test_id("approval-error")).to_have_text(
+        "The arguments are not valid JSON."
+    )
+    await editor.fill('{"order_id": 42, "amount": 60}')
+    await expect(card.get_by_test_id("approval-error")).to_be_hidden()
+    await expect(card.get_by_test_id("approve-button")).to_have_text("Approve with changes")
+    await shot(bob, "approve-with-changes")
+    await card.get_by_test_id("approve-button").click()
+
+    for page in (alice, bob):
+        await expect(page.get_by_test_id("status-badge")).to_have_attribute(
+            "data-status", "completed"
+        )
+        await expect(page.locator(ASSISTANT_TEXT).last).to_contain_text(refund_text(42, 60.0))
+        decided = page.get_by_test_id("approval-card")
+        await expect(decided.get_by_test_id("approval-edited")).to_be_visible()
+        await expect(decided.get_by_test_id("approval-decision")).to_contain_text('"amount": 60')
+    await shot(alice, "approved-with-changes")
+
+
 async def test_reject_with_reason_reaches_the_answer(
     browser: Any, gateway: GatewayProcess, page_errors: PageErrors
 ) -> None:

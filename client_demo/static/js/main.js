@@ -114,7 +114,7 @@ const app = {
 
 let outboxIds = 1;
 const chat = new ChatView(el.items, {
-  decide: (approvalId, decision, reason) => decide(approvalId, decision, reason),
+  decide: (approvalId, decision, reason, edited) => decide(approvalId, decision, reason, edited),
   // The run's own user decides the calls its tool leaves to them (docs/protocol.md §3).
   canDecide: (approval) =>
     mayDecide(approval, { user: userName(), roles: roles(), owner: threadMeta(app.current)?.owner || null }),
@@ -800,10 +800,10 @@ el.retry.addEventListener("click", () => {
     });
 });
 
-async function decide(approvalId, decision, reason) {
+async function decide(approvalId, decision, reason, edited) {
   if (!online()) throw new Error("Not connected; try again when the indicator shows online.");
   try {
-    await app.client.decide(approvalId, decision, reason || undefined);
+    await app.client.decide(approvalId, decision, reason || undefined, edited === undefined ? {} : { arguments: edited });
   } catch (err) {
     throw new Error(err.code === "conflict" ? `Already settled: ${err.message}` : err.message);
   }

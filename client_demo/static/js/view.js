@@ -265,6 +265,17 @@ export class ChatView {
     const time = timeEl(approval.requestedAt);
     time.dataset.testid = "approval-time";
     const args = h("pre", { class: "approval-args", dataset: { testid: "approval-args" } });
+    // Tools whose graph allows it (docs/protocol.md §4 "Approve with edits"): the reviewer may
+    // change the call's arguments, as JSON, before approving.
+    const argsEditor = h("textarea", {
+      class: "approval-args-editor",
+      rows: "4",
+      spellcheck: "false",
+      "aria-label": "Arguments to approve with",
+      dataset: { testid: "approval-args-editor" },
+    });
+    argsEditor.hidden = true;
+    const editArgs = h("button", { type: "button", class: "btn btn-small btn-ghost", dataset: { testid: "edit-arguments" } }, "Change");
     const reason = h("textarea", {
       id: reasonId,
       class: "approval-reason",
@@ -281,7 +292,7 @@ export class ChatView {
       { class: "approval-actions", dataset: { testid: "approval-actions" } },
       h("label", { class: "sr-only", for: reasonId }, "Reason"),
       reason,
-      h("div", { class: "approval-buttons" }, reject, approve),
+      h("div", { class: "approval-buttons" }, editArgs, reject, approve),
       error,
     );
     const waitingText = h("span", {}, "Waiting for a reviewer");
@@ -304,17 +315,46 @@ export class ChatView {
         statusPill,
       ),
       args,
+      argsEditor,
       actions,
       waiting,
       decision,
     );
+    // The arguments as edited, when the reviewer changed them; else undefined.
+    const editedArguments = () => {
+      if (argsEditor.hidden) return undefined;
+      const parsed = JSON.parse(argsEditor.value);
+      if (!parsed || typeof parsed !== "object" || Array.isArray(parsed)) throw new Error("The arguments must be a JSON object.");
+      return prettyJson(parsed) === prettyJson(current.args) ? undefined : parsed;
+    };
+    editArgs.addEventListener("click", () => {
+      argsEditor.value = prettyJson(current.args);
+      argsEditor.hidden = false;
+      args.hidden = true;
+      editArgs.hidden = true;
+      argsEditor.focus();
+    });
+    argsEditor.addEventListener("input", () => {
+      // An earlier complaint about the text is about text that is gone.
+      const local = this.cardState.get(id) || {};
+      if (local.error && !local.busy) this.cardState.set(id, { busy: null, error: null });
+      patch(current);
+    });
     const submit = (decisionValue) => {
       const local = this.cardState.get(id) || {};
       if (local.busy) return;
+      let edited;
+      try {
+        edited = decisionValue === "approve" ? editedArguments() : undefined;
+      } catch (err) {
+        this.cardState.set(id, { busy: null, error: err instanceof SyntaxError ? "The arguments are not valid JSON." : err.message });
+        patch(current);
+        return;
+      }
       this.cardState.set(id, { busy: decisionValue, error: null });
       patch(current);
       this.actions
-        .decide(id, decisionValue, reason.value.trim())
+        .decide(id, decisionValue, reason.value.trim(), edited)
         .then(() => this.cardState.set(id, { busy: null, error: null }))
         .catch((err) => this.cardState.set(id, { busy: null, error: err.message || String(err) }))
         .finally(() => patch(current));
@@ -344,8 +384,19 @@ export class ChatView {
       const local = this.cardState.get(a.approvalId) || {};
       actions.hidden = !(pending && canDecide);
       waiting.hidden = !(pending && !canDecide);
-      approve.disabled = reject.disabled = reason.disabled = Boolean(local.busy);
-      setText(approve, local.busy === "approve" ? "Approving…" : "Approve");
+      approve.disabled = reject.disabled = reason.disabled = argsEditor.disabled = Boolean(local.busy);
+      editArgs.hidden = !(pending && canDecide && a.editable) || !argsEditor.hidden;
+      if (!pending) {
+        argsEditor.hidden = true;
+        args.hidden = false;
+      }
+      let changed = false;
+      try {
+        changed = !argsEditor.hidden && prettyJson(JSON.parse(argsEditor.value)) !== prettyJson(a.args);
+      } catch {
+        changed = !argsEditor.hidden; // unparsable text is a change; approving says why not
+      }
+      setText(approve, local.busy === "approve" ? "Approving…" : changed ? "Approve with changes" : "Approve");
       setText(reject, local.busy === "reject" ? "Rejecting…" : "Reject");
       setText(error, local.error || "");
       error.hidden = !local.error;
@@ -363,6 +414,12 @@ export class ChatView {
             a.decidedAt ? " at " : "",
             a.decidedAt ? timeEl(a.decidedAt) : "",
           );
+          if (a.edited) {
+            decision.append(
+              h("div", { class: "approval-edited", dataset: { testid: "approval-edited" } }, "with changed arguments:"),
+              h("pre", { class: "approval-args" }, prettyJson(a.edited)),
+            );
+          }
           if (a.reason) {
             decision.append(h("blockquote", { class: "approval-reason-text", dataset: { testid: "approval-decision-reason" } }, a.reason));
           }
@@ -464,6 +521,7 @@ export function viewItems(state) {
               approvalId: a.id, callId: a.callId, toolName: a.toolName, args: a.arguments, agent: a.agent || null,
               requestedAt: a.requestedAt, status: a.status, reason: a.reason, reviewer: a.reviewer, decidedAt: a.decidedAt,
               outcome: a.outcome, decidedBy: a.decidedBy ?? null, reviewerRoles: a.reviewerRoles ?? [], rule: a.rule ?? null,
+              editable: a.argumentsEditable === true, edited: a.editedArguments ?? null,
             })),
           })),
         );
