@@ -44,8 +44,9 @@ LOCK = ROOT / "requirements.lock"
 LOCKED_EXTRAS = ("test", "postgres", "redis", "otel")
 # `dev.py test --newest`: a virtual environment of its own, upgraded on every run.
 NEWEST_VENV = ROOT / ".venv-newest"
-# Workers for the whole suite. Most tests wait on timers and subprocesses rather than the CPU,
-# so more workers than cores pay: on a 2-core machine 4 measured fastest (CONTRIBUTING.md).
+# Workers for the whole suite: twice the cores of the machine it is sized for (2). Most tests
+# wait on timers and subprocesses rather than the CPU, so more workers than cores pay; more
+# than that and the gateways the tests start compete for the CPU until their waits run out.
 WORKERS = os.environ.get("GATEWAY_TEST_WORKERS", "4")
 # The fast loop: no server, no service but SQLite files.
 FAST = ("-m", "(unit or contract) and not postgres and not redis", "-n", "0")
