@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.auth.access import check_can_act_on_thread, check_can_subscribe
 from gateway.protocol.error_codes import ErrorCode, GatewayError, not_found
@@ -34,6 +35,8 @@ class Decision:
     approval_id: str
     approve: bool
     reason: str | None = None
+    # Approve with these arguments instead of the call's (docs/protocol.md §4).
+    arguments: dict[str, Any] | None = None
 
 
 def conversation_id(raw: object, name: str = "id") -> str:
@@ -150,13 +153,13 @@ async def decide_all(
                 ErrorCode.BAD_REQUEST, f"reason is longer than {MAX_REASON_CHARS} characters"
             )
         approval = await services.runs.decisions.vet(
-            principal, decision.approval_id, _verb(decision)
+            principal, decision.approval_id, _verb(decision), decision.arguments
         )
         if thread_id is not None and approval.thread_id != thread_id:
             raise not_found("approval not found in this conversation")
     for decision in decisions:
         await services.runs.decisions.decide(
-            principal, decision.approval_id, _verb(decision), decision.reason
+            principal, decision.approval_id, _verb(decision), decision.reason, decision.arguments
         )
 
 

@@ -113,12 +113,21 @@ class Decisions:
             return False
         return True
 
-    async def vet(self, principal: Principal, approval_id: str, decision: str) -> ApprovalRecord:
-        """Refuse, changing nothing, a decision `decide` would refuse for who is asking or
-        for the approval's state: several decisions sent together are all vetted before the
-        first is recorded. (`decide` checks everything again under the thread's lock.)"""
+    async def vet(
+        self,
+        principal: Principal,
+        approval_id: str,
+        decision: str,
+        arguments: dict[str, Any] | None = None,
+    ) -> ApprovalRecord:
+        """Refuse, changing nothing, a decision `decide` would refuse for who is asking, for
+        the approval's state or for its edited `arguments`: several decisions sent together
+        are all vetted before the first is recorded. (`decide` checks everything again under
+        the thread's lock.)"""
         approval, run, thread = await self._ctx.approval_for(principal, approval_id)
         self._check_review_rules(principal, thread, run, approval, decision)
+        if arguments is not None:
+            self._check_edit(run, approval, decision, arguments)
         if approval.status is not ApprovalStatus.PENDING:
             raise conflict(settled_message(approval))
         if run.checkpoint_version != approval.checkpoint_version or run.status.terminal:

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.agents.demo.assistant import refund_text
 from gateway.agents.registry import AgentRegistry
 from gateway.frontends.ag_ui.events import Dialect, ThreadProjection
 from gateway.frontends.ag_ui.http import _frame
@@ -217,7 +218,8 @@ async def test_the_interrupt_carries_the_approval(gateway_factory: Callable[...,
     assert interrupt["expiresAt"] == approval["expires_at"]
     assert "issue_refund" in interrupt["message"]
     schema = interrupt["responseSchema"]
-    assert set(schema["properties"]) == {"approved", "reason"}  # no editing: no editedArgs
+    # The demo's refunds take edited arguments (docs/protocol.md §4): editedArgs is offered.
+    assert set(schema["properties"]) == {"approved", "reason", "editedArgs"}
     assert schema["required"] == ["approved"]
 
 
@@ -336,6 +338,30 @@ async def test_connect_with_nothing_to_send_is_an_empty_200(gateway: Gateway) ->
 # -- interrupts over plain HTTP -------------------------------------------------------------------
 
 
+async def test_an_approval_with_edited_args_runs_the_call_with_them(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(self_approval=True) as gateway, gateway.http() as http:
+        headers = auth(gateway)
+        finished = await pause(http, headers, "edited")
+        [interrupt] = finished["outcome"]["interrupts"]
+        edited = {"order_id": 42, "amount": 12.5}
+        resume = [
+            {
+                "interruptId": interrupt["id"],
+                "status": "resolved",
+                "payload": {"approved": True, "editedArgs": edited},
+            }
+        ]
+        received = await post_run(http, headers, run_input("edited", "run-2", resume=resume))
+        run = (await http.get("/v1/threads/edited/events", headers=headers)).json()
+    [result] = [e for _, e in received if e["type"] == "TOOL_CALL_RESULT"]
+    assert refund_text(42, 12.5) in result["content"]
+    assert result["content"].startswith("[A reviewer approved this call with changed arguments")
+    [decided] = [e["data"] for e in run["events"] if e["event"] == "approval.decided"]
+    assert decided["edited_arguments"] == edited
+
+
 async def test_an_uncovered_or_forged_resume_is_refused_and_changes_nothing(
     gateway_factory: Callable[..., Any],
 ) -> None:
@@ -362,7 +388,7 @@ async def test_an_uncovered_or_forged_resume_is_refused_and_changes_nothing(
                 ),
                 404,
             ),
-            "edited arguments": (
+            "edited arguments the tool's schema refuses": (
                 run_input(
                     "refusals",
                     "run-2",
@@ -371,6 +397,20 @@ async def test_an_uncovered_or_forged_resume_is_refused_and_changes_nothing(
                             "interruptId": interrupt["id"],
                             "status": "resolved",
                             "payload": {"approved": True, "editedArgs": {"amount": 3000}},
+                        }
+                    ],
+                ),
+                400,
+            ),
+            "edited arguments with a rejection": (
+                run_input(
+                    "refusals",
+                    "run-2",
+                    resume=[
+                        {
+                            "interruptId": interrupt["id"],
+                            "status": "resolved",
+                            "payload": {"approved": False, "editedArgs": {"order_id": 42}},
                         }
                     ],
                 ),

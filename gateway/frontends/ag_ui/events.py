@@ -64,8 +64,9 @@ from ag_ui.core.events import RunFinishedCancelledOutcome, RunFinishedInterruptO
 
 Event = dict[str, Any]
 
-# What an approval's answer may hold. `editedArgs` is left out: the gateway lets no reviewer
-# edit a call's arguments, and its presence is the capability signal to clients.
+# What an approval's answer may hold. `editedArgs` (a full replacement of the call's arguments)
+# only where the graph lets a reviewer edit the tool's calls: its presence is the capability
+# signal to clients (docs/protocol.md §12).
 RESPONSE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -73,6 +74,10 @@ RESPONSE_SCHEMA: dict[str, Any] = {
         "reason": {"type": "string", "maxLength": 4000},
     },
     "required": ["approved"],
+}
+EDITABLE_RESPONSE_SCHEMA: dict[str, Any] = {
+    **RESPONSE_SCHEMA,
+    "properties": {**RESPONSE_SCHEMA["properties"], "editedArgs": {"type": "object"}},
 }
 METADATA_KEY = "agents-gateway"
 RECONCILIATION = "agents-gateway.tool.needs_reconciliation"
@@ -580,7 +585,9 @@ def _interrupt(data: dict[str, Any]) -> Event:
         "reason": "tool_call",
         "message": f"Approve the call {tool}({_json(arguments)})?",
         "toolCallId": data["call_id"],
-        "responseSchema": RESPONSE_SCHEMA,
+        "responseSchema": (
+            EDITABLE_RESPONSE_SCHEMA if data.get("arguments_editable") else RESPONSE_SCHEMA
+        ),
     }
     if data.get("expires_at"):
         interrupt["expiresAt"] = data["expires_at"]

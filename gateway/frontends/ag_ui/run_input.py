@@ -92,10 +92,11 @@ def _decision(entry: Any) -> Decision:
             ErrorCode.BAD_REQUEST,
             f"resume entry {entry.interrupt_id}: payload.approved must be true or false",
         )
-    if "editedArgs" in payload:
+    edited = payload.get("editedArgs")
+    if edited is not None and (not isinstance(edited, dict) or not payload["approved"]):
         raise GatewayError(
             ErrorCode.BAD_REQUEST,
-            f"resume entry {entry.interrupt_id}: the gateway does not allow editing a call",
+            f"resume entry {entry.interrupt_id}: editedArgs must be an object, with approved true",
         )
     reason = payload.get("reason")
     if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS):
@@ -104,7 +105,9 @@ def _decision(entry: Any) -> Decision:
             f"resume entry {entry.interrupt_id}: payload.reason must be a string of at most "
             f"{MAX_REASON_CHARS} characters",
         )
-    return Decision(entry.interrupt_id, approve=payload["approved"], reason=reason)
+    return Decision(
+        entry.interrupt_id, approve=payload["approved"], reason=reason, arguments=edited
+    )
 
 
 def cursor_of(header: str | None, forwarded_props: Any) -> int:
