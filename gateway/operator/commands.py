@@ -3,8 +3,12 @@
 Each opens the configured database (`GATEWAY_DATABASE_URL` or `--database-url`, resolved as for
 `serve` and `migrate`), refuses one that is missing or not at this gateway's schema revision
 (it never migrates: an operator looking at a database should not change its schema), does its
-work and closes it. Failures are one line on stderr, `error (<code>): <sentence>`, and an exit
-status per code (`EXIT_STATUS`), so scripts can tell a wrong id from a database not ready.
+work and closes it. A SQLite file is opened read-only (persistence/sqlite/connect.py) to be
+checked and by every command that only reads: a file that is refused is left as it was (no
+switch to WAL, no empty database made of an empty file), and one the operator may only read can
+be read. `runs cancel`, which writes, opens it for writing once it has been checked. Failures
+are one line on stderr, `error (<code>): <sentence>`, and an exit status per code
+(`EXIT_STATUS`), so scripts can tell a wrong id from a database not ready.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError
 
 from gateway.event_log.logged_event import encode_page
 from gateway.operator import output
@@ -164,28 +169,50 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout) 
     handler = handlers[(args.command, args.action)]
 
     async def main(url: URL) -> None:
-        async with opened(url) as store:
+        async with opened(url, writes=handler_writes(args)) as store:
             await handler(store)
 
     try:
         asyncio.run(main(existing(settings.database_url)))
     except GatewayError as exc:
-        print(f"error ({exc.code}): {exc.message}", file=sys.stderr)
-        return EXIT_STATUS.get(exc.code, 1)
+        return _fail(exc.code, exc.message)
     except SchemaNotCurrent as exc:
-        print(f"error ({SCHEMA_NOT_CURRENT}): {exc}", file=sys.stderr)
-        return EXIT_STATUS[SCHEMA_NOT_CURRENT]
+        return _fail(SCHEMA_NOT_CURRENT, str(exc))
     except FilterError as exc:
-        print(f"error ({ErrorCode.BAD_REQUEST}): {exc}", file=sys.stderr)
-        return EXIT_STATUS[ErrorCode.BAD_REQUEST]
+        return _fail(ErrorCode.BAD_REQUEST, str(exc))
     except StorageUnavailable as exc:
-        print(f"error ({ErrorCode.UNAVAILABLE}): {exc}", file=sys.stderr)
-        return EXIT_STATUS[ErrorCode.UNAVAILABLE]
+        return _fail(ErrorCode.UNAVAILABLE, str(exc))
     except BrokenPipeError:
         # The reader stopped early (`threads export ... | head`): what it read is what it
         # wanted. Python would otherwise report the pipe again when it flushes at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
+
+
+def handler_writes(args: argparse.Namespace) -> bool:
+    return (args.command, args.action) == ("runs", "cancel")
+
+
+def _fail(code: str, message: str) -> int:
+    """The one line of a failure, on stderr; its exit status."""
+    print(f"error ({code}): {' '.join(message.split())}", file=sys.stderr)
+    return EXIT_STATUS.get(code, 1)
+
+
+def database_words(exc: BaseException) -> str:
+    """What the database said, in one line: a SQLAlchemy error without its statement and the
+    link it appends on a second line."""
+    cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    first = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {first[0] if first else ''}".rstrip(": ")
+
+
+def read_only(parsed: URL) -> URL:
+    """The URL that opens `parsed` without writing to it: SQLite's `mode=ro`. (Other backends
+    write nothing by being read.)"""
+    if parsed.get_backend_name() != "sqlite":
+        return parsed
+    return parsed.update_query_dict({"mode": "ro"})
 
 
 def existing(url: str) -> URL:
@@ -201,10 +228,11 @@ def existing(url: str) -> URL:
 
 
 @asynccontextmanager
-async def opened(parsed: URL) -> AsyncIterator[Store]:
-    """The store on `parsed`, once it is known to hold this gateway's schema."""
+async def opened(parsed: URL, *, writes: bool = False) -> AsyncIterator[Store]:
+    """The store on `parsed`, once it is known to hold this gateway's schema; opened read-only
+    unless the command `writes`, and checked read-only in any case."""
     try:
-        store = open_store(parsed)
+        store = open_store(read_only(parsed))
     except DatabaseConfigError as exc:
         raise GatewayError(ErrorCode.BAD_REQUEST, str(exc)) from exc
     try:
@@ -212,7 +240,7 @@ async def opened(parsed: URL) -> AsyncIterator[Store]:
             found = await schema.revision(store)
         except Exception as exc:
             raise GatewayError(
-                ErrorCode.UNAVAILABLE, f"cannot read the database: {type(exc).__name__}: {exc}"
+                ErrorCode.UNAVAILABLE, f"cannot read the database: {database_words(exc)}"
             ) from exc
         if not found.up_to_date:
             current = found.current or "(none: not a gateway database, or never migrated)"
@@ -220,6 +248,9 @@ async def opened(parsed: URL) -> AsyncIterator[Store]:
                 f"the database schema is at revision {current} and this gateway needs "
                 f"{found.head}: run `python -m gateway migrate` (same database URL) first",
             )
+        if writes:
+            await store.close()
+            store = open_store(parsed)
         yield store
     finally:
         await store.close()

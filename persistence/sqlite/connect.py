@@ -2,13 +2,20 @@
 
 WAL with `synchronous=NORMAL` keeps every committed transaction durable across a process crash
 (the gateway's crash model) while readers run beside the single writer.
+
+A URL with `?mode=ro` (the operator's read commands) opens the file read-only, as SQLite's own
+`mode=ro` does: nothing is created or changed, not even the journal mode (switching a file to
+WAL writes to it), so a file that is refused is left exactly as it was, and a file the process
+may only read can be read.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
+from urllib.request import pathname2url
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL
@@ -22,34 +29,63 @@ PRAGMAS = (
     f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}",
     "PRAGMA foreign_keys=ON",
 )
+# The pragmas that change nothing in the file.
+READ_ONLY_PRAGMAS = tuple(pragma for pragma in PRAGMAS if "journal_mode" not in pragma)
 
 
 def apply_pragmas(dbapi_connection: Any, _record: Any = None) -> None:
+    _apply(dbapi_connection, PRAGMAS)
+
+
+def apply_read_only_pragmas(dbapi_connection: Any, _record: Any = None) -> None:
+    _apply(dbapi_connection, READ_ONLY_PRAGMAS)
+
+
+def _apply(dbapi_connection: Any, pragmas: tuple[str, ...]) -> None:
     cursor = dbapi_connection.cursor()
     try:
-        for pragma in PRAGMAS:
+        for pragma in pragmas:
             cursor.execute(pragma)
     finally:
         cursor.close()
 
 
-def open_connection(path: str) -> sqlite3.Connection:
+def read_only_uri(path: str) -> str:
+    uri = f"file:{pathname2url(path)}?mode=ro"
+    if not os.path.exists(f"{path}-shm") and not os.access(os.path.dirname(path), os.W_OK):
+        # Readers of a WAL file need its -shm file, which nobody can create in this folder:
+        # then nobody writes the database either, and it is read as a file that cannot change.
+        uri += "&immutable=1"
+    return uri
+
+
+def open_connection(path: str, read_only: bool = False) -> sqlite3.Connection:
     """A connection in autocommit mode (the store issues BEGIN IMMEDIATE / COMMIT itself), not
     bound to one thread: a lane uses it inline or on its own thread, never both at once."""
     conn = sqlite3.connect(
-        path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        read_only_uri(path) if read_only else path,
+        timeout=BUSY_TIMEOUT_S,
+        isolation_level=None,
+        check_same_thread=False,
+        uri=read_only,
     )
-    apply_pragmas(conn)
+    _apply(conn, READ_ONLY_PRAGMAS if read_only else PRAGMAS)
     return conn
 
 
-def async_engine(path: str) -> AsyncEngine:
+def async_engine(path: str, read_only: bool = False) -> AsyncEngine:
     """aiosqlite on the same file, for the SDK's session code and the migrations."""
-    engine = create_async_engine(
-        URL.create("sqlite+aiosqlite", database=path), connect_args={"timeout": BUSY_TIMEOUT_S}
-    )
-    event.listen(engine.sync_engine, "connect", apply_pragmas)
+    url = URL.create("sqlite+aiosqlite", database=path)
+    if read_only:
+        url = URL.create("sqlite+aiosqlite", database=read_only_uri(path), query={"uri": "true"})
+    engine = create_async_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
+    listener = apply_read_only_pragmas if read_only else apply_pragmas
+    event.listen(engine.sync_engine, "connect", listener)
     return engine
+
+
+def is_read_only(url: URL) -> bool:
+    return url.query.get("mode") == "ro"
 
 
 def pin_busy_timeout(engine: AsyncEngine) -> None:
@@ -64,7 +100,8 @@ def pin_busy_timeout(engine: AsyncEngine) -> None:
 
 def file_path(url: URL) -> str:
     """The database file of a SQLite URL, its folder created; refuses in-memory databases,
-    which the store's several connections could not share."""
+    which the store's several connections could not share (read-only: the folder is not
+    created)."""
     database = url.database or ""
     if (
         not database
@@ -79,5 +116,6 @@ def file_path(url: URL) -> str:
             "database: its connections could not share one"
         )
     path = Path(database).expanduser().resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not is_read_only(url):
+        path.parent.mkdir(parents=True, exist_ok=True)
     return str(path)

@@ -36,7 +36,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from persistence.prepared import run_sql
-from persistence.sqlite.connect import async_engine, file_path, open_connection
+from persistence.sqlite.connect import async_engine, file_path, is_read_only, open_connection
 from persistence.sqlite.lane import Lane, busy_retry
 from persistence.store import Store, Work, storage_errors
 
@@ -59,11 +59,13 @@ class SqliteStore(Store):
     def __init__(self, url: URL) -> None:
         super().__init__(url)
         self._path = file_path(url)
-        self._async_engine = async_engine(self._path)
+        # `?mode=ro`: nothing written, not even the journal mode (persistence/sqlite/connect.py).
+        read_only = is_read_only(url)
+        self._async_engine = async_engine(self._path, read_only)
         # One engine for the three lanes: each checks a connection out for its life.
         self._engine = create_engine(
             URL.create("sqlite", database=self._path),
-            creator=partial(open_connection, self._path),
+            creator=partial(open_connection, self._path, read_only),
             isolation_level="AUTOCOMMIT",
             pool_size=3,
             max_overflow=3,
