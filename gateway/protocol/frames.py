@@ -103,6 +103,8 @@ Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
 
 # An `input` over GATEWAY_MAX_INPUT_CHARS: answered with `too_large` when nothing else is wrong.
 _INPUT_TOO_LONG = "input_too_long"
+# A hello's token string that is empty or too long: `unauthorized`, as over HTTP.
+_NOT_A_TOKEN = frozenset({"string_too_short", "string_too_long"})
 
 
 def _check_input(value: str, info: ValidationInfo) -> str:
@@ -353,7 +355,16 @@ def parse_client_frame(
             obj, context={"max_input_chars": max_input_chars}
         )
     except ValidationError as exc:
-        too_long = all(err["type"] == _INPUT_TOO_LONG for err in exc.errors())
+        errors = exc.errors()
+        if model is Hello and all(
+            tuple(err["loc"])[-1:] == ("token",) and err["type"] in _NOT_A_TOKEN for err in errors
+        ):
+            # A token that cannot be one (empty, or over MAX_TOKEN_CHARS) is refused as HTTP
+            # refuses it (gateway/auth/access.py): `unauthorized`, not a malformed frame.
+            too_long = isinstance(obj.get("token"), str) and len(obj["token"]) > MAX_TOKEN_CHARS
+            message = "token is too long" if too_long else "token is missing"
+            raise ProtocolError(ErrorCode.UNAUTHORIZED, message, ref) from None
+        too_long = all(err["type"] == _INPUT_TOO_LONG for err in errors)
         code = ErrorCode.TOO_LARGE if too_long else ErrorCode.BAD_REQUEST
         raise ProtocolError(code, _describe(model, exc), ref) from None
 

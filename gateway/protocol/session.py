@@ -301,6 +301,9 @@ class ConnectionSession:
             case SessionState.OPEN, FrameArrived(frame=frame):
                 return self._request(frame)
             case SessionState.OPEN, FrameInvalid(error=error):
+                if error.code == ErrorCode.UNAUTHORIZED:
+                    # A later hello whose token cannot be one: refused as any refused token.
+                    return self._close(close_code_for(ErrorCode.UNAUTHORIZED), error.to_frame())
                 return [Reply(error.to_frame())]
             case SessionState.OPEN, RateExceeded() as over:
                 if over.flooding:

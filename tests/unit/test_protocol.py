@@ -235,7 +235,6 @@ def test_unknown_type_is_clipped_in_message() -> None:
         ({"type": "hello", "protocol": "1", "token": "t"}, "field 'protocol': must be an integer"),
         ({"type": "hello", "protocol": True, "token": "t"}, "field 'protocol': must be an integer"),
         ({"type": "hello", "protocol": 1}, "field 'token': is required"),
-        ({"type": "hello", "protocol": 1, "token": ""}, "field 'token': must not be empty"),
         ({"type": "thread.subscribe"}, "field 'thread_id': is required"),
         ({"type": "thread.subscribe", "thread_id": 7}, "field 'thread_id': must be a string"),
         ({"type": "thread.subscribe", "thread_id": ""}, "field 'thread_id': must not be empty"),
@@ -291,6 +290,19 @@ def test_unknown_type_is_clipped_in_message() -> None:
 )
 def test_wrong_fields_are_bad_request_naming_the_field(frame: dict[str, Any], message: str) -> None:
     assert parse_error(frame).message == message
+
+
+@pytest.mark.parametrize(
+    ("token", "message"), [("", "token is missing"), ("x" * 8193, "token is too long")]
+)
+def test_a_hello_token_that_cannot_be_one_is_unauthorized(token: str, message: str) -> None:
+    """As HTTP answers the same token (401 `unauthorized`), with the verifier's words."""
+    with pytest.raises(ProtocolError) as info:
+        parse_client_frame(
+            orjson.dumps({"type": "hello", "id": "h", "protocol": 1, "token": token})
+        )
+    err = info.value
+    assert (err.code, err.message, err.ref) == (ErrorCode.UNAUTHORIZED, message, "h")
 
 
 def test_several_errors_are_all_named() -> None:
