@@ -189,7 +189,8 @@ class Container:
         """Remove the container and its volumes; its log's end goes to the test's captured
         output, which pytest shows when the test fails."""
         print(f"--- log of {self.name} (port {self.port}) ---\n{self.logs()[-6000:]}")
-        podman("rm", "--force", "--time", "0", self.name, check=False)
+        # --volumes: the anonymous volume the image's VOLUME /data gave it too.
+        podman("rm", "--force", "--volumes", "--time", "0", self.name, check=False)
         for volume in self.volumes:
             podman("volume", "rm", "--force", volume, check=False)
 
