@@ -19,6 +19,7 @@ thread, each event otherwise cost every watcher's connection a task wake-up and 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +32,15 @@ from websockets.http11 import Request
 from websockets.protocol import State
 
 from gateway.server.connection_limits import ServerLimits
+
+log = logging.getLogger("gateway.server")
+
+# Closes the WebSocket layer decides on a client frame, as its log line says them (one INFO
+# line each: nothing a client sends is an error of the server's, docs/protocol.md §2).
+PARSER_CLOSES = {
+    1009: "a frame over the size limit",
+    1007: "a text frame that is not valid UTF-8",
+}
 
 # The ASGI extension (and its message type): `{"type": SEND_FRAMES, "frames": [str, ...]}` sends
 # each string as a text frame, in order, with one write to the transport. Its scope entry holds
@@ -141,6 +151,13 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
         for text in texts:
             send_text(text.encode())
         self.transport.write(b"".join(self.conn.data_to_send()))
+
+    def handle_parser_exception(self) -> None:
+        close = self.conn.close_sent
+        if close is not None:
+            what = PARSER_CLOSES.get(close.code, "a frame it could not read")
+            log.info("closing a WebSocket whose client sent %s (%d)", what, close.code)
+        super().handle_parser_exception()
 
     def keepalive_timeout(self) -> None:
         super().keepalive_timeout()

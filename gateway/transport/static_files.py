@@ -91,11 +91,17 @@ def demo_app(
     return files
 
 
+# What static files can be asked for; any other method on a path no route claims is the
+# router's 404 (static files would answer 405, as if the path existed).
+READ_METHODS = frozenset({"GET", "HEAD"})
+
+
 def demo_fallback(demo: ASGIApp, otherwise: ASGIApp) -> ASGIApp:
-    """`demo` for HTTP requests no route claims; `otherwise` (the router's own 404, or its
-    close for a WebSocket) for anything else, which static files cannot serve."""
+    """`demo` for GET and HEAD requests no route claims; `otherwise` (the router's own 404, or
+    its close for a WebSocket) for anything else, which static files cannot serve."""
 
     async def fallback(scope: Scope, receive: Receive, send: Send) -> None:
-        await (demo if scope["type"] == "http" else otherwise)(scope, receive, send)
+        reads = scope["type"] == "http" and scope["method"] in READ_METHODS
+        await (demo if reads else otherwise)(scope, receive, send)
 
     return fallback

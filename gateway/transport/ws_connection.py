@@ -260,6 +260,7 @@ class Connection:
             if text is None:
                 data = message.get("bytes") or b""
                 if len(data) > limit:
+                    log.info("closing a connection that sent a frame over the size limit (1009)")
                     await self._step(session.FrameTooLarge())
                     raise Closed()
                 await self.send_or_queue(
@@ -269,6 +270,7 @@ class Connection:
                 )
                 continue
             if len(text) > limit or (len(text) * 4 > limit and len(text.encode()) > limit):
+                log.info("closing a connection that sent a frame over the size limit (1009)")
                 await self._step(session.FrameTooLarge())
                 raise Closed()
             return text
