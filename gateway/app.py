@@ -185,6 +185,7 @@ def build_webhooks(
         backoff_s=settings.webhook_backoff_s,
         max_backoff_s=settings.webhook_max_backoff_s,
         poll_s=settings.webhook_poll_s,
+        allow_link_local=settings.webhook_allow_link_local,
     )
     return WebhookDispatcher(store, config, instance_id=instance_id, metrics=metrics)
 

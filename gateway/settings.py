@@ -21,6 +21,7 @@ from gateway.auth.jwks import JwksError, load_jwks_file
 from gateway.protocol.close_codes import CloseCode
 from gateway.protocol.error_codes import ERRORS, ErrorCode
 from persistence.schema import DEFAULT_DATABASE_URL
+from persistence.webhook_targets import forbidden_host
 from persistence.webhooks import DEFAULT_WEBHOOK_TYPES, WEBHOOK_TYPES
 
 # Shorter secrets are refused: they are the receivers' only proof that a webhook is ours.
@@ -794,6 +795,15 @@ class Settings(BaseSettings):
             "processes left; a commit that adds deliveries wakes its own process at once."
         ),
     )
+    webhook_allow_link_local: bool = Field(
+        False,
+        description=(
+            "Allow webhook endpoints in the link-local ranges (169.254.0.0/16, fe80::/10), where "
+            "cloud machines reach their metadata service and its credentials, and at the metadata "
+            "services' other names and addresses. Off: such a URL refuses start-up, and a delivery "
+            "to a name that resolves there fails (`forbidden address`)."
+        ),
+    )
     log_level: str = Field(
         "info",
         description=(
@@ -1022,6 +1032,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"GATEWAY_WEBHOOK_SECRET must be at least {MIN_WEBHOOK_SECRET_CHARS} characters"
             )
+        if not self.webhook_allow_link_local:
+            for url in self.webhook_url:
+                host = urlsplit(url).hostname or ""
+                if forbidden_host(host):
+                    raise ValueError(
+                        f"GATEWAY_WEBHOOK_URL names {host}, a link-local or cloud metadata "
+                        "address: set GATEWAY_WEBHOOK_ALLOW_LINK_LOCAL=true if a receiver "
+                        "really lives there"
+                    )
         return self
 
     @property

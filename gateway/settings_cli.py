@@ -141,6 +141,7 @@ SECTIONS: tuple[Section, ...] = (
             "webhook_backoff_s",
             "webhook_max_backoff_s",
             "webhook_poll_s",
+            "webhook_allow_link_local",
         ),
     ),
     Section(

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import random
 import secrets
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from persistence.clock import utcnow
 from persistence.errors import StorageUnavailable
 from persistence.events import Announce, NewEvent
 from persistence.store import Store
+from persistence.webhook_targets import forbidden_address, forbidden_host
 from persistence.webhooks import Delivery, WebhookPlan, WebhookRepository
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,26 @@ class WebhookConfig:
     backoff_s: float
     max_backoff_s: float
     poll_s: float
+    # GATEWAY_WEBHOOK_ALLOW_LINK_LOCAL (gateway/event_log/webhook_targets.py).
+    allow_link_local: bool = False
+
+
+async def resolves_to_forbidden(host: str, port: int | None) -> str | None:
+    """The forbidden address (persistence/webhook_targets.py) `host` resolves to, if any (None
+    when it cannot be resolved: the delivery then fails as any unreachable endpoint's). httpx
+    resolves it again, so this narrows a name that points there, not a resolver that lies."""
+    if forbidden_host(host):
+        return host
+    try:
+        found = await asyncio.get_running_loop().getaddrinfo(
+            host, port or 443, type=socket.SOCK_STREAM
+        )
+    except OSError:
+        return None
+    for *_, sockaddr in found:
+        if forbidden_address(str(sockaddr[0])):
+            return str(sockaddr[0])
+    return None
 
 
 def backoff_s(attempts: int, base_s: float, cap_s: float) -> float:
@@ -196,6 +218,10 @@ class WebhookDispatcher:
             "Webhook-Timestamp": timestamp,
             "Webhook-Signature": signature(self._config.secret, timestamp, delivery.payload),
         }
+        if not self._config.allow_link_local:
+            parts = urlsplit(delivery.endpoint)
+            if await resolves_to_forbidden(parts.hostname or "", parts.port):
+                return "forbidden address"
         try:
             # Overall, not per phase: a receiver that trickles its answer is cut off too.
             async with asyncio.timeout(self._config.timeout_s):
