@@ -2,7 +2,9 @@
 while, for processes that reach it through the proxy, without touching the real server.
 
 `cut()` closes every proxied connection and stops listening (new connections are refused);
-`restore()` listens again on the same port.
+`restore()` listens again on the same port. `freeze()` keeps every connection open but forwards
+nothing more either way, and answers nothing on new ones (a server stopped with SIGSTOP, a
+network that drops packets); `thaw()` forwards again.
 """
 
 from __future__ import annotations
@@ -18,6 +20,15 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
         self.port = 0
+        # Set while bytes may flow.
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+
+    def freeze(self) -> None:
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        self._flowing.set()
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
@@ -46,7 +57,10 @@ class TcpProxy:
             self._pipes.discard(task)
             return
         try:
-            await asyncio.gather(_pump(reader, upstream_writer), _pump(upstream_reader, writer))
+            await asyncio.gather(
+                _pump(reader, upstream_writer, self._flowing),
+                _pump(upstream_reader, writer, self._flowing),
+            )
         except asyncio.CancelledError:
             pass
         finally:
@@ -55,9 +69,12 @@ class TcpProxy:
             self._pipes.discard(task)
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pump(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flowing: asyncio.Event
+) -> None:
     with contextlib.suppress(ConnectionError):
         while data := await reader.read(65536):
+            await flowing.wait()
             writer.write(data)
             await writer.drain()
     writer.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -29,6 +30,15 @@ MAX_QUEUED = 10_000
 # How long `close` waits for queued messages to go out.
 CLOSE_FLUSH_S = 2.0
 RETRY_S = (0.1, 0.2, 0.5, 1.0, 2.0)
+# A Redis that is frozen (stopped, or behind a network that drops packets) closes nothing: a
+# subscription just hears nothing. While subscribed, Redis is asked to answer a PING every
+# PROBE_EVERY_S; one that does not answer (nor a subscribe) within PROBE_TIMEOUT_S is lost.
+PROBE_EVERY_S = 5.0
+PROBE_TIMEOUT_S = 3.0
+
+
+class RedisFrozen(Exception):
+    """Redis accepted the connection but did not answer within PROBE_TIMEOUT_S."""
 
 
 class RedisRelay(Relay):
@@ -93,7 +103,7 @@ class RedisRelay(Relay):
         while True:
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(self._channel)
+                await self._answered(pubsub.subscribe(self._channel))
                 self._up = True
                 connected.set()
                 failures = 0
@@ -105,8 +115,7 @@ class RedisRelay(Relay):
                     )
                     lost = False
                     on_reconnect()
-                async for item in pubsub.listen():
-                    self._deliver(item, on_message)
+                await self._follow(pubsub, on_message)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -125,6 +134,33 @@ class RedisRelay(Relay):
             finally:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
+
+    async def _answered(self, request: Awaitable[Any]) -> Any:
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_S):
+                return await request
+        except TimeoutError:
+            raise RedisFrozen(f"no answer within {PROBE_TIMEOUT_S:g} s") from None
+
+    async def _follow(self, pubsub: Any, on_message: MessageHandler) -> None:
+        """Deliver the subscription's messages; raises when Redis stops answering (a PING on
+        another connection of the pool, every PROBE_EVERY_S) or the subscription breaks."""
+        reader = asyncio.ensure_future(self._read(pubsub, on_message))
+        try:
+            while True:
+                done, _ = await asyncio.wait({reader}, timeout=PROBE_EVERY_S)
+                if done:
+                    reader.result()
+                    return
+                await self._answered(self._redis.ping())
+        finally:
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+
+    async def _read(self, pubsub: Any, on_message: MessageHandler) -> None:
+        async for item in pubsub.listen():
+            self._deliver(item, on_message)
 
     def _deliver(self, item: dict[str, Any], on_message: MessageHandler) -> None:
         if item.get("type") != "message":
@@ -153,7 +189,7 @@ class RedisRelay(Relay):
                 async with self._redis.pipeline(transaction=False) as pipe:
                     for payload in payloads:
                         pipe.publish(self._channel, payload)
-                    await pipe.execute()
+                    await self._answered(pipe.execute())
                 if self._metrics is not None:
                     self._metrics.bus_sent.inc(len(payloads))
             except asyncio.CancelledError:
