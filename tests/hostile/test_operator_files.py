@@ -7,9 +7,11 @@ from __future__ import annotations
 import hashlib
 import os
 import pwd
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -84,28 +86,32 @@ def test_a_file_that_is_not_sqlite_is_one_line(tmp_path: Path) -> None:
 
 
 def test_a_database_that_can_only_be_read_is_read(tmp_path: Path) -> None:
-    folder = tmp_path / "readonly"
-    folder.mkdir()
-    database = folder / "gateway.db"
-    created = gateway_cli("migrate", database=database)
-    assert created.returncode == 0, created
-    before = fingerprint(folder)
-    database.chmod(0o444)
-    folder.chmod(0o555)
-    # Root may write anything: the commands run as an unprivileged user then.
+    # Root may write anything: the commands run as an unprivileged user then, on a folder of
+    # their own under the system's temporary folder (pytest keeps its own private).
     user = None
+    base = tmp_path
     if os.geteuid() == 0:
         try:
             user = pwd.getpwnam("nobody").pw_name
         except KeyError:
             pytest.skip("no unprivileged user to read the database as")
-        for parent in [tmp_path, *tmp_path.parents]:
-            parent.chmod(parent.stat().st_mode | 0o005)
+        base = Path(tempfile.mkdtemp(prefix="gateway-readonly-"))
+        base.chmod(0o755)
+    folder = base / "readonly"
+    folder.mkdir()
+    database = folder / "gateway.db"
     try:
+        created = gateway_cli("migrate", database=database)
+        assert created.returncode == 0, created
+        before = fingerprint(folder)
+        database.chmod(0o444)
+        folder.chmod(0o555)
         for command in (("runs", "list"), ("approvals", "list"), ("runs", "show", "r_x")):
             result = gateway_cli(*command, database=database, user=user)
             expected = 3 if command[1] == "show" else 0
-            assert result.returncode == expected, (command, result)
+            assert result.returncode == expected, (command, result.stderr[-1500:])
         assert fingerprint(folder) == before
     finally:
         folder.chmod(0o755)
+        if base != tmp_path:
+            shutil.rmtree(base, ignore_errors=True)
