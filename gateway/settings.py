@@ -364,7 +364,10 @@ class Settings(BaseSettings):
         description=(
             "Seconds (> 0) a frame may wait for room in a full outgoing queue before the connection"
             f" is closed with {int(CloseCode.TOO_SLOW)}. The client catches up by subscribing "
-            "with `after_seq`."
+            "with `after_seq`. A streaming HTTP response (an SSE feed, an AI SDK or AG-UI "
+            "stream) whose client takes nothing of what was written for this long is ended "
+            f"(`event: end` with {int(CloseCode.TOO_SLOW)}); the client resumes with its "
+            "`Last-Event-ID`."
         ),
     )
     frontend_body_bytes: int = Field(
