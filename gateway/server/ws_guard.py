@@ -31,6 +31,7 @@ from websockets.frames import OP_TEXT, Frame
 from websockets.http11 import Request
 from websockets.protocol import State
 
+from gateway.protocol.close_codes import CloseCode
 from gateway.server.connection_limits import ServerLimits
 
 log = logging.getLogger("gateway.server")
@@ -38,8 +39,8 @@ log = logging.getLogger("gateway.server")
 # Closes the WebSocket layer decides on a client frame, as its log line says them (one INFO
 # line each: nothing a client sends is an error of the server's, docs/protocol.md §2).
 PARSER_CLOSES = {
-    1009: "a frame over the size limit",
-    1007: "a text frame that is not valid UTF-8",
+    CloseCode.TOO_LARGE: "a frame over the size limit",
+    CloseCode.INVALID_PAYLOAD: "a text frame that is not valid UTF-8",
 }
 
 # The ASGI extension (and its message type): `{"type": SEND_FRAMES, "frames": [str, ...]}` sends

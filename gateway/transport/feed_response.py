@@ -7,9 +7,9 @@ itself watches what may end it from outside the body:
 - the token's `exp` (plus `GATEWAY_JWT_LEEWAY_S`), as a WebSocket is closed then;
 - a client that takes nothing of what was written for `GATEWAY_SEND_TIMEOUT_S` (the write
   waits for the transport to drain), as a WebSocket whose outgoing queue stays full is closed
-  with 4009: the feed's own queue is bounded in frames and bytes, so such a client holds no
-  more than that while it lasts;
-- the server's graceful shutdown, as a WebSocket is closed with 1012;
+  (`CloseCode.TOO_SLOW`): the feed's own queue is bounded in frames and bytes, so such a
+  client holds no more than that while it lasts;
+- the server's graceful shutdown, as a WebSocket is closed then (`CloseCode.RESTART`);
 - the client leaving.
 
 Each but the last ends the feed with a last word (the feed's kind says how: an SSE event, an

@@ -260,7 +260,10 @@ class Connection:
             if text is None:
                 data = message.get("bytes") or b""
                 if len(data) > limit:
-                    log.info("closing a connection that sent a frame over the size limit (1009)")
+                    log.info(
+                        "closing a connection that sent a frame over the size limit (%d)",
+                        CloseCode.TOO_LARGE,
+                    )
                     await self._step(session.FrameTooLarge())
                     raise Closed()
                 await self.send_or_queue(
@@ -270,7 +273,10 @@ class Connection:
                 )
                 continue
             if len(text) > limit or (len(text) * 4 > limit and len(text.encode()) > limit):
-                log.info("closing a connection that sent a frame over the size limit (1009)")
+                log.info(
+                    "closing a connection that sent a frame over the size limit (%d)",
+                    CloseCode.TOO_LARGE,
+                )
                 await self._step(session.FrameTooLarge())
                 raise Closed()
             return text
