@@ -38,7 +38,7 @@ log = logging.getLogger("gateway.server")
 
 # Closes the WebSocket layer decides on a client frame, as its log line says them (one INFO
 # line each: nothing a client sends is an error of the server's, docs/protocol.md §2).
-PARSER_CLOSES = {
+PARSER_CLOSES: dict[int, str] = {
     CloseCode.TOO_LARGE: "a frame over the size limit",
     CloseCode.INVALID_PAYLOAD: "a text frame that is not valid UTF-8",
 }
