@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import websockets
 
 from persistence.ledger import OperationStatus
@@ -69,6 +70,9 @@ MAX_RUNS_PER_LANE = 10
 SOAK_DEADLINE_S = 300.0  # a hard stop for the whole kill phase; a healthy soak needs ~2.5 min
 TRIGGER_CAP_S = 4.0  # a kill that waits for something that does not come fires anyway
 DEMO_DELAY_MS = "8"  # a story (200+ words) then streams for a couple of seconds
+# The per-test limit (pyproject.toml timeout) is below what a soak may take: its kill phase
+# alone may run until SOAK_DEADLINE_S, then every lane settles and the logs are checked.
+pytestmark = pytest.mark.timeout(2 * SOAK_DEADLINE_S)
 
 STORY = "tell me a story"
 STATUS = "status of 1, 2, 3, 4 and 5"
