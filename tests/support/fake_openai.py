@@ -7,7 +7,8 @@ shape the `openai` SDK parses (`response.created`, `response.in_progress`,
 calls with `response.function_call_arguments.delta/done`, and `response.completed` with the whole
 response including usage): the sequence the offline demo model streams, from the same code
 (gateway/agents/demo/response_events.py), built with the `openai.types.responses` models, so a
-shape the SDK would reject fails here first. Without `stream` it answers the finished response as JSON.
+shape the SDK would reject fails here first. Without `stream` it answers the finished response
+as JSON.
 
 What it answers follows the offline demo model's rules for two cases (docs/protocol.md §9), applied
 to the newest user message of the request's `input`:
