@@ -37,7 +37,7 @@ STORY = "tell me a story"
 INSTANCE = "gw-operator-test"
 # Between the two pauses of the listing test: well over twice a command's start-up (a few
 # seconds on a busy machine).
-GAP_S = 8.0
+GAP_S = 20.0
 
 
 @dataclass
