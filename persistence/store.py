@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL, Connection
@@ -109,6 +109,13 @@ class Store(ABC):
         return await self.write(partial(commit_in, batch=list(batch), work=work, announce=announce))
 
     async def read_events(self, thread_id: str, *, after_seq: int, limit: int) -> list[EventRecord]:
+    async def commit_parts(self, parts: Sequence[Part]) -> list[PartStored | Exception]:
+        """Several commits in one transaction, each all or nothing on its own: a part's
+        outcome is what `append` or `commit` would have returned, or the exception it raised
+        (nothing of that part stored). `PartsAborted` or `StorageUnavailable` when the
+        transaction as a whole failed; after `PartsAborted` nothing of any part was stored."""
+        return await self.write(partial(commit_parts_in, parts=list(parts)))
+
         """A replay page: the thread's events after `after_seq`, in order, at most `limit`."""
         return await self.read(
             partial(read_in, thread_id=thread_id, after_seq=after_seq, limit=limit), bulk=True
@@ -120,12 +127,84 @@ class Store(ABC):
 
 
 @contextmanager
+class Part(NamedTuple):
+    """One of several commits stored in one transaction (`commit_parts_in`): streamed events
+    (`atomic` false: stored where their lease holds, as `append_fenced_in`) or an atomic
+    commit (`commit_in`: every lease holds, then `work`, then the events)."""
+
+    batch: list[NewEvent]
+    work: Callable[[Connection], Any] | None
+    announce: Announce | None
+    atomic: bool
+
+
+class PartStored(NamedTuple):
+    result: Any
+    records: list[EventRecord]
+    lost: set[Lease]
+
+
+class PartsAborted(Exception):
+    """A part failed with the database rather than on its own (an outage, a deadlock), or its
+    savepoint could not be rolled back: the transaction is rolled back and nothing of any part
+    is stored."""
+
+
+# The name of every part's savepoint: each is released (or rolled back to and released)
+# before the next begins, so one name serves all.
+_SAVEPOINT = "gateway_part"
+
+
+def commit_parts_in(conn: Connection, parts: Sequence[Part]) -> list[PartStored | Exception]:
+    """Each part in order, in a savepoint of its own: a part that raises (a lost lease, a
+    stale write, a vanished thread) is rolled back alone and its exception takes its place
+    in the result; the others commit with the transaction. One transaction for many commits
+    is one WAL flush instead of one each (PostgreSQL's `COMMIT` waits for its fsync)."""
+    outcomes: list[PartStored | Exception] = []
+    for part in parts:
+        conn.exec_driver_sql(f"SAVEPOINT {_SAVEPOINT}")
+        try:
+            if part.atomic:
+                result, records = commit_in(conn, part.batch, part.work, part.announce)
+                stored = PartStored(result, records, set())
+            else:
+                records, lost = append_fenced_in(conn, part.batch, part.announce)
+                stored = PartStored(None, records, lost)
+        except Exception as exc:
+            if as_storage_error(exc) is not exc:
+                # The database failed, not the part: whatever it was, the transaction ends
+                # here and every part is committed alone, in order.
+                raise PartsAborted() from exc
+            try:
+                conn.exec_driver_sql(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+                conn.exec_driver_sql(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+            except Exception as failed:
+                raise PartsAborted() from failed
+            outcomes.append(exc)
+            continue
+        conn.exec_driver_sql(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+        outcomes.append(stored)
+    return outcomes
+
+
 def storage_errors() -> Iterator[None]:
     """Database failures as `StorageUnavailable`; integrity errors (programming or race
     signals, not outages) and everything else pass through unchanged."""
     try:
         yield
-    except IntegrityError:
-        raise
-    except (OperationalError, InterfaceError, DBAPIError, OSError) as exc:
-        raise StorageUnavailable(f"storage unavailable: {type(exc).__name__}") from exc
+    except Exception as exc:
+        error = as_storage_error(exc)
+        if error is exc:
+            raise
+        raise error from exc
+
+
+def as_storage_error(exc: Exception) -> Exception:
+    """What `storage_errors` raises for `exc`."""
+    if isinstance(exc, IntegrityError) or not isinstance(
+        exc, OperationalError | InterfaceError | DBAPIError | OSError
+    ):
+        return exc
+    error = StorageUnavailable(f"storage unavailable: {type(exc).__name__}")
+    error.__cause__ = exc
+    return error

@@ -10,8 +10,10 @@ and an idle one (nothing waiting) sends every delta as soon as it is stored.
 
 State changes that must be atomic with their event (a decision and its `approval.decided`, a
 checkpoint and its `approval.requested` + `run.paused`, a status and its `run.completed`) go
-through the same queue as one transaction each, which keeps the log in exactly the order the
-gateway produced it.
+through the same queue, which keeps the log in exactly the order the gateway produced it. Each
+is all or nothing on its own: taken alone it is one transaction; taken with others queued
+beside it, one savepoint in their shared transaction (`Store.commit_parts`), so 200 runs
+starting at once cost a few commits (and WAL flushes), not 200.
 
 A batch holding an event that is announced beyond the log (a webhook, docs/protocol.md §10)
 writes the announcement in its own transaction; batches without one (all streamed deltas) cost
@@ -37,7 +39,7 @@ from gateway.observability.tracing import Telemetry
 from persistence.errors import StorageUnavailable
 from persistence.events import Announce, EventRecord, NewEvent
 from persistence.leases import Lease, LeaseLost
-from persistence.store import Store, Work
+from persistence.store import Part, PartsAborted, PartStored, Store, Work
 
 log = logging.getLogger(__name__)
 
@@ -268,23 +270,74 @@ class EventLog:
                     stop = True
                     break
                 items.append(nxt)
-            plain: list[_Plain] = []
+            # Consecutive plain entries make one group; each atomic commit is one of its own.
+            groups: list[list[_Plain] | _Atomic] = []
             for entry in items:
-                if isinstance(entry, _Plain):
-                    # Taken: from here on its text is final.
-                    thread_id = entry.event.thread_id
-                    if self._open_deltas.get(thread_id) is entry:
-                        del self._open_deltas[thread_id]
-                    plain.append(entry)
+                if isinstance(entry, _Atomic):
+                    groups.append(entry)
                     continue
-                if plain:
-                    await self._commit_plain(plain)
-                    plain = []
-                await self._commit_atomic(entry)
-            if plain:
-                await self._commit_plain(plain)
+                # Taken: from here on its text is final.
+                thread_id = entry.event.thread_id
+                if self._open_deltas.get(thread_id) is entry:
+                    del self._open_deltas[thread_id]
+                if groups and isinstance(groups[-1], list):
+                    groups[-1].append(entry)
+                else:
+                    groups.append([entry])
+            if len(groups) == 1:
+                await self._commit_alone(groups[0])
+            else:
+                await self._commit_groups(groups)
             if stop:
                 return
+
+    async def _commit_alone(self, group: list[_Plain] | _Atomic) -> None:
+        if isinstance(group, list):
+            await self._commit_plain(group)
+        else:
+            await self._commit_atomic(group)
+
+    async def _commit_groups(self, groups: list[list[_Plain] | _Atomic]) -> None:
+        """Several groups (atomic commits among them) in one transaction, each in a savepoint
+        of its own, so a commit refused (a lost lease, a stale decision) refuses only itself.
+
+        If the transaction fails as a whole, each group goes its own way: after a failure
+        before the commit (nothing stored) every group is committed alone, as if it had been
+        taken alone; after a failure that may have hit the `COMMIT` itself, the atomic
+        commits fail with it (as one failing alone would) and the streamed events are retried
+        (as a failing batch of them is)."""
+        parts = [
+            Part([entry.stored_event() for entry in group], None, None, atomic=False)
+            if isinstance(group, list)
+            else Part(group.events, group.action, None, atomic=True)
+            for group in groups
+        ]
+        parts = [part._replace(announce=self._announcer(part.batch)) for part in parts]
+        started = time.perf_counter()
+        try:
+            outcomes = await self._store.commit_parts(parts)
+        except PartsAborted:
+            for group in groups:
+                await self._commit_alone(group)
+            return
+        except StorageUnavailable as exc:
+            log.warning("event log write failed: %s", exc)
+            for group in groups:
+                if isinstance(group, list):
+                    await self._commit_plain(group)
+                else:
+                    self._atomic_failed(group, exc)
+            return
+        for group, part, outcome in zip(groups, parts, outcomes, strict=True):
+            if isinstance(group, list):
+                if isinstance(outcome, PartStored):
+                    self._plain_stored(group, part.batch, outcome, started, part.announce)
+                else:
+                    self._plain_failed(group, outcome)
+            elif isinstance(outcome, PartStored):
+                self._atomic_stored(group, outcome, started, part.announce)
+            else:
+                self._atomic_failed(group, outcome)
 
     async def _commit_plain(self, entries: list[_Plain]) -> None:
         events = [entry.stored_event() for entry in entries]
@@ -300,31 +353,46 @@ class EventLog:
                 if self._metrics is not None:
                     self._metrics.failed()
                 continue
-            except Exception as exc:  # a bug or a vanished thread: fail these callers only
-                log.error("event log write failed", exc_info=True)
-                if self._metrics is not None:
-                    self._metrics.failed()
-                for entry in entries:
-                    _fail(entry.future, exc)
+            except Exception as exc:
+                self._plain_failed(entries, exc)
                 return
-            if lost:
-                for entry in entries:
-                    if entry.event.lease in lost:
-                        _fail(entry.future, LeaseLost(entry.event.run_id or ""))
-                kept = [i for i, entry in enumerate(entries) if entry.event.lease not in lost]
-                entries, events = [entries[i] for i in kept], [events[i] for i in kept]
-            self._committed(records, started)
-            if announce is not None and records:
-                self._announced()
-            logged = [LoggedEvent.from_record(record) for record in records]
-            self._publish_soon(logged, next_turn=True)
-            for entry, event in zip(entries, logged, strict=True):
-                if not entry.future.done():
-                    entry.future.set_result(event)
+            self._plain_stored(entries, events, PartStored(None, records, lost), started, announce)
             return
         error = StorageUnavailable("event log could not be stored")
         for entry in entries:
             _fail(entry.future, error)
+
+    def _plain_stored(
+        self,
+        entries: list[_Plain],
+        events: list[NewEvent],
+        stored: PartStored,
+        started: float,
+        announce: Announce | None,
+    ) -> None:
+        records, lost = stored.records, stored.lost
+        if lost:
+            for entry in entries:
+                if entry.event.lease in lost:
+                    _fail(entry.future, LeaseLost(entry.event.run_id or ""))
+            kept = [i for i, entry in enumerate(entries) if entry.event.lease not in lost]
+            entries, events = [entries[i] for i in kept], [events[i] for i in kept]
+        self._committed(records, started)
+        if announce is not None and records:
+            self._announced()
+        logged = [LoggedEvent.from_record(record) for record in records]
+        self._publish_soon(logged, next_turn=True)
+        for entry, event in zip(entries, logged, strict=True):
+            if not entry.future.done():
+                entry.future.set_result(event)
+
+    def _plain_failed(self, entries: list[_Plain], exc: Exception) -> None:
+        """A bug or a vanished thread: these callers are told, nobody else."""
+        log.error("event log write failed", exc_info=exc)
+        if self._metrics is not None:
+            self._metrics.failed()
+        for entry in entries:
+            _fail(entry.future, exc)
 
     async def _commit_atomic(self, entry: _Atomic) -> None:
         started = time.perf_counter()
@@ -332,21 +400,29 @@ class EventLog:
         try:
             result, records = await self._store.commit(entry.events, entry.action, announce)
         except BaseException as exc:
-            # A refused action (a stale decision, a lost lease) is not a storage error.
-            if self._metrics is not None and isinstance(exc, StorageUnavailable):
-                self._metrics.failed()
-            if not entry.future.done():
-                entry.future.set_exception(exc)
+            self._atomic_failed(entry, exc)
             if not isinstance(exc, Exception):
                 raise
             return
-        self._committed(records, started, entry.agent)
-        if announce is not None and records:
+        self._atomic_stored(entry, PartStored(result, records, set()), started, announce)
+
+    def _atomic_stored(
+        self, entry: _Atomic, stored: PartStored, started: float, announce: Announce | None
+    ) -> None:
+        self._committed(stored.records, started, entry.agent)
+        if announce is not None and stored.records:
             self._announced()
-        logged = [LoggedEvent.from_record(record) for record in records]
+        logged = [LoggedEvent.from_record(record) for record in stored.records]
         self._publish_soon(logged, next_turn=False)
         if not entry.future.done():
-            entry.future.set_result((result, logged))
+            entry.future.set_result((stored.result, logged))
+
+    def _atomic_failed(self, entry: _Atomic, exc: BaseException) -> None:
+        # A refused action (a stale decision, a lost lease) is not a storage error.
+        if self._metrics is not None and isinstance(exc, StorageUnavailable):
+            self._metrics.failed()
+        if not entry.future.done():
+            entry.future.set_exception(exc)
 
     def _committed(
         self, records: list[EventRecord], started: float, agent: str | None = None
