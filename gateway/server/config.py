@@ -18,10 +18,12 @@ from typing import Any, NoReturn
 import uvicorn
 from starlette.types import ASGIApp
 
+from gateway.server.compression import Compression
 from gateway.server.connection_limits import ServerLimits
 from gateway.server.http_guard import GuardedH11Protocol, RequestHeadLimit
 from gateway.server.lifespan import GatewayLifespan
-from gateway.server.ws_guard import GuardedWebSocketProtocol, SharedTextFrame
+from gateway.server.shared_frames import SharedFrames
+from gateway.server.ws_guard import GuardedWebSocketProtocol
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway.server")
@@ -33,13 +35,23 @@ RESERVED_DESCRIPTORS = 64
 
 
 class GatewayConfig(uvicorn.Config):
-    """uvicorn's configuration plus what the guarded protocols read from it: the limits, and
-    the text frame the WebSocket connections share (gateway/server/ws_guard.py)."""
+    """uvicorn's configuration plus what the guarded protocols read from it: the limits, the
+    compression the WebSocket connections negotiate and the frames they share
+    (gateway/server/ws_guard.py)."""
 
-    def __init__(self, app: ASGIApp, *, limits: ServerLimits, **kwargs: Any) -> None:
-        super().__init__(app, **kwargs)
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        limits: ServerLimits,
+        compression: Compression | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # The gateway negotiates compression itself (gateway/server/compression.py).
+        super().__init__(app, ws_per_message_deflate=False, **kwargs)
         self.limits = limits
-        self.shared_text_frame = SharedTextFrame()
+        self.compression = compression or Compression()
+        self.shared_frames = SharedFrames(self.compression)
 
     def load(self) -> None:
         super().load()

@@ -9,6 +9,9 @@ frame is queued behind whatever is buffered without waiting, and if the closing 
 not finished `close_timeout_s` later the transport is aborted, which releases the socket and
 everything buffered for it at once.
 
+It negotiates compression as gateway/server/compression.py says, and writes frames framed (and
+compressed) once for every connection where it can (gateway/server/shared_frames.py).
+
 It also offers the connection's writer (gateway/transport/socket_writer.py) two ways round uvicorn's
 one-message-per-frame `send`, announced as the ASGI extension `SEND_FRAMES` in the scope: several
 text frames in one message, written to the transport in one call, and `write_text_now`, a
@@ -27,12 +30,14 @@ from uvicorn._types import ASGISendEvent
 from uvicorn.protocols.utils import ClientDisconnected
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.exceptions import InvalidState
-from websockets.frames import OP_TEXT, Frame
 from websockets.http11 import Request
 from websockets.protocol import State
+from websockets.server import ServerProtocol
 
 from gateway.protocol.close_codes import CloseCode
+from gateway.server.compression import message_deflate
 from gateway.server.connection_limits import ServerLimits
+from gateway.server.shared_frames import SharedFrames
 
 log = logging.getLogger("gateway.server")
 
@@ -49,35 +54,20 @@ PARSER_CLOSES: dict[int, str] = {
 SEND_FRAMES = "gateway.websocket.send_frames"
 
 
-class SharedTextFrame:
-    """The wire form of the text frame written last, for the next connection writing it.
-
-    A server's frames are not masked, so without a negotiated extension (compression) a text
-    frame is the same bytes on every connection: an event published to many watchers is
-    encoded and framed once, not once per watcher. One per server (the connections of a server
-    share its event loop); it holds the last frame only.
-    """
-
-    __slots__ = ("_text", "_wire")
-
-    def __init__(self) -> None:
-        self._text: str | None = None
-        self._wire = b""
-
-    def wire(self, text: str) -> bytes:
-        if text is not self._text:
-            self._wire = Frame(OP_TEXT, text.encode()).serialize(mask=False, extensions=[])
-            self._text = text
-        return self._wire
-
-
 class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
-    """Needs a `gateway.server.config.GatewayConfig`, whose `limits.close_timeout_s` it applies and
-    whose `shared_text_frame` it writes through."""
+    """Needs a `gateway.server.config.GatewayConfig`, whose `limits.close_timeout_s` it applies,
+    whose `compression` it negotiates and whose `shared_frames` it writes through."""
 
     def __init__(self, config: Any, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
-        self._shared_text_frame: SharedTextFrame = config.shared_text_frame
+        # uvicorn's own negotiation is off (`ws_per_message_deflate=False`): the connection
+        # is made again with the gateway's, as uvicorn makes it otherwise.
+        self.conn = ServerProtocol(
+            extensions=config.compression.extension_factories(),
+            max_size=config.ws_max_size,
+            logger=logging.getLogger("uvicorn.error"),
+        )
+        self._shared_frames: SharedFrames = config.shared_frames
         limits: ServerLimits = config.limits
         self.close_timeout = limits.close_timeout_s
         self._abort_timer: asyncio.TimerHandle | None = None
@@ -117,21 +107,28 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
             or self.initial_response is not None
         ):
             return False
-        conn = self.conn
-        if (
-            conn.state is State.OPEN
-            and not conn.extensions
-            and not conn.expect_continuation_frame
-            and not conn.writes
-        ):
-            # What `conn.send_text` would produce, framed once for every connection.
-            self.transport.write(self._shared_text_frame.wire(text))
-            return True
+        if not self.conn.writes:
+            wire = self._shared_wire(text)
+            if wire is not None:
+                self.transport.write(wire)
+                return True
         try:
             self._write_texts((text,))
         except InvalidState:
             return False
         return True
+
+    def _shared_wire(self, text: str) -> bytes | None:
+        """What `conn.send_text(text)` would produce, framed (and compressed) once for every
+        connection; None when this connection must frame it itself (it is not open, it is
+        in a fragmented message, or it negotiated something else)."""
+        conn = self.conn
+        if conn.state is not State.OPEN or conn.expect_continuation_frame:
+            return None
+        if not conn.extensions:
+            return self._shared_frames.wire(text)
+        deflate = message_deflate(conn.extensions)
+        return None if deflate is None else self._shared_frames.wire_for(deflate, text)
 
     async def _send_frames(self, frames: Sequence[str]) -> None:
         # What uvicorn does for one `websocket.send` of text, for all of them, then one write.
@@ -146,12 +143,21 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
             raise ClientDisconnected() from None
 
     def _write_texts(self, texts: Sequence[str]) -> None:
-        """Frame each text as websockets' `send_text` does, then write them all in one call;
-        `InvalidState` (nothing written) once the connection is no longer open."""
-        send_text = self.conn.send_text
+        """Frame each text as websockets' `send_text` does (shared frames where it can),
+        then write them all in one call; `InvalidState` (nothing written) once the
+        connection is no longer open."""
+        conn = self.conn
+        wire: list[bytes] = []
         for text in texts:
-            send_text(text.encode())
-        self.transport.write(b"".join(self.conn.data_to_send()))
+            # Whatever the connection queued itself (a pong) goes out first, with a frame
+            # it makes; `send_text` raises before anything is taken from it.
+            shared = None if conn.writes else self._shared_wire(text)
+            if shared is None:
+                conn.send_text(text.encode())
+                wire.extend(conn.data_to_send())
+            else:
+                wire.append(shared)
+        self.transport.write(b"".join(wire))
 
     def handle_parser_exception(self) -> None:
         close = self.conn.close_sent
