@@ -10,7 +10,8 @@ Parts (issue figure in brackets): throughput [1], fanout [2], fanout-paced [2p: 
 1 ms per delta, frames and bytes per second], start [2b], approval [3], decision [4],
 continuation [4c: decide -> the approved call's tool.output], replay [5], replay-plain [5p: a
 plain `websockets` client parsing every frame], memory [6], memory-hello [6h: KiB per idle
-connection after hello at 1,000, with a raw sans-I/O baseline], concurrency [7], checkpoint
+connection after hello at 1,000, with a raw sans-I/O baseline], idle [6i: 10,000 connections
+offering permessage-deflate, RSS and hello latency], concurrency [7], checkpoint
 [8], crossprocess (delivery from one gateway process to another, polling and over Redis),
 workers (figure 7's load at a faster pace, two worker processes against one), takeover (a run
 going on in another gateway after SIGTERM and after SIGKILL of the one streaming it).
@@ -24,12 +25,18 @@ and every database a part opens in-process, is a fresh one of that backend
 (`bench.common.fresh_database`: a SQLite file in the part's temporary directory, or a PostgreSQL
 database created on BENCH_POSTGRES_URL's server and dropped afterwards). With `both`, each part
 runs on SQLite, then on PostgreSQL, before the next part starts.
+
+`--compression off` (the default) or `deflate`: whether the benchmark's WebSocket clients offer
+permessage-deflate, as every browser does (`BENCH_COMPRESSION`, which parts read through
+`bench.common.client_compression`). The gateway negotiates it as its settings say
+(`GATEWAY_WS_COMPRESSION`); the minimal server it is compared with, as uvicorn does by default.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -37,8 +44,17 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from bench import concurrency, core, crossprocess, fanout, memory, replay, takeover
-from bench.common import BACKENDS, Backend, backend_info, emit, fresh_database, report_line
+from bench import concurrency, core, crossprocess, fanout, idle, memory, replay, takeover
+from bench.common import (
+    BACKENDS,
+    COMPRESSION_CHOICES,
+    COMPRESSION_ENV,
+    Backend,
+    backend_info,
+    emit,
+    fresh_database,
+    report_line,
+)
 
 CORE_PARTS = ("throughput", "start", "approval", "decision", "continuation")
 PARTS = (
@@ -53,6 +69,7 @@ PARTS = (
     "replay-plain",
     "memory",
     "memory-hello",
+    "idle",
     "concurrency",
     "checkpoint",
     "crossprocess",
@@ -66,6 +83,7 @@ QUICK = {
     "reps": 3,
     "events": 10_000,
     "connections": 500,
+    "idle_connections": 1000,
     "concurrent_runs": 50,
     "checkpoint_reps": 5,
     "conversation_runs": 5,
@@ -188,6 +206,7 @@ STANDALONE: dict[str, Runner] = {
     "replay-plain": replay.run_plain,
     "memory": memory.run,
     "memory-hello": memory.run_hello,
+    "idle": idle.run,
     "concurrency": concurrency.run,
     "workers": concurrency.run_workers,
     "takeover": takeover.run,
@@ -206,6 +225,12 @@ def parser() -> argparse.ArgumentParser:
         default="sqlite",
         help="database of the gateways and of in-process stores; both: each part on each (sqlite)",
     )
+    root.add_argument(
+        "--compression",
+        choices=COMPRESSION_CHOICES,
+        default="off",
+        help="whether the clients offer permessage-deflate as browsers do (off)",
+    )
     root.add_argument("--runs", type=int, default=60, help="runs per latency figure (60)")
     root.add_argument("--story-runs", type=int, default=20, help="throughput story runs (20)")
     root.add_argument("--reps", type=int, default=5, help="repetitions (fanout, replay) (5)")
@@ -216,6 +241,7 @@ def parser() -> argparse.ArgumentParser:
     fanout.add_arguments(root)
     replay.add_arguments(root)
     memory.add_arguments(root)
+    idle.add_arguments(root)
     concurrency.add_arguments(root)
     crossprocess.add_arguments(root)
     takeover.add_arguments(root)
@@ -264,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)
+    # Read by every client the parts open, and by the parts' own subprocesses.
+    os.environ[COMPRESSION_ENV] = args.compression
     return asyncio.run(main_async(args))
 
 

@@ -411,9 +411,22 @@ def issue_token(user: str, roles: list[str]) -> str:
     return TokenVerifier(SECRET).issue(user, TENANT, roles)
 
 
+# Whether the clients offer permessage-deflate (`python -m bench --compression`).
+COMPRESSION_ENV = "BENCH_COMPRESSION"
+COMPRESSION_CHOICES = ("off", "deflate")
+
+
+def client_compression() -> Literal["deflate"] | None:
+    """The `compression` argument of `websockets.connect` for a benchmark client: `deflate`
+    offers permessage-deflate as browsers do (and as `websockets` does by default)."""
+    return "deflate" if os.environ.get(COMPRESSION_ENV) == "deflate" else None
+
+
 async def connect(url: str, token: str) -> ClientConnection:
     """Open a connection and authenticate it (hello -> welcome)."""
-    ws = await websockets.connect(url, max_size=None, compression=None, ping_interval=None)
+    ws = await websockets.connect(
+        url, max_size=None, compression=client_compression(), ping_interval=None
+    )
     await ws.send(orjson.dumps({"type": "hello", "protocol": 1, "token": token}).decode())
     welcome = orjson.loads(await asyncio.wait_for(ws.recv(), TIMEOUT_S))
     if welcome.get("type") != "welcome":
