@@ -1,5 +1,6 @@
-"""The settings (gateway/settings.py) as operators meet them: `serve`'s flags, built from the
-fields of `Settings`, in the sections that `--help` and docs/configuration.md share.
+"""The settings (gateway/settings/) as operators meet them: `serve`'s flags, built from the
+fields of `Settings`, in the sections that `--help` and docs/configuration.md share: one per
+group of settings, in the order `Settings` lists its groups.
 
 A flag is named after its field (`jwt_leeway_s`: `--jwt-leeway-s`), parses the field's type and
 takes the first sentence of the field's description as its help. Its default is `None`, so an
@@ -11,6 +12,7 @@ a URL or a choice is checked in one place whichever way it came.
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 import types
 from collections.abc import Mapping
@@ -20,137 +22,37 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 
-from gateway.settings import Settings, environment_variable
+from gateway.settings import GROUPS, Settings, SettingsGroup, environment_variable
 
 
 @dataclass(frozen=True)
 class Section:
-    """Settings that belong together: an argument group of `serve --help`, and a table of
-    docs/configuration.md (between `<!-- settings: KEY -->` and `<!-- /settings -->`)."""
+    """Settings that belong together, one group of gateway/settings/: an argument group of
+    `serve --help`, and a section of docs/configuration.md (between `<!-- settings: KEY -->` and
+    `<!-- /settings -->`)."""
 
     key: str
     title: str
     fields: tuple[str, ...]
+    # The group's docstring (Markdown): its first paragraph is the summary.
+    text: str
+
+    @property
+    def summary(self) -> str:
+        return " ".join(self.text.split("\n\n", 1)[0].split())
 
 
-SECTIONS: tuple[Section, ...] = (
-    Section("listening", "listening", ("host", "port", "forwarded_allow_ips", "demo_ui")),
-    Section(
-        "storage",
-        "storage",
-        ("database_url", "migrate", "storage_probe_s", "allow_damaged_database"),
-    ),
-    Section(
-        "tokens",
-        "tokens and origins",
-        (
-            "secret",
-            "jwt_leeway_s",
-            "jwt_issuer",
-            "jwt_audience",
-            "jwks_file",
-            "jwks_url",
-            "jwks_cache_s",
-            "jwks_refetch_s",
-            "jwt_user_claim",
-            "jwt_tenant_claim",
-            "jwt_roles_claim",
-            "jwt_tenant",
-            "jwt_role_map",
-            "allowed_origins",
-        ),
-    ),
-    Section(
-        "approvals",
-        "approvals",
-        ("self_approval", "four_eyes", "approval_ttl_s", "approval_sweep_s"),
-    ),
-    Section(
-        "models",
-        "models, agents and runs",
-        ("model", "openai_api", "agents", "demo_delay_ms", "suspend_grace_s"),
-    ),
-    Section(
-        "connections",
-        "connections",
-        (
-            "heartbeat_s",
-            "hello_timeout_s",
-            "max_frame_bytes",
-            "send_queue_size",
-            "send_timeout_s",
-            "send_queue_bytes",
-            "max_input_chars",
-            "frontend_body_bytes",
-            "ai_sdk_replay_window_s",
-        ),
-    ),
-    Section(
-        "abuse",
-        "abuse limits",
-        (
-            "frames_per_s",
-            "frame_burst",
-            "runs_per_minute",
-            "max_connections_per_user",
-            "max_subscriptions",
-            "max_pending_inputs",
-        ),
-    ),
-    Section(
-        "server-limits",
-        "connection limits",
-        (
-            "idle_timeout_s",
-            "header_timeout_s",
-            "body_timeout_s",
-            "max_header_bytes",
-            "max_headers",
-            "max_connections",
-            "backlog",
-        ),
-    ),
-    Section("retention", "retention", ("retention_s", "retention_sweep_s")),
-    Section(
-        "processes",
-        "several processes",
-        (
-            "instance_id",
-            "lease_ttl_s",
-            "lease_scan_s",
-            "workers",
-            "log_watch_interval_s",
-            "bus_url",
-            "bus_prefix",
-            "listen_fd",
-            "ready_fd",
-            "supervisor_pid",
-            "dev_secret",
-        ),
-    ),
-    Section(
-        "webhooks",
-        "webhooks",
-        (
-            "webhook_url",
-            "webhook_secret",
-            "webhook_events",
-            "webhook_timeout_s",
-            "webhook_max_attempts",
-            "webhook_max_age_s",
-            "webhook_backoff_s",
-            "webhook_max_backoff_s",
-            "webhook_poll_s",
-            "webhook_allow_link_local",
-        ),
-    ),
-    Section(
-        "observability",
-        "logs, traces and metrics",
-        ("log_level", "log_format", "tracing", "otel", "metrics", "metrics_port", "metrics_host"),
-    ),
-    Section("openai", "OpenAI", ("openai_api_key", "openai_base_url")),
-)
+def section(group: type[SettingsGroup]) -> Section:
+    """The section of settings `group`: its own docstring, key, title and fields."""
+    text = vars(group).get("__doc__")
+    if not text:
+        raise ValueError(f"settings group {group.__name__} has no docstring")
+    return Section(
+        group.section_key, group.section_title, tuple(group.model_fields), inspect.cleandoc(text)
+    )
+
+
+SECTIONS: tuple[Section, ...] = tuple(section(group) for group in GROUPS)
 
 _VISIBLE_TO_ALL = "a command line is visible to every user of the machine (`ps`)"
 _FOR_EACH_WORKER = "the `serve --workers` supervisor sets it for each worker"
@@ -264,10 +166,11 @@ def add_setting_flag(parser: argparse._ActionsContainer, name: str) -> None:
 
 def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     """Add every setting's flag, an argument group per section, to `parser` (`serve`)."""
-    for section in SECTIONS:
-        offered = [name for name in section.fields if flag(name) is not None]
+    for each in SECTIONS:
+        offered = [name for name in each.fields if flag(name) is not None]
         if offered:
-            group = parser.add_argument_group(section.title)
+            # Help is plain text, and argparse formats a description with % only for %(prog).
+            group = parser.add_argument_group(each.title, _MARKUP.sub("", each.summary))
             for name in offered:
                 add_setting_flag(group, name)
 

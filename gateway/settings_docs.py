@@ -1,9 +1,10 @@
-"""Write (or check) the settings tables of docs/configuration.md:
+"""Write (or check) the settings sections of docs/configuration.md:
 `python -m gateway.settings_docs [--check]`.
 
-Each section of gateway/settings_cli.py is a table between `<!-- settings: KEY -->` and
-`<!-- /settings -->`, made from the fields of `Settings`: the variable, the flag, the default and
-the description. Only the tables are written; the text around them is the document's own.
+Each section of gateway/settings_cli.py (a group of settings, gateway/settings/) is written
+between `<!-- settings: KEY -->` and `<!-- /settings -->`: a heading (the group's title), the
+group's docstring, and a table made from its fields: the variable, the flag, the default and
+the description. Only the sections are written; the text around them is the document's own.
 `--check` exits 1 when the committed document differs from what this writes.
 """
 
@@ -14,6 +15,7 @@ import re
 import sys
 from pathlib import Path
 
+from gateway.protocol.error_codes import ErrorCode, GatewayError
 from gateway.settings import environment_variable
 from gateway.settings_cli import SECTIONS, Section, description, flag, shown_default
 
@@ -24,8 +26,11 @@ _BLOCK = re.compile(
 ENVIRONMENT_ONLY_CELL = "*(environment only)*"
 
 
-class DocumentError(ValueError):
+class DocumentError(GatewayError):
     """The document's markers do not match the sections."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.INTERNAL, message)
 
 
 def table(section: Section) -> str:
@@ -42,8 +47,14 @@ def table(section: Section) -> str:
     return "\n".join(rows) + "\n"
 
 
+def block(section: Section) -> str:
+    """What goes between a section's markers: its heading, its group's text and its table."""
+    heading = section.title[:1].upper() + section.title[1:]
+    return f"### {heading}\n\n{section.text}\n\n{table(section)}"
+
+
 def render(document: str) -> str:
-    """`document` with every settings table rewritten from the code."""
+    """`document` with every settings section rewritten from the code."""
     sections = {section.key: section for section in SECTIONS}
     found = [match["key"] for match in _BLOCK.finditer(document)]
     unknown = sorted(set(found) - set(sections))
@@ -51,9 +62,9 @@ def render(document: str) -> str:
     repeated = sorted({key for key in found if found.count(key) > 1})
     if unknown or missing or repeated:
         raise DocumentError(
-            f"settings tables: unknown {unknown}, missing {missing}, repeated {repeated}"
+            f"settings sections: unknown {unknown}, missing {missing}, repeated {repeated}"
         )
-    return _BLOCK.sub(lambda match: match[1] + table(sections[match["key"]]) + match[4], document)
+    return _BLOCK.sub(lambda match: match[1] + block(sections[match["key"]]) + match[4], document)
 
 
 def main(argv: list[str] | None = None) -> int:

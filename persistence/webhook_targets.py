@@ -5,9 +5,9 @@ such a target on a configuration mistake (or an attacker's) hands out the machin
 credentials; `GATEWAY_WEBHOOK_ALLOW_LINK_LOCAL` allows them for the rare receiver that lives
 there.
 
-Checked twice: at start-up on the URLs' hosts as written (gateway/settings.py), and before each
-delivery on the addresses the host resolves to (gateway/event_log/webhook_dispatch.py), since a
-name can point anywhere. Beside the deliveries' repository, below both.
+Checked twice: at start-up on the URLs' hosts as written (gateway/settings/webhooks.py), and
+before each delivery on the addresses the host resolves to (gateway/event_log/webhook_dispatch.py),
+since a name can point anywhere. Beside the deliveries' repository, below both.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`serve`'s flags and docs/configuration.md's tables against `Settings`, which both are made from.
+"""`serve`'s flags and docs/configuration.md's sections against `Settings` and its groups, which
+both are made from.
 
 Regenerate the document with `.venv/bin/python -m gateway.settings_docs`.
 """
@@ -11,8 +12,9 @@ import pytest
 
 from gateway.__main__ import parser, settings_from
 from gateway.agents.model_providers import DEFAULT_OPENAI_MODEL, OFFLINE
+from gateway.protocol.error_codes import ErrorCode, GatewayError
 from gateway.server.workers import SET_FOR_WORKERS
-from gateway.settings import Settings, SettingsError
+from gateway.settings import GROUPS, Settings, SettingsError, load_settings
 from gateway.settings_cli import (
     DESCRIBED_DEFAULTS,
     ENVIRONMENT_ONLY,
@@ -22,7 +24,7 @@ from gateway.settings_cli import (
     flags,
     value_type,
 )
-from gateway.settings_docs import CONFIGURATION, DocumentError, main, render
+from gateway.settings_docs import CONFIGURATION, DocumentError, block, main, render
 
 REGENERATE = "regenerate with `.venv/bin/python -m gateway.settings_docs`"
 # Flags that scripts, tests and the documents outside docs/configuration.md use: a rename
@@ -261,3 +263,54 @@ def test_switch_off_flags_say_what_they_switch_off(capsys) -> None:
     assert "--no-demo Do not serve the browser demo" in text
     assert "--no-migrate Do not migrate the schema at start-up" in text
     assert "[sets GATEWAY_MIGRATE=false; without it: true]" in text
+
+
+def test_settings_are_their_groups_together_each_a_section() -> None:
+    assert Settings.__bases__ == GROUPS
+    assert [section.key for section in SECTIONS] == [group.section_key for group in GROUPS]
+    assert len({section.key for section in SECTIONS}) == len(SECTIONS)
+    assert len({section.title for section in SECTIONS}) == len(SECTIONS)
+    for group, section in zip(GROUPS, SECTIONS, strict=True):
+        assert vars(group)["__doc__"], f"{group.__name__} says nothing of its concern"
+        assert section.fields == tuple(group.model_fields)
+        assert section.summary and "\n" not in section.summary
+    config = Settings.model_config
+    assert (config.get("env_prefix"), config.get("frozen"), config.get("extra")) == (
+        "GATEWAY_",
+        True,
+        "ignore",
+    )
+
+
+def test_each_section_of_the_document_is_headed_and_introduced_by_its_group() -> None:
+    text = CONFIGURATION.read_text(encoding="utf-8")
+    tokens = next(section for section in SECTIONS if section.key == "tokens")
+    written = block(tokens)
+    assert written.startswith("### Tokens and origins\n\nHow clients prove who they are")
+    assert "`GATEWAY_SECRET` can only be set in the environment" in written
+    assert f"<!-- settings: tokens -->\n{written}<!-- /settings -->" in text
+
+
+def test_help_heads_each_group_of_flags_with_its_summary(capsys) -> None:
+    with pytest.raises(SystemExit):
+        parser().parse_args(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for section in SECTIONS:
+        if any(flag(name) for name in section.fields):
+            summary = " ".join(section.summary.replace("`", "").split())
+            assert f"{section.title}: {summary}" in text
+
+
+def test_configuration_errors_are_internal_gateway_errors(
+    clean_environment: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(SettingsError) as refused:
+        load_settings(port=70000)
+    error = refused.value
+    assert isinstance(error, GatewayError) and isinstance(error, ValueError)
+    assert error.code is ErrorCode.INTERNAL
+    assert str(error) == error.message
+    assert error.message.startswith("invalid configuration: GATEWAY_PORT: ")
+    with pytest.raises(DocumentError) as stale:
+        render("no sections")
+    assert isinstance(stale.value, GatewayError) and stale.value.code is ErrorCode.INTERNAL
