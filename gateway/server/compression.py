@@ -26,6 +26,8 @@ from websockets.extensions.permessage_deflate import (
     ServerPerMessageDeflateFactory,
 )
 
+from gateway.settings import Settings
+
 CompressionMode = Literal["deflate", "off"]
 
 
@@ -42,6 +44,15 @@ class Compression:
     # zlib's memory for one message's compressor: 2^(MEM_LEVEL+9) bytes of hash tables. Each
     # compressor lives for one message, so its set-up cost is paid per compressed frame.
     MEM_LEVEL: ClassVar[int] = 5
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Compression:
+        return cls(
+            mode=settings.ws_compression,
+            window_bits=settings.ws_compression_window_bits,
+            level=settings.ws_compression_level,
+            min_bytes=settings.ws_compression_min_bytes,
+        )
 
     @property
     def enabled(self) -> bool:

@@ -112,7 +112,9 @@ def gateway_config(app: ASGIApp, settings: Settings, **overrides: Any) -> Gatewa
     guarded = RequestHeadLimit(
         app, max_headers=settings.max_headers, max_bytes=settings.max_header_bytes
     )
-    return GatewayConfig(guarded, limits=limits, **options)
+    return GatewayConfig(
+        guarded, limits=limits, compression=Compression.from_settings(settings), **options
+    )
 
 
 # uvicorn's exit status for a start-up that failed.

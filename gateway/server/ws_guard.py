@@ -83,6 +83,16 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
         if message["type"] == SEND_FRAMES:
             await self._send_frames(message["frames"])  # type: ignore[typeddict-item]
             return
+        if (
+            message["type"] == "websocket.send"
+            and message.get("text") is not None
+            and self.handshake_complete
+            and not self.close_sent
+            and self.initial_response is None
+        ):
+            # Through the same framing as the rest, so compression follows the same rules.
+            await self._send_frames((message["text"],))  # type: ignore[typeddict-item]
+            return
         closing = message["type"] == "websocket.close" and self.handshake_complete
         if closing and not self.close_sent:
             # Only the close frame skips the wait for the peer to read: nothing is written
