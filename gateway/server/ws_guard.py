@@ -83,15 +83,15 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
         if message["type"] == SEND_FRAMES:
             await self._send_frames(message["frames"])  # type: ignore[typeddict-item]
             return
+        text = message.get("text") if message["type"] == "websocket.send" else None
         if (
-            message["type"] == "websocket.send"
-            and message.get("text") is not None
+            isinstance(text, str)
             and self.handshake_complete
             and not self.close_sent
             and self.initial_response is None
         ):
             # Through the same framing as the rest, so compression follows the same rules.
-            await self._send_frames((message["text"],))  # type: ignore[typeddict-item]
+            await self._send_frames((text,))
             return
         closing = message["type"] == "websocket.close" and self.handshake_complete
         if closing and not self.close_sent:
