@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
 
+from gateway.protocol.error_codes import CodedError
 from persistence.leases import Lease, LeaseLost, lost_in
 from persistence.prepared import Prepared, PreparedIn
 from persistence.tables import events, threads
@@ -53,8 +54,8 @@ class EventRecord(NamedTuple):
 Announce = Callable[[Connection, list[EventRecord]], None]
 
 
-class ThreadMissing(LookupError):
-    pass
+class ThreadMissing(CodedError, LookupError):
+    """A thread the batch appends to has no row (the message is its id)."""
 
 
 # Up to this many threads in a batch, each head is bumped by its own UPDATE ... RETURNING;

@@ -34,6 +34,7 @@ from sqlalchemy import and_, bindparam, delete, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from gateway.protocol.error_codes import CodedError
 from persistence.clock import as_utc, utcnow
 from persistence.prepared import Prepared
 from persistence.tables import instances
@@ -47,7 +48,7 @@ BEAT_S = 1.0
 SILENT_S = 3.0
 
 
-class InstanceInUse(RuntimeError):
+class InstanceInUse(CodedError, RuntimeError):
     """Another live process runs under this instance id."""
 
     def __init__(self, instance_id: str, started_at: datetime) -> None:

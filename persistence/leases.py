@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import and_, bindparam, or_, select, tuple_, update
 from sqlalchemy.engine import Connection
 
+from gateway.protocol.error_codes import CodedError
 from persistence.clock import as_utc, utcnow
 from persistence.prepared import Prepared, PreparedIn
 from persistence.slices import slices
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 RENEW_CHUNK = 400
 
 
-class LeaseLost(RuntimeError):
+class LeaseLost(CodedError, RuntimeError):
     """This process no longer holds the run's lease; it must stop writing for the run."""
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
+from gateway.protocol.error_codes import CodedError
+
 
 class RunStatus(StrEnum):
     RUNNING = "running"
@@ -57,7 +59,7 @@ MOVES: Mapping[RunStatus, frozenset[RunStatus]] = {
 }
 
 
-class IllegalRunTransition(ValueError):
+class IllegalRunTransition(CodedError, ValueError):
     """A status change the run lifecycle does not allow: a bug in the caller, not a race."""
 
     def __init__(self, source: RunStatus, target: RunStatus) -> None:

@@ -30,6 +30,7 @@ from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.protocol.error_codes import CodedError
 from persistence.errors import StorageUnavailable
 from persistence.events import (
     Announce,
@@ -49,7 +50,7 @@ Work = Callable[[Connection], T]
 _SELECT_ONE = text("SELECT 1")
 
 
-class DatabaseConfigError(ValueError):
+class DatabaseConfigError(CodedError, ValueError):
     """The database URL cannot be used (unknown backend, missing driver)."""
 
 
@@ -144,7 +145,7 @@ class PartStored(NamedTuple):
     lost: set[Lease]
 
 
-class PartsAborted(Exception):
+class PartsAborted(CodedError):
     """A part failed with the database rather than on its own (an outage, a deadlock), or its
     savepoint could not be rolled back: the transaction is rolled back and nothing of any part
     is stored."""

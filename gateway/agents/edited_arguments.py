@@ -28,14 +28,18 @@ from agents.tool_context import ToolContext
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from gateway.protocol.error_codes import CodedError, ErrorCode
+
 # call id -> the edited arguments as JSON text, for the segment running now.
 current_edits: ContextVar[Mapping[str, str]] = ContextVar(
     "gateway_edited_arguments", default=MappingProxyType({})
 )
 
 
-class EditRefused(ValueError):
+class EditRefused(CodedError, ValueError):
     """Edited arguments the tool cannot take; the message says why (never echoing values)."""
+
+    CODE = ErrorCode.BAD_REQUEST
 
 
 def edit_note(arguments: str) -> str:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from gateway.protocol.error_codes import CodedError
 from persistence.ledger import OperationRepository, OperationStatus
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class Policy(StrEnum):
     RECONCILE = "reconcile"
 
 
-class OperationFailed(RuntimeError):
+class OperationFailed(CodedError, RuntimeError):
     """A call that failed before is not retried; the stored error is reported again."""
 
 

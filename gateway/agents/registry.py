@@ -20,14 +20,19 @@ from gateway.agents.approval_rules import ApprovalRule
 from gateway.agents.run_caller import RunCaller
 from gateway.agents.run_settings import RunSettings
 from gateway.auth.access import DecidedBy
+from gateway.protocol.error_codes import CodedError, ErrorCode
 
 
-class UnknownAgentError(LookupError):
+class UnknownAgentError(CodedError, LookupError):
     """No graph is registered under the requested name."""
 
+    CODE = ErrorCode.BAD_REQUEST
 
-class GraphMismatchError(RuntimeError):
+
+class GraphMismatchError(CodedError, RuntimeError):
     """A checkpoint was written by a graph version the registry no longer accepts."""
+
+    CODE = ErrorCode.GRAPH_MISMATCH
 
     def __init__(self, name: str, stored_version: str, registered_version: str) -> None:
         super().__init__(

@@ -16,13 +16,13 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import jwt
 
 from gateway.auth.claims import MISSING, ClaimMapping, claim_at
 from gateway.auth.jwks import KeySource, KeysUnavailable, SigningKey
-from gateway.protocol.error_codes import ErrorCode, GatewayError
+from gateway.protocol.error_codes import CodedError, ErrorCode, GatewayError
 from gateway.protocol.identity import Principal, Role
 
 # The only algorithm verified with GATEWAY_SECRET; JWKS keys pin their own (gateway/auth/jwks.py).
@@ -50,16 +50,13 @@ class ThreadRef:
     owner: str
 
 
-class AuthError(GatewayError):
+class AuthError(CodedError):
     """The caller could not be authenticated (`unauthorized`).
 
     The message is sent to the client, so it never contains the token or the secret.
     """
 
-    CODE: ClassVar[ErrorCode] = ErrorCode.UNAUTHORIZED
-
-    def __init__(self, message: str) -> None:
-        super().__init__(self.CODE, message)
+    CODE = ErrorCode.UNAUTHORIZED
 
 
 DenialCode = Literal["not_found", "forbidden"]

@@ -27,6 +27,8 @@ import httpx
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from gateway.protocol.error_codes import CodedError, ErrorCode
+
 log = logging.getLogger(__name__)
 
 # A provider's JWKS is a few kilobytes; the caps keep a misconfigured or hostile endpoint (or
@@ -38,12 +40,14 @@ MIN_RSA_BITS = 2048
 FETCH_TIMEOUT_S = 5.0
 
 
-class JwksError(ValueError):
+class JwksError(CodedError, ValueError):
     """A JWKS document (file or fetched) that cannot be used; the message names what is wrong."""
 
 
-class KeysUnavailable(Exception):
+class KeysUnavailable(CodedError):
     """The key set could not be fetched and no cached key answers the question."""
+
+    CODE = ErrorCode.UNAVAILABLE
 
 
 @dataclass(frozen=True)

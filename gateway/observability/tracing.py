@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents import RawResponsesStreamEvent
 
+from gateway.protocol.error_codes import CodedError
 from gateway.protocol.frames import EventType
 from persistence.clock import as_utc
 
@@ -44,8 +45,8 @@ RESPONSE_ENDS = frozenset({"response.completed", "response.failed", "response.in
 Attributes = Mapping[str, str | int | float | bool]
 
 
-class TelemetryConfigError(RuntimeError):
-    pass
+class TelemetryConfigError(CodedError, RuntimeError):
+    """The telemetry settings cannot be used; the message says why."""
 
 
 class SegmentSpans:

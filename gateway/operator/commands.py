@@ -29,7 +29,7 @@ from sqlalchemy.exc import DBAPIError
 from gateway.event_log.logged_event import encode_page
 from gateway.operator import output
 from gateway.operator.filters import FilterError, parse_duration, parse_states
-from gateway.protocol.error_codes import ErrorCode, GatewayError, conflict, not_found
+from gateway.protocol.error_codes import CodedError, ErrorCode, GatewayError, conflict, not_found
 from gateway.protocol.frames import utc_ts
 from gateway.settings import Settings
 from gateway.settings_cli import add_setting_flag
@@ -54,9 +54,9 @@ EXIT_STATUS: dict[str, int] = {
 }
 
 
-class SchemaNotCurrent(Exception):
+class SchemaNotCurrent(CodedError):
     """The database is not one this gateway can read as it is: the operator's to fix, so it
-    has an exit status but no protocol error code."""
+    has its own exit status (`SCHEMA_NOT_CURRENT`); to a client it would be a fault."""
 
 
 # Events read per page by `threads export`, as a replay reads them.
@@ -174,14 +174,16 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout) 
 
     try:
         asyncio.run(main(existing(settings.database_url)))
-    except GatewayError as exc:
-        return _fail(exc.code, exc.message)
     except SchemaNotCurrent as exc:
         return _fail(SCHEMA_NOT_CURRENT, str(exc))
-    except FilterError as exc:
-        return _fail(ErrorCode.BAD_REQUEST, str(exc))
     except StorageUnavailable as exc:
+        # The operator reads what failed, which a client is not told.
         return _fail(ErrorCode.UNAVAILABLE, str(exc))
+    except GatewayError as exc:
+        if exc.fault:
+            raise
+        # A refusal; a `FilterError` (bad_request) among them.
+        return _fail(exc.code, exc.message)
     except BrokenPipeError:
         # The reader stopped early (`threads export ... | head`): what it read is what it
         # wanted. Python would otherwise report the pipe again when it flushes at exit.

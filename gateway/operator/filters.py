@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from gateway.protocol.error_codes import CodedError, ErrorCode
 from persistence.run_status import RunStatus
 from persistence.runs import ACTIVE
 
@@ -15,8 +16,10 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 ACTIVE_ALIAS = "active"
 
 
-class FilterError(ValueError):
+class FilterError(CodedError, ValueError):
     """A filter the command line cannot use; the message says why."""
+
+    CODE = ErrorCode.BAD_REQUEST
 
 
 def parse_duration(text: str) -> float:

@@ -4,6 +4,12 @@ it ends a connection, whether a retry may pass, and what it means.
 
 The HTTP endpoints, the WebSocket connection, the API documents and the tables of
 docs/protocol.md all read `ERRORS`; nothing else maps a code to a status or a close code.
+
+Every exception the gateway and persistence define is a `GatewayError`, so each has the code a
+client would be answered with. A fault of the gateway's own (code `internal`) is never a
+client's answer: gateway/transport/client_errors.py tells the client only `internal error`.
+This module is the one part of the gateway that persistence imports (its errors carry their
+codes too), so it imports nothing but the close codes.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from http import HTTPStatus
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from gateway.protocol.close_codes import CloseCode
 
@@ -147,7 +153,8 @@ def close_code_for(code: ErrorCode) -> CloseCode:
 class GatewayError(Exception):
     """A request the gateway refuses with an error code (`code`) and a sentence (`message`).
 
-    `message` goes to the client verbatim, so it must never hold secrets or unbounded input.
+    `message` goes to the client verbatim, so it must never hold secrets or unbounded input;
+    unless the code is `internal` (`fault`): then the client is told only `internal error`.
     """
 
     def __init__(self, code: ErrorCode | str, message: str, **fields: Any) -> None:
@@ -163,6 +170,22 @@ class GatewayError(Exception):
     def http_status(self) -> HTTPStatus:
         return ERRORS[self.code].http_status
 
+    @property
+    def fault(self) -> bool:
+        """A fault of the gateway's own, never the client's: its message is for the log."""
+        return self.code is ErrorCode.INTERNAL
+
+
+class CodedError(GatewayError):
+    """A gateway error whose class gives its code (`CODE`): raised with a message alone, or
+    none (`StorageUnavailable("...")`, `LockBusy()`). A fault unless the class says otherwise.
+    """
+
+    CODE: ClassVar[ErrorCode] = ErrorCode.INTERNAL
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(self.CODE, message)
+
 
 def conflict(message: str) -> GatewayError:
     return GatewayError(ErrorCode.CONFLICT, message)
@@ -177,8 +200,3 @@ def rate_limited(message: str, retry_after_s: float | None = None) -> GatewayErr
     if retry_after_s is None:
         return GatewayError(ErrorCode.RATE_LIMITED, message)
     return GatewayError(ErrorCode.RATE_LIMITED, message, retry_after_s=retry_after_s)
-
-
-def storage_unavailable() -> GatewayError:
-    """How a `persistence.errors.StorageUnavailable` is answered: nothing was changed."""
-    return GatewayError(ErrorCode.UNAVAILABLE, "storage is unavailable; nothing was changed")

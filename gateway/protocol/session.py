@@ -26,12 +26,12 @@ from typing import Any
 
 from gateway.protocol import frames as protocol
 from gateway.protocol.close_codes import CloseCode
-from gateway.protocol.error_codes import ErrorCode, close_code_for
+from gateway.protocol.error_codes import CodedError, ErrorCode, close_code_for
 from gateway.protocol.frames import ProtocolError
 from gateway.protocol.identity import Principal
 
 
-class Closed(Exception):
+class Closed(CodedError):
     """The connection is over; stop reading."""
 
 
@@ -195,7 +195,7 @@ class Close:
 Action = Reply | Authenticate | Open | Renewed | Perform | Close
 
 
-class SessionStateError(Exception):
+class SessionStateError(CodedError):
     """An event the session cannot take in its state: a bug in the adapter, not the client."""
 
     def __init__(self, state: SessionState, expected: str, arrived: str) -> None:

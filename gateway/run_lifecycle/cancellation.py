@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 
 from gateway.event_log.bus import EventBus
 from gateway.event_log.writer import EventLog
+from gateway.protocol.error_codes import CodedError
 from gateway.protocol.frames import EventType
 from persistence.approvals import ApprovalRepository
 from persistence.audit import AuditEntry, AuditRepository
@@ -24,7 +25,7 @@ from persistence.run_status import RunStatus
 from persistence.runs import ACTIVE, RunRecord, RunRepository
 
 
-class HeldElsewhere(RuntimeError):
+class HeldElsewhere(CodedError, RuntimeError):
     """The run's lease is live: a process streams it (asked to leave such runs alone)."""
 
     def __init__(self, run_id: str, holder: LeaseHolder) -> None:

@@ -19,14 +19,14 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from gateway.agents.edited_arguments import with_editable_tools
-from gateway.agents.registry import AgentGraph, AgentRegistry, GraphMismatchError, UnknownAgentError
+from gateway.agents.registry import AgentGraph, AgentRegistry
 from gateway.agents.run_caller import RunCaller, caller_of, latest_decision
 from gateway.auth.access import ThreadRef
 from gateway.event_log.bus import EventBus
 from gateway.event_log.writer import EventLog
 from gateway.observability.log_fields import bound, unbound_context
 from gateway.observability.metrics import GatewayMetrics
-from gateway.protocol.error_codes import ErrorCode, GatewayError, not_found
+from gateway.protocol.error_codes import not_found
 from gateway.protocol.identity import Principal
 from gateway.run_lifecycle.execution import Execution, Segment, SegmentRunner
 from gateway.run_lifecycle.restored_checkpoints import RestoredStates
@@ -118,17 +118,15 @@ class RunContext:
         return agent
 
     def graph(self, name: str | None) -> AgentGraph:
-        try:
-            return self.registry.get(name)
-        except UnknownAgentError as exc:
-            raise GatewayError(ErrorCode.BAD_REQUEST, str(exc)) from None
+        """The graph registered as `name`; an unknown one is the client's `bad_request`
+        (`UnknownAgentError`)."""
+        return self.registry.get(name)
 
     def graph_for_checkpoint(self, run: RunRecord, checkpoint: CheckpointRecord) -> AgentGraph:
+        """The run's graph, if it accepts the checkpoint's version (else `graph_mismatch`,
+        `GraphMismatchError`)."""
         graph = self.graph(run.agent)
-        try:
-            graph.check_version(checkpoint.graph_version)
-        except GraphMismatchError as exc:
-            raise GatewayError(ErrorCode.GRAPH_MISMATCH, str(exc)) from None
+        graph.check_version(checkpoint.graph_version)
         return graph
 
     async def caller(

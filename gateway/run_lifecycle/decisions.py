@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from gateway.agents.edited_arguments import EditRefused, checked_edit
+from gateway.agents.edited_arguments import checked_edit
 from gateway.agents.registry import AgentGraph
 from gateway.auth.access import AccessDenied
 from gateway.auth.audit_trail import AuditAction, decision_entry, system_entry
@@ -248,10 +248,8 @@ class Decisions:
                 ErrorCode.BAD_REQUEST,
                 f"tool {approval.tool_name!r} does not take edited arguments",
             )
-        try:
-            checked_edit(self._ctx.agent(graph), approval.tool_name, arguments)
-        except EditRefused as exc:
-            raise GatewayError(ErrorCode.BAD_REQUEST, str(exc)) from None
+        # Refused: `EditRefused`, a `bad_request`.
+        checked_edit(self._ctx.agent(graph), approval.tool_name, arguments)
 
     def _edit_data(
         self, run: RunRecord, approval: ApprovalRecord, arguments: dict[str, Any] | None

@@ -686,7 +686,9 @@ class RunManager:
                     requested_by=nxt.sender or thread.owner,
                     caller=nxt.caller,
                 )
-            except (GatewayError, StorageUnavailable):
+            except GatewayError as exc:
+                if exc.fault:
+                    raise
                 log.warning(
                     "could not start the queued input of thread %s", thread_id, exc_info=True
                 )

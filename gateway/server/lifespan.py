@@ -16,10 +16,12 @@ import sys
 
 from uvicorn.lifespan.on import LifespanOn, LifespanSendMessage
 
+from gateway.protocol.error_codes import CodedError
+
 log = logging.getLogger("gateway")
 
 
-class StartupRefused(Exception):
+class StartupRefused(CodedError):
     """The gateway will not start with this configuration; the message says why and what to
     change."""
 

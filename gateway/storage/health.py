@@ -31,6 +31,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.observability.log_fields import unbound_context
+from gateway.protocol.error_codes import CodedError
 
 # Re-exported: also the name the transports catch, so that they need not import persistence.
 from persistence.errors import StorageUnavailable as StorageUnavailable
@@ -53,7 +54,7 @@ _PROBE = text("UPDATE alembic_version SET version_num = version_num")
 MAX_PROBLEMS_QUOTED = 3
 
 
-class DamagedDatabase(RuntimeError):
+class DamagedDatabase(CodedError, RuntimeError):
     """The database file failed the integrity check at start-up."""
 
 

@@ -4,19 +4,17 @@ subscriptions, the frontend adapters)."""
 
 from __future__ import annotations
 
-from gateway.protocol.error_codes import ErrorCode, GatewayError, storage_unavailable
-from gateway.storage.health import StorageUnavailable
+from gateway.protocol.error_codes import ErrorCode, GatewayError
 
 # A fault of the gateway's own: the client learns nothing of it, the log gets its traceback.
 INTERNAL = GatewayError(ErrorCode.INTERNAL, "internal error")
 
 
 def client_error(exc: BaseException) -> GatewayError | None:
-    """The error answering a request that failed with `exc`: a gateway error as it is, a
-    storage outage as `unavailable` (nothing was changed, retry); None for anything else, a
-    fault the caller logs and answers with `INTERNAL`."""
-    if isinstance(exc, GatewayError):
+    """The error answering a request that failed with `exc`: a gateway error as it is (a
+    storage outage says only `unavailable`, nothing was changed); None for a fault (code
+    `internal`, or no gateway error at all), which the caller logs and answers with
+    `INTERNAL`, so a fault's message never reaches the client."""
+    if isinstance(exc, GatewayError) and not exc.fault:
         return exc
-    if isinstance(exc, StorageUnavailable):
-        return storage_unavailable()
     return None

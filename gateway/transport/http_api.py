@@ -62,11 +62,6 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         services: Services = request.app.state.services
         try:
             return await handler(request, services)
-        except (GatewayError, StorageUnavailable) as exc:
-            error = client_error(exc)
-            assert error is not None
-            _note_denial(request, services, error)
-            return error_response(error)
         except ClientGone:
             # The client's doing, and nothing was changed: no traceback, no ERROR to page on.
             log.info(
@@ -75,9 +70,13 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
                 _route_path(request),
             )
             return Response(status_code=ERRORS[ErrorCode.BAD_REQUEST].http_status)
-        except Exception:
-            log.error("%s %s failed", request.method, request.url.path, exc_info=True)
-            return error_response(INTERNAL)
+        except Exception as exc:
+            error = client_error(exc)
+            if error is None:
+                log.error("%s %s failed", request.method, request.url.path, exc_info=True)
+                return error_response(INTERNAL)
+            _note_denial(request, services, error)
+            return error_response(error)
 
     return wrapped
 

@@ -14,13 +14,15 @@ from typing import Any
 import orjson
 from starlette.requests import ClientDisconnect, Request
 
-from gateway.protocol.error_codes import ErrorCode, GatewayError
+from gateway.protocol.error_codes import CodedError, ErrorCode, GatewayError
 
 MAX_BODY_BYTES = 64 * 1024
 
 
-class ClientGone(Exception):
+class ClientGone(CodedError):
     """The client disconnected before its request body was read: nobody is left to answer."""
+
+    CODE = ErrorCode.BAD_REQUEST
 
 
 def is_json_media_type(content_type: str | None) -> bool:

@@ -180,6 +180,10 @@ class Watches:
             try:
                 await self.subscribe_threads(principal, self._threads_archived, None)
             except GatewayError as exc:
+                # A refusal ends the list; a fault or a storage outage is not the list's to
+                # answer, and goes on up as any failed read does.
+                if exc.fault or isinstance(exc, StorageUnavailable):
+                    raise
                 await outlet.send_or_queue(
                     protocol.error_frame(
                         None, ErrorCode(exc.code), f"thread list ended: {exc.message}"
@@ -200,10 +204,11 @@ class Watches:
             try:
                 await self._services.runs.authorize_subscribe(principal, thread_id)
                 continue
-            except (GatewayError, StorageUnavailable) as exc:
+            except GatewayError as exc:
                 # Fail closed: access that cannot be confirmed (storage is down) is not kept.
                 error = client_error(exc)
-                assert error is not None
+                if error is None:
+                    raise
             self.unsubscribe(thread_id)
             retry = "; subscribe again" if error.code == ErrorCode.UNAVAILABLE else ""
             refusal = protocol.error_frame(

@@ -27,12 +27,13 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
+from gateway.protocol.error_codes import CodedError
 from persistence.sqlite.connect import BUSY_TIMEOUT_S
 
 T = TypeVar("T")
 
 
-class LockBusy(Exception):
+class LockBusy(CodedError):
     """The database is locked by another connection, and the caller chose not to wait."""
 
 

@@ -19,9 +19,9 @@ from gateway.protocol.error_codes import (
     conflict,
     not_found,
     rate_limited,
-    storage_unavailable,
 )
 from gateway.protocol.frames import ProtocolError, parse_client_frame
+from persistence.errors import StorageUnavailable
 
 # code -> (HTTP status, close code when the error ends a WebSocket connection, retryable)
 WIRE = {
@@ -114,8 +114,15 @@ def test_the_constructors_give_their_codes() -> None:
         {"retry_after_s": 1.5},
     )
     assert rate_limited("full").fields == {}
-    outage = storage_unavailable()
+
+
+def test_a_storage_outage_tells_the_client_only_that_nothing_was_changed() -> None:
+    outage = StorageUnavailable("storage unavailable: OperationalError")
+    assert isinstance(outage, GatewayError)
     assert (outage.code, outage.http_status) == (ErrorCode.UNAVAILABLE, 503)
+    assert outage.message == "storage is unavailable; nothing was changed"
+    # What failed is for the log, and for a run that fails on it.
+    assert str(outage) == "storage unavailable: OperationalError"
 
 
 def test_access_denied_is_a_coded_gateway_error() -> None:

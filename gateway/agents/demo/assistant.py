@@ -55,6 +55,7 @@ from gateway.agents.exactly_once import Policy, run_once
 from gateway.agents.registry import AgentGraph
 from gateway.agents.run_caller import RunCaller
 from gateway.auth.access import DecidedBy
+from gateway.protocol.error_codes import CodedError
 
 DEMO_AGENT_NAME = "assistant"
 DEMO_AGENT_VERSION = "1"
@@ -435,7 +436,7 @@ def _reasoning_tokens(items: list[TResponseOutputItem]) -> int:
     )
 
 
-class SimulatedOutage(RuntimeError):
+class SimulatedOutage(CodedError, RuntimeError):
     """The offline model's stand-in for a model server that fails a call (rule `flaky`)."""
 
 

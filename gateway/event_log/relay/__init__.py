@@ -31,6 +31,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gateway.protocol.error_codes import CodedError
+
 if TYPE_CHECKING:
     from gateway.observability.metrics import GatewayMetrics
 
@@ -40,7 +42,7 @@ MessageHandler = Callable[[dict[str, Any]], None]
 ReconnectHandler = Callable[[], None]
 
 
-class RelayConfigError(ValueError):
+class RelayConfigError(CodedError, ValueError):
     """The bus URL cannot be used (unknown scheme, missing driver)."""
 
 

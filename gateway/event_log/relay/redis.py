@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway.event_log.relay import MessageHandler, ReconnectHandler, Relay, RelayConfigError
+from gateway.protocol.error_codes import CodedError
 
 if TYPE_CHECKING:
     from gateway.observability.metrics import GatewayMetrics
@@ -37,7 +38,7 @@ PROBE_EVERY_S = 5.0
 PROBE_TIMEOUT_S = 3.0
 
 
-class RedisFrozen(Exception):
+class RedisFrozen(CodedError):
     """Redis accepted the connection but did not answer within PROBE_TIMEOUT_S."""
 
 

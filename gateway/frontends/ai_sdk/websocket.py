@@ -32,7 +32,6 @@ from gateway.protocol.close_codes import CloseCode
 from gateway.protocol.error_codes import ErrorCode, GatewayError
 from gateway.protocol.identity import Principal
 from gateway.resources import Services
-from gateway.storage.health import StorageUnavailable
 from gateway.transport.client_errors import client_error
 from gateway.transport.origin import origin_allowed
 
@@ -152,7 +151,10 @@ class _Session:
             principal = await self._principal(frame)
             chat_id = conversation.conversation_id(frame.get("id"), "id")
         except GatewayError as exc:
-            await self._error(request_id, f"{exc.code}: {exc.message}")
+            error = client_error(exc)
+            if error is None:
+                raise
+            await self._error(request_id, f"{error.code}: {error.message}")
             return
         task = asyncio.create_task(
             self._serve_request(request_id, kind, frame, principal), name="ai-sdk-ws-request"
@@ -189,7 +191,9 @@ class _Session:
     async def _stop(self, request: _Request) -> None:
         try:
             await conversation.stop(self._services, request.principal, request.chat_id)
-        except (GatewayError, StorageUnavailable) as exc:
+        except GatewayError as exc:
+            if exc.fault:
+                raise
             log.info("AI SDK socket: abort could not cancel the run: %s", exc)
 
     async def _serve_request(
@@ -206,9 +210,10 @@ class _Session:
                     return
                 response = found
                 await self._send({"type": "start", "requestId": request_id})
-        except (GatewayError, StorageUnavailable) as exc:
+        except GatewayError as exc:
             error = client_error(exc)
-            assert error is not None
+            if error is None:
+                raise
             await self._error(request_id, f"{error.code}: {error.message}")
             return
         sequence = 0
