@@ -109,7 +109,6 @@ class Store(ABC):
         stored), then `work`, then the events, then `announce` of them, in one transaction."""
         return await self.write(partial(commit_in, batch=list(batch), work=work, announce=announce))
 
-    async def read_events(self, thread_id: str, *, after_seq: int, limit: int) -> list[EventRecord]:
     async def commit_parts(self, parts: Sequence[Part]) -> list[PartStored | Exception]:
         """Several commits in one transaction, each all or nothing on its own: a part's
         outcome is what `append` or `commit` would have returned, or the exception it raised
@@ -117,6 +116,7 @@ class Store(ABC):
         transaction as a whole failed; after `PartsAborted` nothing of any part was stored."""
         return await self.write(partial(commit_parts_in, parts=list(parts)))
 
+    async def read_events(self, thread_id: str, *, after_seq: int, limit: int) -> list[EventRecord]:
         """A replay page: the thread's events after `after_seq`, in order, at most `limit`."""
         return await self.read(
             partial(read_in, thread_id=thread_id, after_seq=after_seq, limit=limit), bulk=True
@@ -127,7 +127,6 @@ class Store(ABC):
         await self.read(lambda conn: conn.execute(_SELECT_ONE).scalar())
 
 
-@contextmanager
 class Part(NamedTuple):
     """One of several commits stored in one transaction (`commit_parts_in`): streamed events
     (`atomic` false: stored where their lease holds, as `append_fenced_in`) or an atomic
@@ -188,6 +187,7 @@ def commit_parts_in(conn: Connection, parts: Sequence[Part]) -> list[PartStored 
     return outcomes
 
 
+@contextmanager
 def storage_errors() -> Iterator[None]:
     """Database failures as `StorageUnavailable`; integrity errors (programming or race
     signals, not outages) and everything else pass through unchanged."""
