@@ -237,3 +237,15 @@ instances = Table(
     Column("started_at", DateTime(timezone=True), nullable=False),
     Column("beat_at", DateTime(timezone=True), nullable=False),
 )
+
+# Runs the operator's command line cancelled (`runs cancel`), which no gateway process has counted
+# in its metrics yet (persistence/uncounted_cancels.py): the row is written in the transaction
+# that cancels, and deleted by the one gateway process whose claim takes it.
+uncounted_cancels = Table(
+    "uncounted_cancels",
+    metadata,
+    Column("run_id", ID, primary_key=True),
+    # The run's agent: the `agent` label it is counted under.
+    Column("agent", String(128), nullable=False),
+    Column("cancelled_at", DateTime(timezone=True), nullable=False),
+)

@@ -331,6 +331,11 @@ class GatewayMetrics:
                 # Rare (one per review): decoding its data here stays off the streaming path.
                 self._outcomes.get(str(orjson.loads(record.data).get("decision"))).inc()
 
+    def cancelled_elsewhere(self, agent: str) -> None:
+        """A run of `agent` cancelled by a process that counts nothing (the operator's
+        command line), whose cancel this process claimed (persistence/uncounted_cancels.py)."""
+        self._runs.get(RUN_STATES[EventType.RUN_CANCELLED], agent).inc()
+
     def _started_again(self, data: str, agent: str) -> None:
         for key, state in STARTS_AGAIN:
             if key in data:

@@ -5,7 +5,9 @@ that does not stream the run (`gateway.run_lifecycle.cancellation.cancel_unstrea
 `run.cancelled` at the thread's next seq, in the transaction that moves the run, revokes its lease
 and supersedes its approvals. With `GATEWAY_BUS_URL=redis://…` it also tells the gateways at once
 (their subscribers read the new event, the inbox loses the approvals); otherwise their log watch
-finds the event within `GATEWAY_LOG_WATCH_INTERVAL_S`.
+finds the event within `GATEWAY_LOG_WATCH_INTERVAL_S`. The cancel is counted in
+`gateway_runs_total{state="cancelled"}` by the first gateway process to claim it, at its next
+lease scan or start-up (gateway/run_lifecycle/uncounted_cancels.py).
 
 A run whose lease is live is being streamed by that process right now. It is left alone
 unless forced: `run.cancel` received by that process cuts the stream at once and starts the
@@ -73,7 +75,10 @@ async def cancel_run(
             thread_id=run.thread_id,
             status=run.status.value,
         )
-        superseded = await cancel_unstreamed(log, bus, run, entry, spare_live_lease=not force)
+        # This process counts no metrics: a gateway process counts the cancel.
+        superseded = await cancel_unstreamed(
+            log, bus, run, entry, spare_live_lease=not force, counted_here=False
+        )
     finally:
         await log.close()
         # Waits (briefly) for the relay's messages to go out.

@@ -5,7 +5,9 @@ one transaction moves it to `cancelled`, appends `run.cancelled` at the thread's
 revokes its lease, supersedes its pending approvals, drops its checkpoint and records who
 cancelled it. The RunManager does this for `run.cancel` on a run it does not stream, and the
 operator's `runs cancel` (gateway/operator/) does the same without a gateway, so both leave
-exactly what clients and other processes expect to find.
+exactly what clients and other processes expect to find. The command counts no metrics: it
+leaves the cancel in the same transaction for a gateway process to count
+(persistence/uncounted_cancels.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from gateway.event_log.bus import EventBus
 from gateway.event_log.writer import EventLog
 from gateway.protocol.error_codes import CodedError
 from gateway.protocol.frames import EventType
+from persistence import uncounted_cancels
 from persistence.approvals import ApprovalRepository
 from persistence.audit import AuditEntry, AuditRepository
 from persistence.checkpoints import CheckpointRepository
@@ -41,11 +44,14 @@ async def cancel_unstreamed(
     audit: AuditEntry,
     *,
     spare_live_lease: bool = False,
+    counted_here: bool = True,
 ) -> list[str]:
     """Cancel `run` in storage; the ids of the approvals it superseded.
 
     Raises `StaleWrite` if the run is no longer active, and, with `spare_live_lease`,
-    `HeldElsewhere` (nothing changed) if a process holds a live lease on it.
+    `HeldElsewhere` (nothing changed) if a process holds a live lease on it. Not
+    `counted_here` (a process without metrics), the cancel is left to a gateway process to
+    count.
     """
 
     def transition(conn: Connection) -> list[str]:
@@ -63,6 +69,8 @@ async def cancel_unstreamed(
         removed = ApprovalRepository.supersede_pending_in(conn, run.run_id)
         CheckpointRepository.drop_in(conn, run.run_id)
         AuditRepository.insert_in(conn, audit)
+        if not counted_here:
+            uncounted_cancels.record_in(conn, run.run_id, run.agent)
         return removed
 
     removed, _ = await log.commit(

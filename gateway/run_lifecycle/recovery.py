@@ -5,7 +5,9 @@ At start-up, and then every half lease TTL, each run left active that no live pr
 `recovering`, its open messages are aborted, and it continues from its newest checkpoint, or
 restarts from its input without one. Pauses whose decisions were all recorded but whose
 continuation never started are continued too; at start-up, so are runs suspended by a graceful
-shutdown. docs/architecture.md "Shutdown and crash recovery" lists the steps.
+shutdown. docs/architecture.md "Shutdown and crash recovery" lists the steps. The same loop
+counts the operator's cancels no process has counted yet (gateway/run_lifecycle/
+uncounted_cancels.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from gateway.protocol.frames import EventType
 from gateway.run_lifecycle.context import RunContext
 from gateway.run_lifecycle.continuation import Continuer
 from gateway.run_lifecycle.execution import Segment
+from gateway.run_lifecycle.uncounted_cancels import count_uncounted_cancels
 from gateway.storage.health import log_failure
 from persistence.clock import utcnow
 from persistence.errors import StaleWrite
@@ -141,8 +144,10 @@ class Recovery:
                 if recovered:
                     log.info("recovered %d run(s) left active by a previous process", recovered)
                     self._took_over("startup", recovered)
+            await self._count_uncounted_cancels()
             while not self._ctx.closing:
                 await asyncio.sleep(self._scan_s)
+                await self._count_uncounted_cancels()
                 try:
                     taken = await self.recover(startup=False)
                 except Exception as exc:
@@ -153,6 +158,12 @@ class Recovery:
                     self._took_over("lease_expired", taken)
 
         self._ctx.spawn(loop(), name="recovery")
+
+    async def _count_uncounted_cancels(self) -> None:
+        try:
+            await count_uncounted_cancels(self._ctx.store, self._ctx.metrics)
+        except Exception as exc:
+            log_failure(log, exc, "counting the operator's cancels failed")
 
     def _took_over(self, kind: str, runs: int) -> None:
         if self._ctx.metrics is not None:

@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from persistence import uncounted_cancels
 from persistence.backends import open_store
 from persistence.clock import utcnow
 from persistence.errors import StorageUnavailable
@@ -31,6 +33,7 @@ from persistence.runs import RunRepository, RunStatus
 from persistence.store import DatabaseConfigError, Store
 from persistence.tables import events, runs, threads
 from persistence.threads import ThreadRepository
+from persistence.uncounted_cancels import UncountedCancels
 from tests.support.storage import expire_lease, insert_running_run, migrated_store
 
 pytestmark = pytest.mark.both_backends
@@ -289,6 +292,53 @@ async def test_an_instance_id_has_one_live_incarnation(store: Store) -> None:
     await claims.release(second)
     waited.clear()
     assert await claims.claim(first, sleep=silent) is None and not waited
+
+
+# -- uncounted cancels ---------------------------------------------------------------------
+
+
+async def record_cancels(store: Store, count: int) -> list[str]:
+    """`count` uncounted cancels, each of an agent of its own (so a claim's agents tell which
+    rows it took); their agents."""
+    agents = [f"agent-{n:03}" for n in range(count)]
+
+    def record(conn: Connection) -> None:
+        for n, agent in enumerate(agents):
+            uncounted_cancels.record_in(conn, f"r_cancel_{n:03}", agent)
+
+    await store.write(record)
+    return agents
+
+
+async def test_a_claim_takes_each_uncounted_cancel_once(store: Store) -> None:
+    agents = await record_cancels(store, 3)
+    cancels = UncountedCancels(store)
+    assert await cancels.waiting() == 3
+    first = await cancels.claim(limit=2)
+    rest = await cancels.claim()
+    assert len(first) == 2 and sorted(first + rest) == agents
+    assert await cancels.claim() == [] and await cancels.waiting() == 0
+
+
+async def test_concurrent_claims_from_two_stores_never_share_a_cancel(
+    store: Store, database_url: str
+) -> None:
+    """Two stores (as two processes would have: pools of their own) claim small batches at
+    once until none is left: every cancel is claimed, and by one claim only."""
+    agents = await record_cancels(store, 60)
+    async with migrated_store(database_url) as other:
+
+        async def drain(on: Store) -> list[str]:
+            claimed: list[str] = []
+            while batch := await UncountedCancels(on).claim(limit=3):
+                claimed += batch
+                await asyncio.sleep(0)
+            return claimed
+
+        claims = await asyncio.gather(*(drain(s) for s in (store, other, store, other)))
+    taken = [agent for claimed in claims for agent in claimed]
+    assert sorted(taken) == agents  # none lost, none twice
+    assert await UncountedCancels(store).waiting() == 0
 
 
 # -- retention -------------------------------------------------------------------------
