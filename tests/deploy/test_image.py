@@ -11,29 +11,25 @@ import json
 from typing import Any
 
 import httpx
-import pytest
 
 from gateway.agents.demo.assistant import refund_text
 from gateway.auth.access import TokenVerifier
 from tests.support.client import Client
 from tests.support.containers import (
-    DEPLOY_TEST_TIMEOUT_S,
+    IMAGE_TEST_MARKS,
     Container,
     image_size_bytes,
     podman,
+    replicas_env,
     run_container,
     run_once,
+    start_replicas,
 )
 from tests.support.gateway import TEST_SECRET
 from tests.support.postgres import postgres_database
-from tests.support.redis import bus_prefix, free_port, require_redis
+from tests.support.redis import free_port, require_redis
 
-# One worker runs the tests that need the image (dev.py's --dist loadgroup): one build.
-pytestmark = [
-    pytest.mark.deploy,
-    pytest.mark.timeout(DEPLOY_TEST_TIMEOUT_S),
-    pytest.mark.xdist_group("deploy-image"),
-]
+pytestmark = IMAGE_TEST_MARKS
 
 TOKENS = TokenVerifier(TEST_SECRET)
 STORY = "tell me a story"
@@ -137,28 +133,12 @@ async def test_two_replicas_on_postgresql_take_over_and_hand_over_runs(
     over and A continues it at once, repeating no tool call."""
     redis_url = require_redis()
     async with postgres_database("gw_deploy") as database_url:
-        common = {
-            "GATEWAY_SECRET": TEST_SECRET,
-            "GATEWAY_DATABASE_URL": database_url,
-            "GATEWAY_BUS_URL": redis_url,
-            "GATEWAY_BUS_PREFIX": bus_prefix(),
-            "GATEWAY_DEMO_DELAY_MS": "15",
-            "GATEWAY_LEASE_TTL_S": "2",
-            "GATEWAY_LEASE_SCAN_S": "0.5",
-        }
-        migrated = run_once(common, "migrate")
-        assert migrated.returncode == 0, migrated.stderr
+        common = replicas_env(
+            database_url, redis_url, GATEWAY_LEASE_TTL_S="2", GATEWAY_LEASE_SCAN_S="0.5"
+        )
+        a, b = start_replicas(common, containers)
         current = run_once(common, "migrate", "--current")
         assert "up to date" in current.stdout + current.stderr, current.stdout + current.stderr
-
-        a = run_container(
-            free_port(), {**common, "GATEWAY_INSTANCE_ID": "gw-a"}, args=("serve", "--no-migrate")
-        )
-        containers.append(a)
-        b = run_container(
-            free_port(), {**common, "GATEWAY_INSTANCE_ID": "gw-b"}, args=("serve", "--no-migrate")
-        )
-        containers.append(b)
         await a.wait_ready(READY_WITHIN_S)
         await b.wait_ready(READY_WITHIN_S)
 

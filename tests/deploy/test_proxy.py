@@ -22,25 +22,19 @@ import pytest
 
 from tests.support.client import Client
 from tests.support.containers import (
-    DEPLOY_TEST_TIMEOUT_S,
+    IMAGE_TEST_MARKS,
     ROOT,
     Container,
     missing,
-    run_container,
-    run_once,
+    replicas_env,
+    start_replicas,
 )
-from tests.support.gateway import TEST_SECRET
 from tests.support.postgres import postgres_database
-from tests.support.redis import bus_prefix, free_port, require_redis
+from tests.support.redis import free_port, require_redis
 
 from .test_image import STORY, finished, token
 
-# One worker runs the tests that need the image (dev.py's --dist loadgroup): one build.
-pytestmark = [
-    pytest.mark.deploy,
-    pytest.mark.timeout(DEPLOY_TEST_TIMEOUT_S),
-    pytest.mark.xdist_group("deploy-image"),
-]
+pytestmark = IMAGE_TEST_MARKS
 
 NGINX_DIR = ROOT / "deploy" / "nginx"
 ACCEPTED = '"WebSocket /v1/ws" [accepted]'
@@ -90,21 +84,7 @@ async def test_nginx_spreads_websockets_and_streams_sse_unbuffered(
 ) -> None:
     redis_url = require_redis()
     async with postgres_database("gw_proxy") as database_url:
-        common = {
-            "GATEWAY_SECRET": TEST_SECRET,
-            "GATEWAY_DATABASE_URL": database_url,
-            "GATEWAY_BUS_URL": redis_url,
-            "GATEWAY_BUS_PREFIX": bus_prefix(),
-            "GATEWAY_DEMO_DELAY_MS": "15",
-        }
-        assert run_once(common, "migrate").returncode == 0
-        replicas = [
-            run_container(
-                free_port(), {**common, "GATEWAY_INSTANCE_ID": name}, args=("serve", "--no-migrate")
-            )
-            for name in ("gw-a", "gw-b")
-        ]
-        containers.extend(replicas)
+        replicas = start_replicas(replicas_env(database_url, redis_url), containers)
         for replica in replicas:
             await replica.wait_ready()
 

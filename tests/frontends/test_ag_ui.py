@@ -21,6 +21,7 @@ from gateway.agents.registry import AgentRegistry
 from gateway.frontends.ag_ui.events import Dialect, ThreadProjection
 from gateway.frontends.ag_ui.http import _frame
 from tests.integration.test_cross_process import TOKEN, bus_env, pair
+from tests.support.ag_ui_input import resolved, run_input
 from tests.support.ag_ui_logs import reasoning_log, refund_log
 from tests.support.agents import EffectLog, handoff_graph, nested_graph
 from tests.support.gateway import ROOT, Gateway, GatewayProcess, spawn_gateway
@@ -50,21 +51,6 @@ async def drive(url: str, token: str, scenario: str, thread_id: str, **extra: An
     }
     async with node_script("ag_ui.mjs", config, package="@ag-ui/client") as script:
         return await script.until("done", timeout_s=60)
-
-
-def run_input(thread_id: str, run_id: str, text: str | None = None, **extra: Any) -> dict[str, Any]:
-    messages = [] if text is None else [{"id": f"u-{run_id}", "role": "user", "content": text}]
-    return {
-        "threadId": thread_id,
-        "runId": run_id,
-        "protocolVersion": "1.0",
-        "state": {},
-        "messages": messages,
-        "tools": [],
-        "context": [],
-        "forwardedProps": {},
-        **extra,
-    }
 
 
 def frames(body: str) -> list[tuple[int, dict[str, Any]]]:
@@ -346,13 +332,7 @@ async def test_an_approval_with_edited_args_runs_the_call_with_them(
         finished = await pause(http, headers, "edited")
         [interrupt] = finished["outcome"]["interrupts"]
         edited = {"order_id": 42, "amount": 12.5}
-        resume = [
-            {
-                "interruptId": interrupt["id"],
-                "status": "resolved",
-                "payload": {"approved": True, "editedArgs": edited},
-            }
-        ]
+        resume = [resolved(interrupt["id"], approved=True, editedArgs=edited)]
         received = await post_run(http, headers, run_input("edited", "run-2", resume=resume))
         run = (await http.get("/v1/threads/edited/events", headers=headers)).json()
     [result] = [e for _, e in received if e["type"] == "TOOL_CALL_RESULT"]
@@ -370,60 +350,30 @@ async def test_an_uncovered_or_forged_resume_is_refused_and_changes_nothing(
         finished = await pause(http, headers, "refusals")
         [interrupt] = finished["outcome"]["interrupts"]
         before = await thread_state(gateway, "refusals")
-        approve = {"status": "resolved", "payload": {"approved": True}}
+
+        def resuming(*answers: dict[str, Any]) -> dict[str, Any]:
+            return run_input("refusals", "run-2", resume=list(answers))
+
+        real = interrupt["id"]
         attempts = {
-            "uncovered": (run_input("refusals", "run-2", resume=[]), 400),
-            "forged": (
-                run_input("refusals", "run-2", resume=[{"interruptId": "ap_forged", **approve}]),
-                404,
-            ),
+            "uncovered": (resuming(), 400),
+            "forged": (resuming(resolved("ap_forged", approved=True)), 404),
             "forged beside a real one": (
-                run_input(
-                    "refusals",
-                    "run-2",
-                    resume=[
-                        {"interruptId": interrupt["id"], **approve},
-                        {"interruptId": "ap_0123456789abcdef01234567", **approve},
-                    ],
+                resuming(
+                    resolved(real, approved=True),
+                    resolved("ap_0123456789abcdef01234567", approved=True),
                 ),
                 404,
             ),
             "edited arguments the tool's schema refuses": (
-                run_input(
-                    "refusals",
-                    "run-2",
-                    resume=[
-                        {
-                            "interruptId": interrupt["id"],
-                            "status": "resolved",
-                            "payload": {"approved": True, "editedArgs": {"amount": 3000}},
-                        }
-                    ],
-                ),
+                resuming(resolved(real, approved=True, editedArgs={"amount": 3000})),
                 400,
             ),
             "edited arguments with a rejection": (
-                run_input(
-                    "refusals",
-                    "run-2",
-                    resume=[
-                        {
-                            "interruptId": interrupt["id"],
-                            "status": "resolved",
-                            "payload": {"approved": False, "editedArgs": {"order_id": 42}},
-                        }
-                    ],
-                ),
+                resuming(resolved(real, approved=False, editedArgs={"order_id": 42})),
                 400,
             ),
-            "no approved": (
-                run_input(
-                    "refusals",
-                    "run-2",
-                    resume=[{"interruptId": interrupt["id"], "status": "resolved", "payload": {}}],
-                ),
-                400,
-            ),
+            "no approved": (resuming(resolved(real)), 400),
             "a new message instead": (run_input("refusals", "run-2", "and another thing"), 409),
         }
         for name, (body, status) in attempts.items():
@@ -434,9 +384,7 @@ async def test_an_uncovered_or_forged_resume_is_refused_and_changes_nothing(
         # Someone else's decision, even with the same id, is not the caller's to make.
         other = await http.post(
             PATH,
-            json=run_input(
-                "refusals", "run-2", resume=[{"interruptId": interrupt["id"], **approve}]
-            ),
+            json=resuming(resolved(real, approved=True)),
             headers=auth(gateway, "mallory"),
         )
         assert other.status_code == 403, other.text
@@ -450,9 +398,7 @@ async def test_a_replayed_resume_streams_the_continuation_again(
         headers = auth(gateway)
         finished = await pause(http, headers, "replayed")
         [interrupt] = finished["outcome"]["interrupts"]
-        resume = [
-            {"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}
-        ]
+        resume = [resolved(interrupt["id"], approved=True)]
         first = await post_run(http, headers, run_input("replayed", "run-2", resume=resume))
         again = await post_run(http, headers, run_input("replayed", "run-2", resume=resume))
         after = await thread_state(gateway, "replayed")
@@ -461,7 +407,7 @@ async def test_a_replayed_resume_streams_the_continuation_again(
             json=run_input(
                 "replayed",
                 "run-3",
-                resume=[{**resume[0], "payload": {"approved": False}}],
+                resume=[resolved(interrupt["id"], approved=False)],
             ),
             headers=headers,
         )
@@ -483,7 +429,7 @@ async def test_copilotkit_habits_a_reused_run_id_and_a_synthetic_tool_message(
         body = run_input(
             "copilotkit",
             "run-1",  # the interrupted run's own runId, as CopilotKit sends it
-            resume=[{"interruptId": interrupt["id"], "status": "resolved", "payload": payload}],
+            resume=[resolved(interrupt["id"], **payload)],
         )
         body["messages"] = [
             {"id": "u-run-1", "role": "user", "content": REFUND},
@@ -724,9 +670,7 @@ async def test_a_resume_of_an_expired_interrupt_is_refused_and_changes_nothing(
         assert "expiresAt" in interrupt
         await asyncio.sleep(1.2)
         before = await thread_state(gateway, "expired")
-        resume = [
-            {"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}
-        ]
+        resume = [resolved(interrupt["id"], approved=True)]
         response = await http.post(
             PATH, json=run_input("expired", "run-2", resume=resume), headers=headers
         )
@@ -890,10 +834,7 @@ async def test_a_pause_with_two_approvals_needs_both_answered(
             "issue_refund",
             "send_email",
         ]
-        answers = [
-            {"interruptId": i["id"], "status": "resolved", "payload": {"approved": True}}
-            for i in interrupts
-        ]
+        answers = [resolved(i["id"], approved=True) for i in interrupts]
         before = await thread_state(gateway, "two")
         half = await http.post(
             PATH, json=run_input("two", "run-2", resume=answers[:1]), headers=headers

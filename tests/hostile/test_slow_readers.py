@@ -14,7 +14,7 @@ from gateway.server.connection_limits import CLOSE_TIMEOUT_S
 from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, GatewayProcess
 from tests.support.hostile import (
-    MiB,
+    LARGE_EVENTS,
     close_all,
     established_to,
     eventually,
@@ -22,45 +22,19 @@ from tests.support.hostile import (
     never_reading_websocket,
     open_descriptors,
     reset_peak_memory,
+    thread_of_large_events,
 )
 
 CLIENTS = 20
-# Events of about 60 KB: every run's input, its reply and its final output quote one word.
-WORD = "z" * 60_000
-THREAD_BYTES = 8 * MiB
 PER_CLIENT_KIB = 3 * 1024
 TOKENS = TokenVerifier(TEST_SECRET)
 CLOSED_LINE = "closing a connection that stopped reading"
 
 
-def is_completion(frame: dict[str, object], run_id: str) -> bool:
-    return frame.get("event") == "run.completed" and frame.get("run_id") == run_id
-
-
-async def thread_of_large_events(gateway: GatewayProcess) -> str:
-    alice = await Client.connect(gateway.ws_url, TOKENS.issue("alice", "acme", ["user"]))
-    try:
-        thread_id = (await alice.request("thread.create"))["thread_id"]
-        written = 0
-        while written < THREAD_BYTES:
-            run_id = (await alice.request("run.start", thread_id=thread_id, input=WORD))["run_id"]
-            await alice.wait_for(lambda f, run=run_id: is_completion(f, run), timeout=30)
-            written = sum(len(json.dumps(e)) for e in alice.events_of(thread_id))
-        return thread_id
-    finally:
-        await alice.close()
-
-
 async def test_clients_that_never_read_cost_little_and_are_dropped(
     spawn: Callable[..., GatewayProcess],
 ) -> None:
-    gateway = spawn(
-        env={
-            "GATEWAY_MAX_INPUT_CHARS": "61000",
-            "GATEWAY_MAX_FRAME_BYTES": str(256 * 1024),
-            "GATEWAY_SEND_TIMEOUT_S": "1",
-        }
-    )
+    gateway = spawn(env={**LARGE_EVENTS, "GATEWAY_SEND_TIMEOUT_S": "1"})
     thread_id = await thread_of_large_events(gateway)
     # One reader replays the whole thread first: what a normal replay costs is baseline.
     reader = await Client.connect(gateway.ws_url, TOKENS.issue("carol", "acme", ["viewer"]))

@@ -20,10 +20,9 @@ import pytest
 
 from gateway.auth.access import TokenVerifier
 from gateway.server.connection_limits import CLOSE_TIMEOUT_S
-from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, GatewayProcess, database_url, spawn_gateway
 from tests.support.hostile import (
-    MiB,
+    LARGE_EVENTS,
     close_all,
     established_to,
     eventually,
@@ -32,44 +31,23 @@ from tests.support.hostile import (
     never_reading_websocket,
     read_all,
     reset_peak_memory,
+    thread_of_large_events,
 )
 
 FEEDS = 20
-# Events of about 60 KB: every run's input, its reply and its final output quote one word.
-WORD = "z" * 60_000
-THREAD_BYTES = 8 * MiB
 # docs/operations.md "Slow clients and limits": about 2 MB per client that stops reading.
 PER_FEED_KIB = 2 * 1024 + 512
 TOKENS = TokenVerifier(TEST_SECRET)
 ENDED_LINE = "ending a feed whose client stopped reading"
-LARGE_EVENTS = {"GATEWAY_MAX_INPUT_CHARS": "61000", "GATEWAY_MAX_FRAME_BYTES": str(256 * 1024)}
-
-
-def is_completion(frame: dict[str, object], run_id: str) -> bool:
-    return frame.get("event") == "run.completed" and frame.get("run_id") == run_id
-
-
-async def build_thread(gateway: GatewayProcess, size: int) -> str:
-    alice = await Client.connect(gateway.ws_url, TOKENS.issue("alice", "acme", ["user"]))
-    try:
-        thread_id = (await alice.request("thread.create"))["thread_id"]
-        written = 0
-        while written < size:
-            run_id = (await alice.request("run.start", thread_id=thread_id, input=WORD))["run_id"]
-            await alice.wait_for(lambda f, run=run_id: is_completion(f, run), timeout=30)
-            written = sum(len(json.dumps(e)) for e in alice.events_of(thread_id))
-        return thread_id
-    finally:
-        await alice.close()
 
 
 @pytest.fixture(scope="module")
 def large_thread(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
-    """A database holding one thread of THREAD_BYTES of large events: (its file, the id)."""
+    """A database holding one thread of LARGE_THREAD_BYTES of large events: (file, id)."""
     workdir = tmp_path_factory.mktemp("large-thread")
     gateway = spawn_gateway(workdir, env=LARGE_EVENTS)
     try:
-        thread_id = asyncio.run(build_thread(gateway, THREAD_BYTES))
+        thread_id = asyncio.run(thread_of_large_events(gateway))
     finally:
         gateway.terminate()
     yield workdir / "gateway.db", thread_id

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,9 @@ import httpx
 import pytest
 
 from tests.conftest import REQUIRE_SERVICES
+from tests.support.gateway import TEST_SECRET
+from tests.support.ports import free_port
+from tests.support.redis import bus_prefix
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINERS_CONF = ROOT / "tests" / "deploy" / "containers.conf"
@@ -46,6 +50,13 @@ BUILD_TIMEOUT_S = 900.0
 # A deploy test's limit (pytest-timeout), its share of the session's image build included: the
 # first test on a machine makes the base and builds the image, on a loaded machine slowly.
 DEPLOY_TEST_TIMEOUT_S = 2 * BUILD_TIMEOUT_S + 300
+# The marks of a test module that runs the image (its `pytestmark`): one worker runs all such
+# tests (dev.py's --dist loadgroup), so the session builds the image once.
+IMAGE_TEST_MARKS = [
+    pytest.mark.deploy,
+    pytest.mark.timeout(DEPLOY_TEST_TIMEOUT_S),
+    pytest.mark.xdist_group("deploy-image"),
+]
 
 
 def missing(message: str) -> None:
@@ -267,3 +278,34 @@ def run_once(
         timeout=timeout,
         check=False,
     )
+
+
+def replicas_env(database_url: str, redis_url: str, **settings: str) -> dict[str, str]:
+    """The environment of replicas on one PostgreSQL database and one Redis (with a channel
+    prefix of the test's own), the demo agent writing a delta every 15 ms; `settings` added."""
+    return {
+        "GATEWAY_SECRET": TEST_SECRET,
+        "GATEWAY_DATABASE_URL": database_url,
+        "GATEWAY_BUS_URL": redis_url,
+        "GATEWAY_BUS_PREFIX": bus_prefix(),
+        "GATEWAY_DEMO_DELAY_MS": "15",
+        **settings,
+    }
+
+
+def start_replicas(
+    env: dict[str, str], containers: list[Container], names: Sequence[str] = ("gw-a", "gw-b")
+) -> list[Container]:
+    """The schema migrated once (the image's `migrate`), then one replica per instance id of
+    `names` with `serve --no-migrate`, each on a port of its own and added to `containers` (to
+    be removed when the test ends) as it starts. Not waited for: see `Container.wait_ready`."""
+    migrated = run_once(env, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    replicas: list[Container] = []
+    for name in names:
+        replica = run_container(
+            free_port(), {**env, "GATEWAY_INSTANCE_ID": name}, args=("serve", "--no-migrate")
+        )
+        containers.append(replica)
+        replicas.append(replica)
+    return replicas

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import os
 import socket
 import time
@@ -21,9 +22,17 @@ from typing import Any
 
 import pytest
 
-from tests.support.gateway import GatewayProcess, spawn_gateway
+from gateway.auth.access import TokenVerifier
+from tests.support.client import Client
+from tests.support.gateway import TEST_SECRET, GatewayProcess, spawn_gateway
 
 MiB = 1024 * 1024
+# Events of about 60 KB: every run's input, its reply and its final output quote one word.
+LARGE_WORD = "z" * 60_000
+# The settings a gateway needs for runs of LARGE_WORD.
+LARGE_EVENTS = {"GATEWAY_MAX_INPUT_CHARS": "61000", "GATEWAY_MAX_FRAME_BYTES": str(256 * 1024)}
+# A thread that takes long to send to a client that stops reading.
+LARGE_THREAD_BYTES = 8 * MiB
 
 
 def memory_kib(pid: int) -> dict[str, int]:
@@ -263,3 +272,25 @@ def read_all(sock: socket.socket, timeout: float) -> bytes:
         while chunk := sock.recv(65536):
             data += chunk
     return data
+
+
+def is_completion(frame: dict[str, object], run_id: str) -> bool:
+    return frame.get("event") == "run.completed" and frame.get("run_id") == run_id
+
+
+async def thread_of_large_events(gateway: GatewayProcess, size: int = LARGE_THREAD_BYTES) -> str:
+    """A thread of alice's (tenant acme) holding `size` bytes of events, in runs that quote
+    LARGE_WORD (the gateway runs with LARGE_EVENTS); its id."""
+    token = TokenVerifier(TEST_SECRET).issue("alice", "acme", ["user"])
+    alice = await Client.connect(gateway.ws_url, token)
+    try:
+        thread_id = (await alice.request("thread.create"))["thread_id"]
+        written = 0
+        while written < size:
+            start = await alice.request("run.start", thread_id=thread_id, input=LARGE_WORD)
+            run_id = start["run_id"]
+            await alice.wait_for(lambda f, run=run_id: is_completion(f, run), timeout=30)
+            written = sum(len(json.dumps(e)) for e in alice.events_of(thread_id))
+        return thread_id
+    finally:
+        await alice.close()
