@@ -11,10 +11,11 @@ table does so in key order, so transactions over overlapping threads or runs nev
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from persistence.store import DatabaseConfigError, Store, Work, storage_errors
@@ -25,6 +26,17 @@ INSTALL_HINT = "pip install 'agents-ws-gateway[postgres]' (or: pip install async
 # Connections per process: the event log's writer, the lease keeper, decisions and reads.
 POOL_SIZE = 10
 POOL_OVERFLOW = 10
+
+
+def _refuse_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """A pooled connection that the server has closed (a restart, an idle timeout) is replaced
+    at checkout. asyncpg knows it for free: the loop has read the server's end of the socket.
+    SQLAlchemy's `pool_pre_ping` would ask the server instead, three round trips (its ping is
+    a transaction of its own) before every transaction, doubling those of a short one; a
+    connection that dies without the socket saying so fails its transaction with
+    `StorageUnavailable`, which every caller treats as retryable, and is replaced then."""
+    if dbapi_connection.driver_connection.is_closed():
+        raise DisconnectionError("the server closed this connection")
 
 
 class PostgresStore(Store):
@@ -43,9 +55,8 @@ class PostgresStore(Store):
             ) from exc
         url = url.set(drivername="postgresql+asyncpg")
         super().__init__(url)
-        self._engine = create_async_engine(
-            url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW
-        )
+        self._engine = create_async_engine(url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
+        event.listen(self._engine.sync_engine, "checkout", _refuse_closed)
 
     @property
     def engine(self) -> AsyncEngine:

@@ -194,6 +194,33 @@ def test_sqlalchemy_compiled_statements_have_what_prepared_reads() -> None:
     )
 
 
+# What persistence/prepared.py runs a statement with on PostgreSQL, as SQLAlchemy's asyncpg
+# cursor does: the adapter's lock, transaction and statement cache, and asyncpg's connection.
+ASYNCPG_ADAPTER_METHODS = (
+    "_start_transaction",
+    "_prepare",
+    "_check_type_cache_invalidation",
+    "_handle_exception",
+)
+ASYNCPG_ADAPTER_STATE = ("_execute_mutex", "_transaction", "_connection")
+
+
+def test_sqlalchemy_asyncpg_adapter_has_what_prepared_runs_statements_with() -> None:
+    from sqlalchemy.dialects.postgresql import asyncpg as adapter_module
+
+    adapter = adapter_module.AsyncAdapt_asyncpg_connection
+    source = "".join(inspect.getsource(base) for base in adapter.__mro__ if base is not object)
+    missing = [m for m in ASYNCPG_ADAPTER_METHODS if not callable(getattr(adapter, m, None))]
+    missing += [f"self.{a}" for a in ASYNCPG_ADAPTER_STATE if f"self.{a} =" not in source]
+    if not hasattr(adapter_module.PGDialect_asyncpg, "_invalidate_schema_cache_asof"):
+        missing.append("PGDialect_asyncpg._invalidate_schema_cache_asof")
+    assert not missing, moved(
+        "sqlalchemy",
+        f"AsyncAdapt_asyncpg_connection: {', '.join(missing)}",
+        "persistence/prepared.py",
+    )
+
+
 async def test_the_sdk_session_keeps_its_tables_where_sessions_py_reads_them() -> None:
     from agents.extensions.memory import SQLAlchemySession
 

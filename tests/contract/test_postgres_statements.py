@@ -1,0 +1,87 @@
+"""PostgreSQL's statement path (persistence/prepared.py, persistence/postgres/store.py): the
+repositories' prepared statements run on asyncpg's own connection inside the Store's
+transaction, the engine's statement observers see each of them, and a pooled connection the
+server closed is replaced at checkout rather than failing the next transaction."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+from sqlalchemy import event as sa_event
+from sqlalchemy import select
+from sqlalchemy.engine import make_url
+
+from persistence.events import NewEvent
+from persistence.store import Store
+from persistence.tables import events
+from persistence.threads import ThreadRepository
+from tests.support.postgres import SERVER_URL, postgres_database
+from tests.support.storage import migrated_store
+
+pytestmark = pytest.mark.postgres
+
+TS = "2026-01-01T00:00:00.000Z"
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[Store]:
+    async with postgres_database() as url, migrated_store(url) as store:
+        yield store
+
+
+async def admin() -> asyncpg.Connection:
+    return await asyncpg.connect(
+        make_url(SERVER_URL).set(drivername="postgresql").render_as_string(hide_password=False)
+    )
+
+
+async def test_prepared_statements_run_in_the_transaction_and_are_observed(store: Store) -> None:
+    (thread_id,) = [(await ThreadRepository(store).create(tenant="acme", owner="a")).thread_id]
+    seen: list[str] = []
+
+    def observe(_c: Any, _cur: Any, statement: str, *_rest: Any) -> None:
+        seen.append(statement.split()[0])
+
+    (engine,) = store.statement_engines()
+    sa_event.listen(engine, "before_cursor_execute", observe)
+    try:
+        batch = [NewEvent(thread_id, None, "test.event", TS, f'{{"n":{n}}}') for n in range(3)]
+        records, lost = await store.append(batch)
+
+        def fail_after_append(conn: Any) -> None:
+            raise RuntimeError("rolled back")
+
+        with pytest.raises(RuntimeError):
+            await store.commit(
+                [NewEvent(thread_id, None, "test.lost", TS, "{}")], fail_after_append
+            )
+    finally:
+        sa_event.remove(engine, "before_cursor_execute", observe)
+    assert [r.seq for r in records] == [1, 2, 3] and not lost
+    assert "UPDATE" in seen and "INSERT" in seen  # the head bump and the rows, observed
+    query = select(events.c.type).where(events.c.thread_id == thread_id)
+    stored = await store.read(lambda conn: list(conn.execute(query).scalars()))
+    assert stored == ["test.event"] * 3  # the failed commit's event rolled back with it
+
+
+async def test_a_connection_the_server_closed_is_replaced_at_checkout(store: Store) -> None:
+    await store.ping()  # a pooled connection, idle now
+    database = store.url.database
+    server = await admin()
+    try:
+        terminated = await server.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = $1 AND pid <> pg_backend_pid()",
+            database,
+        )
+    finally:
+        await server.close()
+    assert terminated >= 1
+    await asyncio.sleep(0.2)  # the server's end of the socket reaches the loop
+    await store.ping()  # no StorageUnavailable: a new connection was checked out
+    (thread_id,) = [(await ThreadRepository(store).create(tenant="acme", owner="a")).thread_id]
+    assert thread_id
