@@ -71,6 +71,8 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
         limits: ServerLimits = config.limits
         self.close_timeout = limits.close_timeout_s
         self._abort_timer: asyncio.TimerHandle | None = None
+        # Whether the WebSocket layer closed the connection on a client's frame.
+        self._closed_on_client_frame = False
 
     def handle_connect(self, event: Request) -> None:
         super().handle_connect(event)
@@ -80,6 +82,11 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
             scope["extensions"][SEND_FRAMES] = {"write_now": self.write_text_now}
 
     async def send(self, message: ASGISendEvent) -> None:
+        if message["type"] in (SEND_FRAMES, "websocket.send") and self._closed_on_client_frame:
+            # The layer closed the connection under the application (which may be between
+            # two awaits, a welcome on its way): to it the client is gone, as after a drop,
+            # not an error of its own (uvicorn's RuntimeError, logged with a traceback).
+            raise ClientDisconnected()
         if message["type"] == SEND_FRAMES:
             await self._send_frames(message["frames"])  # type: ignore[typeddict-item]
             return
@@ -174,6 +181,7 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
         if close is not None:
             what = PARSER_CLOSES.get(close.code, "a frame it could not read")
             log.info("closing a WebSocket whose client sent %s (%d)", what, close.code)
+        self._closed_on_client_frame = True
         super().handle_parser_exception()
 
     def keepalive_timeout(self) -> None:

@@ -148,7 +148,7 @@ async def test_use_chat_runtime_names_the_chat_itself_and_approves_inline(
 async def test_assistant_ui_cancel_stops_the_run_and_keeps_the_text(
     gateway_factory: Callable[..., Any], transport: str
 ) -> None:
-    async with gateway_factory(demo_delay_ms=4) as gateway:
+    async with gateway_factory(demo_delay_ms=20) as gateway:
         chat_id = f"aui-{transport}-stop"
         result = await run_thread(
             gateway, "stop", transport, chat_id, text=STORY, stopAfterChars=30

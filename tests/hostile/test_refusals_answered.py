@@ -4,6 +4,7 @@ and a POST to a path no route has is 404, not the demo's 405."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 
@@ -44,6 +45,27 @@ async def test_an_oversized_frame_is_closed_and_logged(
     assert code == 1009
     assert await eventually(lambda: line in gateway.log(), 5), gateway.log()
     assert "ERROR" not in gateway.log() and "Traceback" not in gateway.log()
+
+
+async def test_a_hello_and_an_oversized_frame_in_one_write_close_quietly(
+    spawn: Callable[..., GatewayProcess],
+) -> None:
+    """Both frames in one TCP segment: the layer closes on the second before the connection
+    has answered the first, and the welcome it then sends meets a closed socket, which is
+    a client gone (no ERROR, no traceback), not a fault of the gateway's."""
+    gateway = spawn(env={"GATEWAY_FRONTEND_BODY_BYTES": str(128 * 1024)})
+    hello = json.dumps({"type": "hello", "protocol": 1, "token": TOKENS.issue("a", "acme", [])})
+    async with websockets.connect(gateway.ws_url, max_size=None, compression=None) as ws:
+        ws.protocol.send_text(hello.encode())
+        ws.protocol.send_text(b"x" * 200_000)
+        ws.transport.write(b"".join(ws.protocol.data_to_send()))
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            while True:
+                await ws.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+    assert await eventually(lambda: LAYER_LINE in gateway.log(), 5), gateway.log()
+    await asyncio.sleep(0.5)  # the connection's handler has answered the hello by now
+    assert "ERROR" not in gateway.log() and "Traceback" not in gateway.log(), gateway.log()
 
 
 async def test_a_post_to_no_route_is_404(spawn: Callable[..., GatewayProcess]) -> None:
