@@ -18,14 +18,26 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.selector_events
+import importlib.util
 import pickle
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-# A sibling module, not `bench.profiled_gateway`: this file runs as a script, so that the
-# gateway (and only it) comes from PYTHONPATH.
-from profiled_gateway import run_recorded
+
+def _sibling(name: str) -> Any:
+    """A module of this folder, loaded from its file: this one runs as a script under `-P`
+    (bench/ stays off sys.path, where bench/ag_ui.py would shadow the `ag_ui` package), so
+    that the gateway, and only it, comes from PYTHONPATH."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run_recorded = _sibling("profiled_gateway").run_recorded
 
 # ("cb", start, end, name) | ("recv", at, text) | ("write", at, data)
 Record = tuple[Any, ...]
