@@ -20,7 +20,7 @@ from persistence.errors import StaleWrite
 from persistence.prepared import Prepared
 from persistence.run_status import RunStatus, check_moves
 from persistence.runs import EXPECTED_STATUS
-from persistence.sessions import SessionMarks
+from persistence.session_marks import SessionMarks
 from persistence.tables import checkpoints, runs
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection, RowMapping
 from persistence.clock import as_utc, utcnow
 from persistence.ids import new_id
 from persistence.prepared import Prepared, PreparedIn
-from persistence.sessions import SessionMarks
+from persistence.session_marks import SessionMarks
 from persistence.tables import checkpoints, events, pending_inputs, runs, threads
 
 if TYPE_CHECKING:

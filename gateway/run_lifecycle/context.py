@@ -36,7 +36,7 @@ from persistence.events import EventRepository
 from persistence.inputs import InputRepository
 from persistence.leases import LeaseRepository
 from persistence.runs import RunRecord, RunRepository
-from persistence.sessions import SessionMarks
+from persistence.session_marks import SessionMarks
 from persistence.store import Store
 from persistence.threads import ThreadRecord, ThreadRepository
 

@@ -37,7 +37,7 @@ from persistence.inputs import Disposition, InputRepository, PendingInput
 from persistence.leases import Lease, LeaseLost, LeaseRepository
 from persistence.run_status import RunStatus
 from persistence.runs import RunRecord, RunRepository
-from persistence.sessions import SessionMarks
+from persistence.session_marks import SessionMarks
 
 log = logging.getLogger(__name__)
 

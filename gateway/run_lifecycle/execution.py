@@ -72,7 +72,8 @@ from persistence.leases import Lease, LeaseLost, LeaseRepository
 from persistence.ledger import OperationRepository
 from persistence.run_status import RunStatus, moves_into
 from persistence.runs import RunRecord, RunRepository
-from persistence.sessions import GatewaySession, SessionMarks
+from persistence.session_marks import SessionMarks
+from persistence.sessions import GatewaySession
 from persistence.store import Store
 
 if TYPE_CHECKING:

@@ -63,7 +63,7 @@ from persistence.run_status import RunStatus
 # not import persistence.
 from persistence.runs import RunRecord as RunRecord
 from persistence.runs import RunRepository
-from persistence.sessions import SessionMarks
+from persistence.session_marks import SessionMarks
 from persistence.store import Store
 from persistence.threads import ThreadRecord as ThreadRecord
 from persistence.threads import ThreadRepository

@@ -49,7 +49,7 @@ from persistence.ids import new_id
 from persistence.leases import LeaseRepository
 from persistence.run_status import RunStatus
 from persistence.runs import RunRecord, RunRepository
-from persistence.sessions import SessionMarks
+from persistence.session_marks import SessionMarks
 from persistence.threads import ThreadRecord
 
 # The reason a retry's first checkpoint is stored with (the failed run's boundary, copied).

@@ -16,7 +16,8 @@ from agents.extensions.memory import SQLAlchemySession
 from agents.items import TResponseInputItem
 from sqlalchemy import event
 
-from persistence.sessions import GatewaySession, SessionMarks
+from persistence.session_marks import SessionMarks
+from persistence.sessions import GatewaySession
 from persistence.store import Store
 from tests.support.storage import migrated_store
 
