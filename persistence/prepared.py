@@ -240,25 +240,29 @@ def _run(conn: Connection, sql: str, parameters: Any, *, many: bool) -> Executed
     # pysqlite's driver connection is its DBAPI connection, an attribute here (the
     # `driver_connection` property walks three more calls to the same object).
     dbapi = conn.connection.dbapi_connection
+    error: type[Exception] = (
+        sqlite3.Error if isinstance(dbapi, sqlite3.Connection) else conn.dialect.loaded_dbapi.Error
+    )
     # SQLAlchemy's own test for listeners on the connection or its engine: walking the (empty)
     # listener lists costs more than the rest of the bookkeeping here.
     observed = conn._has_events or conn.engine._has_events
-    if not isinstance(dbapi, sqlite3.Connection):
-        return _run_asyncpg(conn, dbapi, sql, parameters, many=many, observed=observed)
     try:
         if observed:
             for before in conn.dispatch.before_cursor_execute:
                 before(conn, None, sql, parameters, None, many)
-        if many:
-            cursor = dbapi.executemany(sql, parameters)
+        result: Executed
+        if not isinstance(dbapi, sqlite3.Connection):
+            result = _run_asyncpg(conn, dbapi, sql, parameters, many=many)
+        elif many:
+            result = dbapi.executemany(sql, parameters)
         else:
-            cursor = dbapi.execute(sql, parameters)
+            result = dbapi.execute(sql, parameters)
         if observed:
             for after in conn.dispatch.after_cursor_execute:
-                after(conn, cursor, sql, parameters, None, many)
-    except sqlite3.Error as exc:
-        raise DBAPIError.instance(sql, parameters, exc, sqlite3.Error) from exc
-    return cursor
+                after(conn, result, sql, parameters, None, many)
+    except error as exc:
+        raise DBAPIError.instance(sql, parameters, exc, error) from exc
+    return result
 
 
 class Executed(Protocol):
@@ -286,42 +290,30 @@ _COUNTED = re.compile(r"(?:SELECT|UPDATE|DELETE|INSERT \d+) (\d+)")
 
 
 def _run_asyncpg(
-    conn: Connection, adapter: Any, sql: str, parameters: Any, *, many: bool, observed: bool
+    conn: Connection, adapter: Any, sql: str, parameters: Any, *, many: bool
 ) -> _AsyncpgResult:
     """The statement on asyncpg's own connection, as SQLAlchemy's asyncpg cursor runs it (in
     the transaction SQLAlchemy began, on the statements it prepared and caches), without the
     execution context SQLAlchemy builds around each call. Runs inside the Store's `run_sync`,
-    whose greenlet `await_only` suspends."""
-    dbapi_error = conn.dialect.loaded_dbapi.Error
+    whose greenlet `await_only` suspends. asyncpg's errors come out as the DBAPI errors
+    SQLAlchemy's cursor would raise."""
     try:
-        try:
-            if observed:
-                for before in conn.dispatch.before_cursor_execute:
-                    before(conn, None, sql, parameters, None, many)
-            result = await_only(
-                _asyncpg_execute(
-                    adapter,
-                    sql,
-                    parameters,
-                    many=many,
-                    # When the dialect last saw the schema change (SQLAlchemy's own cursor
-                    # reads it too): statements prepared before then are prepared again.
-                    schema_as_of=conn.dialect._invalidate_schema_cache_asof,  # type: ignore[attr-defined]
-                )
+        return await_only(
+            _asyncpg_execute(
+                adapter,
+                sql,
+                parameters,
+                many=many,
+                # When the dialect last saw the schema change (SQLAlchemy's own cursor reads
+                # it too): statements prepared before then are prepared again.
+                schema_as_of=conn.dialect._invalidate_schema_cache_asof,  # type: ignore[attr-defined]
             )
-            if observed:
-                for after in conn.dispatch.after_cursor_execute:
-                    after(conn, None, sql, parameters, None, many)
-        except dbapi_error:
+        )
+    except Exception as exc:
+        if type(exc).__module__.split(".")[0] != "asyncpg":
             raise
-        except Exception as exc:
-            if type(exc).__module__.split(".")[0] != "asyncpg":
-                raise
-            # asyncpg's error as the DBAPI error SQLAlchemy's cursor would raise.
-            adapter._handle_exception(exc)
-    except dbapi_error as exc:
-        raise DBAPIError.instance(sql, parameters, exc, dbapi_error) from exc
-    return result
+        adapter._handle_exception(exc)  # raises the translated error
+        raise
 
 
 async def _asyncpg_execute(
