@@ -306,13 +306,13 @@ class EventLog:
         taken alone; after a failure that may have hit the `COMMIT` itself, the atomic
         commits fail with it (as one failing alone would) and the streamed events are retried
         (as a failing batch of them is)."""
-        parts = [
-            Part([entry.stored_event() for entry in group], None, None, atomic=False)
-            if isinstance(group, list)
-            else Part(group.events, group.action, None, atomic=True)
-            for group in groups
-        ]
-        parts = [part._replace(announce=self._announcer(part.batch)) for part in parts]
+        parts: list[Part] = []
+        for group in groups:
+            if isinstance(group, list):
+                batch, action, atomic = [entry.stored_event() for entry in group], None, False
+            else:
+                batch, action, atomic = group.events, group.action, True
+            parts.append(Part(batch, action, self._announcer(batch), atomic))
         started = time.perf_counter()
         try:
             outcomes = await self._store.commit_parts(parts)
@@ -331,7 +331,7 @@ class EventLog:
         for group, part, outcome in zip(groups, parts, outcomes, strict=True):
             if isinstance(group, list):
                 if isinstance(outcome, PartStored):
-                    self._plain_stored(group, part.batch, outcome, started, part.announce)
+                    self._plain_stored(group, outcome, started, part.announce)
                 else:
                     self._plain_failed(group, outcome)
             elif isinstance(outcome, PartStored):
@@ -356,7 +356,7 @@ class EventLog:
             except Exception as exc:
                 self._plain_failed(entries, exc)
                 return
-            self._plain_stored(entries, events, PartStored(None, records, lost), started, announce)
+            self._plain_stored(entries, PartStored(None, records, lost), started, announce)
             return
         error = StorageUnavailable("event log could not be stored")
         for entry in entries:
@@ -365,7 +365,6 @@ class EventLog:
     def _plain_stored(
         self,
         entries: list[_Plain],
-        events: list[NewEvent],
         stored: PartStored,
         started: float,
         announce: Announce | None,
@@ -375,8 +374,7 @@ class EventLog:
             for entry in entries:
                 if entry.event.lease in lost:
                     _fail(entry.future, LeaseLost(entry.event.run_id or ""))
-            kept = [i for i, entry in enumerate(entries) if entry.event.lease not in lost]
-            entries, events = [entries[i] for i in kept], [events[i] for i in kept]
+            entries = [entry for entry in entries if entry.event.lease not in lost]
         self._committed(records, started)
         if announce is not None and records:
             self._announced()
