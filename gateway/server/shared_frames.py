@@ -32,11 +32,12 @@ class SharedFrames:
     """The wire form of the text written last, for the next connection writing it. One per
     server (the connections of a server share its event loop); it holds the last text only."""
 
-    __slots__ = ("_compression", "_deflated", "_deflated_bits", "_text", "_wire")
+    __slots__ = ("_compression", "_deflated", "_deflated_bits", "_payload", "_text", "_wire")
 
     def __init__(self, compression: Compression) -> None:
         self._compression = compression
         self._text: str | None = None
+        self._payload = b""
         self._wire = b""
         self._deflated: bytes | None = None
         self._deflated_bits = 0
@@ -52,17 +53,17 @@ class SharedFrames:
         context takeover: compressed with its window, or plain below the size worth it."""
         if text is not self._text:
             self._take(text)
-        payload_size = len(self._wire)  # a frame's header is 2-10 bytes: close enough
-        if payload_size < self._compression.min_bytes:
+        if len(self._payload) < self._compression.min_bytes:
             return self._wire
         bits = deflate.local_max_window_bits
         if self._deflated is None or self._deflated_bits != bits:
-            self._deflated = deflated_frame(text.encode(), bits, self._compression)
+            self._deflated = deflated_frame(self._payload, bits, self._compression)
             self._deflated_bits = bits
         return self._deflated
 
     def _take(self, text: str) -> None:
-        self._wire = Frame(OP_TEXT, text.encode()).serialize(mask=False, extensions=[])
+        self._payload = text.encode()
+        self._wire = Frame(OP_TEXT, self._payload).serialize(mask=False, extensions=[])
         self._text = text
         self._deflated = None
 

@@ -123,10 +123,10 @@ class ConnectionSettings(SettingsGroup):
         ge=0,
         le=16 * 1024 * 1024,
         description=(
-            "Frames shorter than this many bytes go out uncompressed on a compressed connection"
-            " (as RFC 7692 allows): compressing a streamed delta of a few hundred bytes on its "
-            "own saves a few dozen bytes and costs a compressor's set-up. `0` compresses every "
-            "frame."
+            "Frames whose text is shorter than this many bytes (UTF-8) go out uncompressed on a"
+            " compressed connection (as RFC 7692 allows): compressing a streamed delta of a few"
+            " hundred bytes on its own saves a few dozen bytes and costs a compressor's set-up."
+            " `0` compresses every frame."
         ),
     )
     ai_sdk_replay_window_s: float = Field(
