@@ -35,6 +35,29 @@ def gateway_cli(
     )
 
 
+def unprivileged_user() -> str:
+    """`nobody`, when it can run the gateway from this checkout; else the test is skipped (a
+    checkout inside a folder only its owner may enter, as `mktemp -d` makes them)."""
+    try:
+        user = pwd.getpwnam("nobody").pw_name
+    except KeyError:
+        pytest.skip("no unprivileged user to read the database as")
+    try:
+        ran = subprocess.run(
+            [sys.executable, "-c", "import gateway"],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            timeout=60,
+            user=user,
+        )
+    except PermissionError:
+        ran = None
+    if ran is None or ran.returncode != 0:
+        pytest.skip(f"{user} cannot run the gateway from {ROOT} (a folder only its owner enters)")
+    return user
+
+
 def fingerprint(folder: Path) -> dict[str, str]:
     """Every file of `folder` and its content's digest."""
     return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in folder.iterdir()}
@@ -91,10 +114,7 @@ def test_a_database_that_can_only_be_read_is_read(tmp_path: Path) -> None:
     user = None
     base = tmp_path
     if os.geteuid() == 0:
-        try:
-            user = pwd.getpwnam("nobody").pw_name
-        except KeyError:
-            pytest.skip("no unprivileged user to read the database as")
+        user = unprivileged_user()
         base = Path(tempfile.mkdtemp(prefix="gateway-readonly-"))
         base.chmod(0o755)
     folder = base / "readonly"
