@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -135,3 +135,13 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
 
     async with postgres_database() as url:
         yield url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fork_server_closed() -> Iterator[None]:
+    """This worker's fork server (tests/support/fork_server.py) ends with its session, taking
+    any gateway a test left running with it."""
+    yield
+    from tests.support.fork_server import fork_server
+
+    fork_server().close()

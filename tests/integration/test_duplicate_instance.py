@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import pytest
 
 from tests.support.client import Client
 from tests.support.fake_openai import running_fake_openai
+from tests.support.fork_server import gateway_command
 from tests.support.gateway import ROOT, TEST_SECRET, GatewayProcess, spawn_gateway
 
 pytestmark = pytest.mark.both_backends
@@ -55,16 +54,9 @@ def base_env(database_url: str, model_port: int) -> dict[str, str]:
 
 def second_copy(env: dict[str, str], port: int, log_path: Path) -> tuple[int, str]:
     """Run `python -m gateway serve --port <port>` to its end: (exit status, its output)."""
-    with log_path.open("w") as log_file:
-        done = subprocess.run(
-            [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            timeout=60,
-        )
-    return done.returncode, log_path.read_text()
+    process = gateway_command(["serve", "--port", str(port)], env=env, cwd=ROOT, stdout=log_path)
+    status = process.wait(60)
+    return status, log_path.read_text()
 
 
 async def first_copy_untouched(first: GatewayProcess, client: Client, ack: dict, fake) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from websockets.typing import Origin
 
 from gateway.auth.access import TokenVerifier
 from tests.support.client import Client
+from tests.support.fork_server import Finished, run_gateway_command
 from tests.support.gateway import ROOT, TEST_SECRET, Gateway
 
 CLOSE_UNAUTHORIZED = 4001
@@ -154,23 +153,11 @@ async def test_allowed_origins_are_accepted_others_still_refused(gateway_factory
 # -- settings validation through the CLI -----------------------------------------------------
 
 
-def run_cli(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def run_cli(tmp_path: Path, **env: str) -> Finished:
+    """`python -m gateway serve` run to its end, with no GATEWAY_* variable but `env`'s."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
-    clean.update(
-        {
-            "PYTHONPATH": str(ROOT),
-            "GATEWAY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}",
-            **env,
-        }
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", "serve"],
-        cwd=ROOT,
-        env=clean,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    clean["GATEWAY_DATABASE_URL"] = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"
+    return run_gateway_command(["serve"], env={**clean, **env}, cwd=ROOT, timeout=60)
 
 
 def test_cli_rejects_a_bad_port(tmp_path: Path) -> None:

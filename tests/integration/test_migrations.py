@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from persistence.schema import ALEMBIC_INI, head_revision
+from tests.support.fork_server import run_gateway_command
 from tests.support.gateway import ROOT, spawn_gateway
 
 pytestmark = pytest.mark.both_backends
@@ -31,7 +32,11 @@ def command(database_url: str, *argv: str, status: int = 0) -> str:
 
 
 def gateway_cli(database_url: str, *argv: str, status: int = 0) -> str:
-    return command(database_url, sys.executable, "-m", "gateway", "migrate", *argv, status=status)
+    """`python -m gateway migrate ARGV` (tests/support/fork_server.py); its output."""
+    env = {**os.environ, "GATEWAY_DATABASE_URL": database_url}
+    done = run_gateway_command(["migrate", *argv], env=env, cwd=ROOT)
+    assert done.returncode == status, done.stdout + done.stderr
+    return done.stdout + done.stderr
 
 
 def alembic(database_url: str, *argv: str) -> str:
@@ -108,14 +113,12 @@ def test_workers_without_migrations_migrate_nothing_and_refuse_in_one_line(
         "PYTHONPATH": str(ROOT),
         "GATEWAY_SECRET": "s" * 64,
     }
-    args = [sys.executable, "-m", "gateway", "serve", "--workers", "2", "--port", "0"]
+    args = ["serve", "--workers", "2", "--port", "0"]
     if how == "flag":
         args.append("--no-migrate")
     else:
         env["GATEWAY_MIGRATE"] = "false"
-    done = subprocess.run(
-        args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
-    )
+    done = run_gateway_command(args, env=env, cwd=ROOT, timeout=60)
     output = done.stdout + done.stderr
     assert done.returncode != 0, output
     assert f"schema is at revision (none: empty database) and this gateway needs {HEAD}" in output

@@ -27,6 +27,7 @@ from persistence.clock import utcnow
 from tests.integration.test_sensitive_arguments import CARD, SSN, vault_graph
 from tests.support.agents import EffectLog
 from tests.support.client import Client, ProtocolFailure, clients
+from tests.support.fork_server import run_gateway_command
 from tests.support.gateway import ROOT, TEST_SECRET, Gateway, GatewayProcess, spawn_gateway
 from tests.support.redis import bus_prefix, require_redis
 
@@ -35,9 +36,9 @@ pytestmark = pytest.mark.both_backends
 REFUND = "refund order 42 for 30 dollars"
 STORY = "tell me a story"
 INSTANCE = "gw-operator-test"
-# Between the two pauses of the listing test: well over twice a command's start-up (a few
-# seconds on a busy machine).
-GAP_S = 20.0
+# Between the two pauses of the listing test: well over twice a command's start-up (under a
+# second forked, tests/support/fork_server.py; the test retries a pair that took longer).
+GAP_S = 8.0
 
 
 @dataclass
@@ -51,26 +52,17 @@ class Done:
 
 
 async def cli(database_url: str, *args: str, env: dict[str, str] | None = None) -> Done:
-    """`python -m gateway ARGS` in a subprocess on `database_url` (through the environment, as
-    an operator's shell would have it), without blocking the gateway serving in this loop."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway",
-        *args,
+    """`python -m gateway ARGS` in a subprocess (tests/support/fork_server.py) on
+    `database_url` (through the environment, as an operator's shell would have it), without
+    blocking the gateway serving in this loop."""
+    done = await asyncio.to_thread(
+        run_gateway_command,
+        args,
+        env={**os.environ, "GATEWAY_DATABASE_URL": database_url, **(env or {})},
         cwd=ROOT,
-        env={
-            **os.environ,
-            "GATEWAY_DATABASE_URL": database_url,
-            "PYTHONPATH": str(ROOT),
-            **(env or {}),
-        },
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        timeout=60,
     )
-    out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode is not None
-    return Done(process.returncode, out.decode(), err.decode())
+    return Done(done.returncode, done.stdout, done.stderr)
 
 
 async def paused_refund(client: Client) -> dict[str, Any]:

@@ -10,15 +10,12 @@ import asyncio
 import contextlib
 import os
 import re
-import resource
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +27,7 @@ from gateway.app import create_app
 from gateway.auth.access import TokenVerifier
 from gateway.server.config import gateway_config
 from gateway.settings import Settings, load_settings
+from tests.support.fork_server import Process, gateway_command
 
 TEST_SECRET = "test-secret-" + "x" * 52
 # Abuse limits are off unless a test turns one on (tests/integration/test_limits.py): other
@@ -124,7 +122,7 @@ async def running_gateway(
 
 @dataclass
 class GatewayProcess:
-    process: subprocess.Popen[str]
+    process: Process
     port: int
     log_path: Path
 
@@ -150,10 +148,6 @@ class GatewayProcess:
         return f"ws://127.0.0.1:{self.port}/v1/ws"
 
 
-def _limit_files(count: int) -> None:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
-
-
 def spawn_gateway(
     workdir: Path,
     *,
@@ -162,7 +156,8 @@ def spawn_gateway(
     max_open_files: int | None = None,
     start_within_s: float = START_WITHIN_S,
 ) -> GatewayProcess:
-    """`python -m gateway serve --port 0` in a subprocess; returns once it listens.
+    """`python -m gateway serve --port 0` in a subprocess (tests/support/fork_server.py);
+    returns once it listens.
     `max_open_files`: the process's descriptor limit (soft and hard)."""
     log_path = workdir / f"gateway-{time.monotonic_ns()}.log"
     full_env = {
@@ -177,15 +172,13 @@ def spawn_gateway(
         **{f"GATEWAY_{name.upper()}": str(value) for name, value in NO_ABUSE_LIMITS.items()},
         **(env or {}),
     }
-    log_file = log_path.open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--port", "0", *(args or [])],
-        cwd=ROOT,
+    log_path.touch()
+    process = gateway_command(
+        ["serve", "--port", "0", *(args or [])],
         env=full_env,
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        text=True,
-        preexec_fn=None if max_open_files is None else partial(_limit_files, max_open_files),
+        cwd=ROOT,
+        stdout=log_path,
+        max_open_files=max_open_files,
     )
     deadline = time.monotonic() + start_within_s
     pattern = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")

@@ -3,13 +3,11 @@ alone is refused with what is missing instead of leaving the gateway offline wit
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from gateway.agents.model_providers import OFFLINE, default_model_name
 from gateway.settings import SettingsError, load_settings
+from tests.support.fork_server import run_gateway_command
 from tests.support.gateway import ROOT
 
 BASE_URL = "http://127.0.0.1:9/v1"
@@ -39,14 +37,7 @@ def test_a_base_url_with_a_model_or_a_key_is_used() -> None:
 
 def test_serve_with_a_base_url_alone_exits_with_one_line(tmp_path) -> None:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OPENAI_BASE_URL": BASE_URL}
-    done = subprocess.run(
-        [sys.executable, "-m", "gateway", "serve", "--port", "0"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_gateway_command(["serve", "--port", "0"], env=env, cwd=tmp_path, timeout=60)
     assert done.returncode == 2
     assert "OPENAI_BASE_URL is set" in done.stderr and "GATEWAY_MODEL" in done.stderr
     assert "Traceback" not in done.stderr and "gateway ready" not in done.stderr + done.stdout
