@@ -28,15 +28,42 @@ POOL_SIZE = 10
 POOL_OVERFLOW = 10
 
 
-def _refuse_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
-    """A pooled connection that the server has closed (a restart, an idle timeout) is replaced
-    at checkout. asyncpg knows it for free: the loop has read the server's end of the socket.
-    SQLAlchemy's `pool_pre_ping` would ask the server instead, three round trips (its ping is
-    a transaction of its own) before every transaction, doubling those of a short one; a
-    connection that dies without the socket saying so fails its transaction with
-    `StorageUnavailable`, which every caller treats as retryable, and is replaced then."""
-    if dbapi_connection.driver_connection.is_closed():
+def _refuse_unusable(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """A pooled connection that cannot serve a fresh transaction is replaced at checkout
+    (SQLAlchemy closes it and opens another), from what asyncpg knows without a round trip:
+
+    - The server closed it (a restart, an idle timeout): the loop has read the socket's end.
+      SQLAlchemy's `pool_pre_ping` would ask the server instead, three round trips (its ping
+      is a transaction of its own) before every transaction, doubling those of a short one; a
+      connection that dies without the socket saying so fails its transaction with
+      `StorageUnavailable`, which every caller treats as retryable, and is replaced then.
+    - It is still inside a transaction (`_close_hidden_transaction` closes such a connection
+      as it returns; this is the check that nothing else left one)."""
+    driver = dbapi_connection.driver_connection
+    if driver.is_closed():
         raise DisconnectionError("the server closed this connection")
+    if _hidden_transaction(dbapi_connection):
+        raise DisconnectionError("this connection was left inside a transaction")
+
+
+def _hidden_transaction(dbapi_connection: Any) -> bool:
+    """Whether asyncpg is inside a transaction SQLAlchemy's adapter does not know of."""
+    driver = dbapi_connection.driver_connection
+    return dbapi_connection._transaction is None and (
+        driver._top_xact is not None or driver.is_in_transaction()
+    )
+
+
+def _close_hidden_transaction(dbapi_connection: Any, _record: Any, _state: Any) -> None:
+    """As a connection returns to the pool: a task cancelled while asyncpg sent a
+    transaction's `BEGIN` leaves asyncpg holding that transaction while SQLAlchemy never
+    learnt of it, so the rollback on return does nothing. Kept, every later transaction on the
+    connection would be a savepoint inside that one, and the row locks it took (a fencing
+    read's `FOR SHARE` on a run) would stay held, stalling other processes' writes to those
+    rows while it idles in the pool. Closed instead, the server rolls it back at once and
+    releases them; the pool replaces it at its next checkout (`_refuse_unusable`)."""
+    if not dbapi_connection.driver_connection.is_closed() and _hidden_transaction(dbapi_connection):
+        dbapi_connection.driver_connection.terminate()
 
 
 class PostgresStore(Store):
@@ -56,7 +83,8 @@ class PostgresStore(Store):
         url = url.set(drivername="postgresql+asyncpg")
         super().__init__(url)
         self._engine = create_async_engine(url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
-        event.listen(self._engine.sync_engine, "checkout", _refuse_closed)
+        event.listen(self._engine.sync_engine, "checkout", _refuse_unusable)
+        event.listen(self._engine.sync_engine, "reset", _close_hidden_transaction)
 
     @property
     def engine(self) -> AsyncEngine:

@@ -16,11 +16,12 @@ from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
 from persistence.events import NewEvent
+from persistence.leases import LeaseRepository
 from persistence.store import Store
 from persistence.tables import events
 from persistence.threads import ThreadRepository
 from tests.support.postgres import SERVER_URL, postgres_database
-from tests.support.storage import migrated_store
+from tests.support.storage import insert_running_run, migrated_store
 
 pytestmark = pytest.mark.postgres
 
@@ -85,3 +86,38 @@ async def test_a_connection_the_server_closed_is_replaced_at_checkout(store: Sto
     await store.ping()  # no StorageUnavailable: a new connection was checked out
     (thread_id,) = [(await ThreadRepository(store).create(tenant="acme", owner="a")).thread_id]
     assert thread_id
+
+
+async def test_a_connection_left_inside_a_transaction_is_replaced_and_its_locks_released(
+    store: Store,
+) -> None:
+    """What a task cancelled while asyncpg sends a transaction's BEGIN leaves behind: asyncpg
+    holds the transaction (and here the run row it locked), SQLAlchemy never learnt of it.
+    The connection must not serve again: its locks would stall other writers for good."""
+    (thread_id,) = [(await ThreadRepository(store).create(tenant="acme", owner="a")).thread_id]
+    run_id = "r_left_in_a_transaction"
+    await insert_running_run(store, run_id, thread_id)
+    async with store.engine.connect() as left, store.engine.connect() as other:
+        await other.exec_driver_sql("SELECT 1")
+        await other.close()  # back in the pool first: the next checkout takes it
+        adapter = (await left.get_raw_connection()).dbapi_connection
+        driver = adapter.driver_connection
+        transaction = driver.transaction()
+        await transaction.start()  # BEGIN, as a cancelled start leaves it, unknown to SQLAlchemy
+        await driver.execute("SELECT 1 FROM runs WHERE run_id = $1 FOR SHARE", run_id)
+        assert adapter._transaction is None and driver.is_in_transaction()
+    # Returned to the pool (SQLAlchemy's rollback does nothing there), where it would idle
+    # holding the lock while the other connection's write waits for it.
+    leases = LeaseRepository(store)
+    lease = await asyncio.wait_for(leases.acquire(run_id, "gw-a", ttl_s=15), 10)
+    assert lease is not None and lease.owner == "gw-a"
+    server = await admin()
+    try:
+        left = await server.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 "
+            "AND state LIKE 'idle in transaction%'",
+            store.url.database,
+        )
+    finally:
+        await server.close()
+    assert left == 0

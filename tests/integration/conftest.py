@@ -61,8 +61,12 @@ def connect(gateway: Gateway) -> Callable[..., Any]:
 
 @pytest.fixture
 def processes() -> Iterator[list[GatewayProcess]]:
-    """Gateway subprocesses a test spawned (append them): killed when the test ends."""
+    """Gateway subprocesses a test spawned (append them): killed when the test ends. Their
+    logs' ends are printed then: pytest shows them with a failure, and only then."""
     started: list[GatewayProcess] = []
     yield started
     for process in started:
         process.kill()
+        lines = process.log().splitlines()
+        print(f"--- {process.log_path.name} (last {min(len(lines), 200)} lines) ---")
+        print("\n".join(lines[-200:]))

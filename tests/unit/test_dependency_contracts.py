@@ -234,3 +234,21 @@ async def test_the_sdk_session_keeps_its_tables_where_sessions_py_reads_them() -
         )
     finally:
         await engine.dispose()
+
+
+# What persistence/postgres/store.py reads to tell a connection asyncpg holds a transaction
+# in that SQLAlchemy's adapter does not know of (`_hidden_transaction`), and closes it with.
+ASYNCPG_CONNECTION_NAMES = ("is_closed", "is_in_transaction", "terminate")
+
+
+def test_asyncpg_connection_has_what_the_store_checks_pooled_connections_with() -> None:
+    import asyncpg.connection
+
+    connection = asyncpg.connection.Connection
+    source = inspect.getsource(connection)
+    missing = [n for n in ASYNCPG_CONNECTION_NAMES if not callable(getattr(connection, n, None))]
+    if "self._top_xact = " not in source:
+        missing.append("self._top_xact")
+    assert not missing, moved(
+        "asyncpg", f"Connection: {', '.join(missing)}", "persistence/postgres/store.py"
+    )
