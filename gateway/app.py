@@ -304,7 +304,12 @@ def create_app(
             # Closed after the event log, which announces events to it.
             stack.push_async_callback(webhooks.close)
         event_log = EventLog(
-            store, bus, metrics=metrics, telemetry=telemetry, announcements=webhooks
+            store,
+            bus,
+            metrics=metrics,
+            telemetry=telemetry,
+            announcements=webhooks,
+            merge_s=settings.delta_merge_ms / 1000,
         )
         stack.push_async_callback(event_log.close)
         await event_log.start()

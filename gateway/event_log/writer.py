@@ -89,6 +89,7 @@ class _Plain:
     message_id: str | None = None  # set for a text delta
     parts: list[str] | None = None  # its texts, in order
     size: int = 0
+    queued_at: float = 0.0  # a text delta's, when the writer holds deltas (`merge_s`)
 
     def extend(self, run_id: str | None, lease: Lease | None, message_id: str, text: str) -> bool:
         """Take one more delta of the same message, run and lease, up to the size cap."""
@@ -155,8 +156,16 @@ class EventLog:
         metrics: GatewayMetrics | None = None,
         telemetry: Telemetry | None = None,
         announcements: Announcements | None = None,
+        merge_s: float = 0.0,
     ) -> None:
+        """`merge_s`: how long the writer holds a text delta for more text of its message
+        (GATEWAY_DELTA_MERGE_MS); 0 stores each as soon as the writer is free."""
         self._store = store
+        self._merge_s = merge_s
+        # While the writer holds a delta: resolved early by anything that must not wait (an
+        # atomic commit, a flush, closing).
+        self._hold: asyncio.Future[None] | None = None
+        self._urgent_queued = 0  # atomic commits (and the closing None) queued, not yet taken
         self._announcements = announcements
         self._metrics = metrics
         self._telemetry = telemetry or Telemetry(None)
@@ -176,7 +185,9 @@ class EventLog:
     async def close(self) -> None:
         if self._task is None:
             return
+        self._urgent_queued += 1
         await self._queue.put(None)
+        self._end_hold()
         await self._task
         self._task = None
 
@@ -222,6 +233,8 @@ class EventLog:
         entry = _Plain(event, future)
         if delta is not None:
             entry.message_id, entry.parts, entry.size = delta[0], [delta[1]], len(delta[1])
+            if self._merge_s:
+                entry.queued_at = time.monotonic()
         try:
             # No coroutine per streamed event while the queue has room, as it usually has.
             self._queue.put_nowait(entry)
@@ -250,7 +263,13 @@ class EventLog:
         )
         # Nothing produced after this commit may be stored before it.
         self._open_deltas.clear()
-        await self._queue.put(_Atomic(list(events), action, future, agent))
+        self._urgent_queued += 1
+        try:
+            await self._queue.put(_Atomic(list(events), action, future, agent))
+        except BaseException:
+            self._urgent_queued -= 1  # cancelled while waiting for room: never queued
+            raise
+        self._end_hold()
         return await future
 
     async def flush(self) -> None:
@@ -260,12 +279,18 @@ class EventLog:
     async def _writer(self) -> None:
         while True:
             item = await self._queue.get()
+            if not isinstance(item, _Plain):
+                self._urgent_queued -= 1
             if item is None:
                 return
+            if self._merge_s and isinstance(item, _Plain) and item.parts is not None:
+                await self._held_until(item.queued_at + self._merge_s)
             items: list[_Plain | _Atomic] = [item]
             stop = False
             while len(items) < MAX_BATCH and not self._queue.empty():
                 nxt = self._queue.get_nowait()
+                if not isinstance(nxt, _Plain):
+                    self._urgent_queued -= 1
                 if nxt is None:
                     stop = True
                     break
@@ -290,6 +315,25 @@ class EventLog:
                 await self._commit_groups(groups)
             if stop:
                 return
+
+    async def _held_until(self, moment: float) -> None:
+        """Wait until `moment` (monotonic) while the deltas queued so far take more text of
+        their messages, unless something that must not wait is queued first."""
+        delay = moment - time.monotonic()
+        if delay <= 0 or self._urgent_queued:
+            return
+        loop = asyncio.get_running_loop()
+        self._hold = loop.create_future()
+        timer = loop.call_later(delay, self._end_hold)
+        try:
+            await self._hold
+        finally:
+            timer.cancel()
+            self._hold = None
+
+    def _end_hold(self) -> None:
+        if self._hold is not None and not self._hold.done():
+            self._hold.set_result(None)
 
     async def _commit_alone(self, group: list[_Plain] | _Atomic) -> None:
         if isinstance(group, list):

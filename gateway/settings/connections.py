@@ -41,6 +41,20 @@ class ConnectionSettings(SettingsGroup):
             f"{int(CloseCode.TOO_LARGE)}. Also passed to uvicorn as its WebSocket size limit."
         ),
     )
+    delta_merge_ms: int = Field(
+        0,
+        ge=0,
+        le=1000,
+        description=(
+            "Milliseconds (0 to 1000) a streamed text delta waits for more text of its message "
+            "before it is stored and sent: the model's deltas within the window go out as one "
+            "`message.delta` (docs/protocol.md §6), so each event, frame and stored row carries "
+            "more text, for that much added latency. Anything else to store (an approval, a "
+            "status) ends the wait at once. 0 stores each delta as soon as the event log's writer "
+            "is free; deltas that queue while it is busy join either way. docs/benchmarks.md "
+            "gives the CPU saved and the latency added."
+        ),
+    )
     send_queue_size: int = Field(
         1024,
         ge=16,

@@ -577,3 +577,24 @@ async def test_connection_given_up_is_torn_down(gateway_factory) -> None:
                 with contextlib.suppress(Exception):
                     await slow.close()
     assert time.monotonic() - started < 10
+
+
+async def test_a_merge_window_sends_a_paced_story_in_fewer_larger_deltas(gateway_factory) -> None:
+    """GATEWAY_DELTA_MERGE_MS: the demo model streams a delta every 10 ms; held 200 ms for
+    more of their message's text, they reach the client joined, the text exact."""
+    async with gateway_factory(demo_delay_ms=10, delta_merge_ms=200) as gw:
+        alice = await Client.connect(gw.ws_url, gw.token("alice"))
+        ack = await alice.request("run.start", input="tell me a story")
+        await alice.wait_for(
+            lambda f: f.get("event") == "run.completed" and f["run_id"] == ack["run_id"], 60
+        )
+        events = alice.events_of(ack["thread_id"])
+        deltas = [e["data"]["delta"] for e in events if e["event"] == "message.delta"]
+        (completed,) = [e for e in events if e["event"] == "message.completed"]
+        assert "".join(deltas) == completed["data"]["text"]
+        words = len(completed["data"]["text"].split())
+        # Each joined delta carries about 20 of the model's (200 ms of 10 ms deltas); a
+        # loaded machine may split some, never into one per model delta.
+        assert len(deltas) * 4 < words, (len(deltas), words)
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        await alice.close()

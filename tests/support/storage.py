@@ -35,8 +35,10 @@ async def migrated_store(url: str) -> AsyncIterator[Store]:
 
 
 @asynccontextmanager
-async def running_event_log(store: Store, bus: EventBus | None = None) -> AsyncIterator[EventLog]:
-    log = EventLog(store, bus or EventBus())
+async def running_event_log(
+    store: Store, bus: EventBus | None = None, *, merge_s: float = 0.0
+) -> AsyncIterator[EventLog]:
+    log = EventLog(store, bus or EventBus(), merge_s=merge_s)
     await log.start()
     try:
         yield log

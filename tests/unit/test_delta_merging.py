@@ -256,3 +256,65 @@ async def test_a_delta_that_carries_more_than_its_text_stays_whole(
         {"message_id": "m_1"},
         {"message_id": "m_1", "delta": "d"},
     ]
+
+
+# -- the merge window (GATEWAY_DELTA_MERGE_MS) ---------------------------------------------------
+
+WINDOW_S = 2.0  # long beside a commit, even on a loaded machine
+
+
+@pytest.fixture
+async def windowed(tmp_path: Path) -> AsyncIterator[tuple[EventLog, str, list[LoggedEvent]]]:
+    """A writer holding deltas for WINDOW_S, and what its bus published (in order)."""
+    async with migrated_store(f"sqlite:///{tmp_path / 'log.db'}") as store:
+        thread = await ThreadRepository(store).create(tenant="acme", owner="alice")
+        bus = EventBus()
+        published: list[LoggedEvent] = []
+        bus.subscribe(thread.thread_id, lambda events, _committed: published.extend(events))
+        async with running_event_log(store, bus, merge_s=WINDOW_S) as log:
+            yield log, thread.thread_id, published
+
+
+async def test_deltas_paced_within_the_window_go_out_as_one_event(
+    windowed: tuple[EventLog, str, list[LoggedEvent]],
+) -> None:
+    log, thread_id, published = windowed
+    began = time.monotonic()
+    futures = []
+    for word in ["one ", "two ", "three"]:
+        futures.append(
+            await log.append(thread_id, "r_1", DELTA, {"message_id": "m", "delta": word})
+        )
+        await asyncio.sleep(0.02)  # a model's pace: the writer is idle in between
+    stored = await asyncio.wait_for(asyncio.gather(*futures), 10)
+    waited = time.monotonic() - began
+    assert {event.seq for event in stored} == {1}
+    assert [orjson.loads(e.frame)["data"]["delta"] for e in published] == ["one two three"]
+    # Held for the window from the first delta, then stored: not before, not much after.
+    assert WINDOW_S <= waited < WINDOW_S + 5
+
+
+async def test_an_atomic_commit_ends_the_wait_and_keeps_the_order(
+    windowed: tuple[EventLog, str, list[LoggedEvent]],
+) -> None:
+    log, thread_id, published = windowed
+    delta = await log.append(thread_id, "r_1", DELTA, {"message_id": "m", "delta": "text"})
+    await asyncio.sleep(0)  # the writer takes the delta and starts holding it
+    began = time.monotonic()
+    _, (paused,) = await log.commit([log.new_event(thread_id, "r_1", "run.paused", {})])
+    ended = time.monotonic() - began
+    assert (await delta).seq == 1 and paused.seq == 2
+    assert [orjson.loads(e.frame)["event"] for e in published] == [DELTA, "run.paused"]
+    # The pause did not wait out the window (a loaded machine may still take a while).
+    assert ended < WINDOW_S
+
+
+async def test_closing_ends_the_wait_and_stores_what_was_held(tmp_path: Path) -> None:
+    async with migrated_store(f"sqlite:///{tmp_path / 'log.db'}") as store:
+        thread = await ThreadRepository(store).create(tenant="acme", owner="alice")
+        log = EventLog(store, EventBus(), merge_s=30.0)
+        await log.start()
+        held = await log.append(thread.thread_id, "r_1", DELTA, {"message_id": "m", "delta": "x"})
+        await asyncio.sleep(0)
+        await asyncio.wait_for(log.close(), 10)
+        assert (await held).seq == 1
