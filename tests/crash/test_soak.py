@@ -22,7 +22,7 @@ The randomness is seeded (timing is not; GATEWAY_TEST_SEED=random draws another 
 first, and GATEWAY_TEST_SEED=<n> replays it), the number of kills, runs and steps is bounded and
 every wait has a timeout, so the test always stops by itself.
 
-Part of the default run (about 2.5 and 2 min). On its own, with a summary line of what happened:
+Part of the default run (about 2 and 1 min). On its own, with a summary line of what happened:
 `python3 dev.py test tests/crash/test_soak.py -s`.
 """
 
