@@ -165,7 +165,9 @@ class EventLog:
         # While the writer holds a delta: resolved early by anything that must not wait (an
         # atomic commit, a flush, closing).
         self._hold: asyncio.Future[None] | None = None
-        self._urgent_queued = 0  # atomic commits (and the closing None) queued, not yet taken
+        # Set when an atomic commit (or the closing None) is queued; cleared once the writer has
+        # emptied the queue. Set, the writer holds nothing: something queued must not wait.
+        self._urgent_queued = False
         self._announcements = announcements
         self._metrics = metrics
         self._telemetry = telemetry or Telemetry(None)
@@ -185,7 +187,7 @@ class EventLog:
     async def close(self) -> None:
         if self._task is None:
             return
-        self._urgent_queued += 1
+        self._urgent_queued = True
         await self._queue.put(None)
         self._end_hold()
         await self._task
@@ -263,12 +265,8 @@ class EventLog:
         )
         # Nothing produced after this commit may be stored before it.
         self._open_deltas.clear()
-        self._urgent_queued += 1
-        try:
-            await self._queue.put(_Atomic(list(events), action, future, agent))
-        except BaseException:
-            self._urgent_queued -= 1  # cancelled while waiting for room: never queued
-            raise
+        self._urgent_queued = True
+        await self._queue.put(_Atomic(list(events), action, future, agent))
         self._end_hold()
         return await future
 
@@ -279,8 +277,6 @@ class EventLog:
     async def _writer(self) -> None:
         while True:
             item = await self._queue.get()
-            if not isinstance(item, _Plain):
-                self._urgent_queued -= 1
             if item is None:
                 return
             if self._merge_s and isinstance(item, _Plain) and item.parts is not None:
@@ -289,12 +285,12 @@ class EventLog:
             stop = False
             while len(items) < MAX_BATCH and not self._queue.empty():
                 nxt = self._queue.get_nowait()
-                if not isinstance(nxt, _Plain):
-                    self._urgent_queued -= 1
                 if nxt is None:
                     stop = True
                     break
                 items.append(nxt)
+            if self._queue.empty():
+                self._urgent_queued = False  # all taken, atomic commits included
             # Consecutive plain entries make one group; each atomic commit is one of its own.
             groups: list[list[_Plain] | _Atomic] = []
             for entry in items:
