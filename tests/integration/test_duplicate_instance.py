@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.client import Client
 from tests.support.fake_openai import running_fake_openai
-from tests.support.fork_server import gateway_command
+from tests.support.fork_server import GatewayCommand, gateway_command
 from tests.support.gateway import ROOT, TEST_SECRET, GatewayProcess, spawn_gateway
 
 pytestmark = pytest.mark.both_backends
@@ -54,7 +54,7 @@ def base_env(database_url: str, model_port: int) -> dict[str, str]:
 
 def second_copy(env: dict[str, str], port: int, log_path: Path) -> tuple[int, str]:
     """Run `python -m gateway serve --port <port>` to its end: (exit status, its output)."""
-    process = gateway_command(["serve", "--port", str(port)], env=env, cwd=ROOT, stdout=log_path)
+    process = gateway_command(GatewayCommand(["serve", "--port", str(port)], env, ROOT, log_path))
     status = process.wait(60)
     return status, log_path.read_text()
 

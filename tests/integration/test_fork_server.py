@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fork_server import ForkServer, run_gateway_command
+from tests.support.fork_server import ForkServer, GatewayCommand, run_gateway_command
 from tests.support.gateway import ROOT, spawn_gateway
 
 
@@ -47,7 +47,7 @@ def test_closing_the_server_ends_what_still_runs(tmp_path: Path) -> None:
         "GATEWAY_DATABASE_URL": f"sqlite:///{tmp_path / 'gateway.db'}",
         "GATEWAY_SECRET": "s" * 64,
     }
-    process = server.start(["serve", "--port", "0"], env=env, cwd=ROOT, stdout=tmp_path / "log")
+    process = server.start(GatewayCommand(["serve", "--port", "0"], env, ROOT, tmp_path / "log"))
     with pytest.raises(subprocess.TimeoutExpired):
         process.wait(0.5)
     server.close()

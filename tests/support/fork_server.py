@@ -109,6 +109,23 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
+@dataclass(frozen=True)
+class GatewayCommand:
+    """`python -m gateway ARGV` in `cwd` with exactly `env`, its output appended to `stdout`
+    (and `stderr`, or `stdout` when None); `max_open_files`: its descriptor limit."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    cwd: Path
+    stdout: Path
+    stderr: Path | None = None
+    max_open_files: int | None = None
+
+    @property
+    def args(self) -> list[str]:
+        return ["python", "-m", "gateway", *self.argv]
+
+
 class ForkServer:
     """This pytest worker's fork server, started on first use; closing it SIGKILLs the
     children still running."""
@@ -118,30 +135,20 @@ class ForkServer:
         self._server: subprocess.Popen[bytes] | None = None
         self._count = 0
 
-    def start(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str],
-        cwd: Path,
-        stdout: Path,
-        stderr: Path | None = None,
-        max_open_files: int | None = None,
-    ) -> ForkedProcess:
-        """`python -m gateway ARGV` as a forked child, its output appended to `stdout` (and
-        `stderr`, or `stdout` when None)."""
+    def start(self, command: GatewayCommand) -> ForkedProcess:
+        """The command as a forked child."""
         with self._lock:
             server = self._started()
             self._count += 1
-            status_path = stdout.with_name(f"{stdout.name}.{self._count}.status")
+            status_path = command.stdout.with_name(f"{command.stdout.name}.{self._count}.status")
             request = {
-                "argv": list(argv),
-                "env": dict(env),
-                "cwd": str(cwd),
-                "stdout": str(stdout),
-                "stderr": str(stderr or stdout),
+                "argv": list(command.argv),
+                "env": dict(command.env),
+                "cwd": str(command.cwd),
+                "stdout": str(command.stdout),
+                "stderr": str(command.stderr or command.stdout),
                 "status": str(status_path),
-                "max_open_files": max_open_files,
+                "max_open_files": command.max_open_files,
             }
             assert server.stdin is not None and server.stdout is not None
             server.stdin.write(json.dumps(request).encode() + b"\n")
@@ -149,7 +156,7 @@ class ForkServer:
             reply = server.stdout.readline()
             if not reply:
                 raise RuntimeError("the fork server exited")
-            return ForkedProcess(int(reply), ["python", "-m", "gateway", *argv], status_path)
+            return ForkedProcess(int(reply), command.args, status_path)
 
     def _started(self) -> subprocess.Popen[bytes]:
         if self._server is None or self._server.poll() is not None:
@@ -180,29 +187,19 @@ def fork_server() -> ForkServer:
     return ForkServer()
 
 
-def gateway_command(
-    argv: Sequence[str],
-    *,
-    env: Mapping[str, str],
-    cwd: Path,
-    stdout: Path,
-    stderr: Path | None = None,
-    max_open_files: int | None = None,
-) -> Process:
-    """`python -m gateway ARGV` started, forked (or, under GATEWAY_TEST_FORK=0, a fresh
-    interpreter), its output appended to `stdout` (and `stderr`, or `stdout` when None)."""
+def gateway_command(command: GatewayCommand) -> Process:
+    """The command started, forked (or, under GATEWAY_TEST_FORK=0, a fresh interpreter)."""
     if ENABLED:
-        return fork_server().start(
-            argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, max_open_files=max_open_files
-        )
-    with stdout.open("a") as out, (stderr or stdout).open("a") as err:
+        return fork_server().start(command)
+    limit = command.max_open_files
+    with command.stdout.open("a") as out, (command.stderr or command.stdout).open("a") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "gateway", *argv],
-            cwd=cwd,
-            env=dict(env),
+            [sys.executable, "-m", "gateway", *command.argv],
+            cwd=command.cwd,
+            env=dict(command.env),
             stdout=out,
             stderr=err,
-            preexec_fn=None if max_open_files is None else partial(_limit_files, max_open_files),
+            preexec_fn=None if limit is None else partial(_limit_files, limit),
         )
 
 
@@ -220,7 +217,7 @@ def run_gateway_command(
     output: `subprocess.run(..., capture_output=True, text=True)` for the gateway's commands."""
     with tempfile.TemporaryDirectory() as folder:
         stdout, stderr = Path(folder) / "stdout", Path(folder) / "stderr"
-        process = gateway_command(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr)
+        process = gateway_command(GatewayCommand(argv, env, cwd, stdout, stderr))
         try:
             status = process.wait(timeout)
         except subprocess.TimeoutExpired:

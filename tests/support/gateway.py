@@ -27,7 +27,7 @@ from gateway.app import create_app
 from gateway.auth.access import TokenVerifier
 from gateway.server.config import gateway_config
 from gateway.settings import Settings, load_settings
-from tests.support.fork_server import Process, gateway_command
+from tests.support.fork_server import GatewayCommand, Process, gateway_command
 
 TEST_SECRET = "test-secret-" + "x" * 52
 # Abuse limits are off unless a test turns one on (tests/integration/test_limits.py): other
@@ -174,11 +174,13 @@ def spawn_gateway(
     }
     log_path.touch()
     process = gateway_command(
-        ["serve", "--port", "0", *(args or [])],
-        env=full_env,
-        cwd=ROOT,
-        stdout=log_path,
-        max_open_files=max_open_files,
+        GatewayCommand(
+            ["serve", "--port", "0", *(args or [])],
+            full_env,
+            ROOT,
+            log_path,
+            max_open_files=max_open_files,
+        )
     )
     deadline = time.monotonic() + start_within_s
     pattern = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
