@@ -9,12 +9,14 @@ from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import JSON, Select, bindparam, func, select, update
+from sqlalchemy import JSON, Label, Select, Table, and_, bindparam, func, select, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
 from persistence.prepared import Prepared
-from persistence.tables import approvals
+from persistence.runs import RunRecord
+from persistence.tables import approvals, runs, threads
+from persistence.threads import ThreadRecord
 
 if TYPE_CHECKING:
     from persistence.store import Store
@@ -110,6 +112,27 @@ class ApprovalRepository:
     def get_in(conn: Connection, approval_id: str) -> ApprovalRecord | None:
         row = _BY_ID.record(conn, {"b_approval": approval_id})
         return ApprovalRecord.from_row(row) if row else None
+
+    @staticmethod
+    def with_run_and_thread_in(
+        conn: Connection, approval_id: str
+    ) -> tuple[ApprovalRecord | None, RunRecord | None, ThreadRecord | None]:
+        """The approval, its run and the run's thread (None where a row is missing, or the
+        thread deleted), in one statement: a decision reads them before and again under the
+        thread's lock, and on PostgreSQL each statement is a round trip."""
+        row = _WITH_RUN_AND_THREAD.record(conn, {"b_approval": approval_id})
+        if row is None:
+            return None, None, None
+        parts: dict[str, dict[str, Any]] = {"a": {}, "r": {}, "t": {}}
+        for key, value in row.items():
+            prefix, _, column = key.partition("_")
+            parts[prefix][column] = value
+        approval, run, thread = parts["a"], parts["r"], parts["t"]
+        return (
+            ApprovalRecord.from_row(approval),
+            RunRecord.from_row(run) if run["run_id"] is not None else None,
+            ThreadRecord.from_row(thread) if thread["thread_id"] is not None else None,
+        )
 
     async def for_checkpoint(self, run_id: str, checkpoint_version: int) -> list[ApprovalRecord]:
         return await self._store.read(
@@ -276,6 +299,22 @@ _SUPERSEDE_ONE = (
 _SUPERSEDE = Prepared(_SUPERSEDE_ONE)
 _SUPERSEDE_FOR = Prepared(_SUPERSEDE_ONE.values(reason=bindparam("b_reason")))
 _BY_ID = Prepared(select(approvals).where(approvals.c.approval_id == bindparam("b_approval")))
+
+
+def _prefixed(table: Table, prefix: str) -> list[Label[Any]]:
+    """The table's columns labelled `<prefix>_<column>`, to tell them apart in a join."""
+    return [column.label(f"{prefix}_{column.key}") for column in table.c]
+
+
+_WITH_RUN_AND_THREAD = Prepared(
+    select(*_prefixed(approvals, "a"), *_prefixed(runs, "r"), *_prefixed(threads, "t"))
+    .select_from(
+        approvals.outerjoin(runs, runs.c.run_id == approvals.c.run_id).outerjoin(
+            threads, and_(threads.c.thread_id == runs.c.thread_id, threads.c.deleted_at.is_(None))
+        )
+    )
+    .where(approvals.c.approval_id == bindparam("b_approval"))
+)
 _SETTLE = Prepared(
     update(approvals)
     .where(

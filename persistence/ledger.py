@@ -50,7 +50,9 @@ class OperationRepository:
                 "status": OperationStatus.STARTED.value,
                 "started_at": utcnow(),
             }
-            await self._store.write(lambda conn: _BEGIN.rowcount(conn, started))
+            await self._store.write(
+                lambda conn: _BEGIN.rowcount(conn, started), single_statement=True
+            )
             return None
         except IntegrityError:
             pass  # attempted before: the row says how far it got
@@ -74,7 +76,7 @@ class OperationRepository:
             "b_result": result,
             "b_now": utcnow(),
         }
-        await self._store.write(lambda conn: _FINISH.rowcount(conn, params))
+        await self._store.write(lambda conn: _FINISH.rowcount(conn, params), single_statement=True)
 
     async def count(
         self, tool_name: str | None = None, status: OperationStatus | None = None

@@ -239,18 +239,40 @@ class RunRepository:
     ) -> bool:
         """Compare-and-swap the status; True when this caller won. Raises
         `IllegalRunTransition` if a move from one of `expected` to `to` is not allowed."""
-        expected = tuple(expected)
-        check_moves(expected, to)
-        params: dict[str, Any] = {
-            "b_run": run_id,
-            **EXPECTED_STATUS.params([s.value for s in expected]),
-            "b_status": to.value,
-            "b_now": utcnow(),
-            "b_version": checkpoint_version,
-            "b_error": error,
-        }
-        statement = _TRANSITIONS[(checkpoint_version is not None, error is not None)]
+        params = _swap_params(run_id, to, expected, checkpoint_version, error)
+        statement = _TRANSITIONS[(checkpoint_version is not None, error is not None, False)]
         return statement.rowcount(conn, params) == 1
+
+    @staticmethod
+    def transition_returning_in(
+        conn: Connection, run_id: str, to: RunStatus, *, expected: Iterable[RunStatus]
+    ) -> RunRecord | None:
+        """`transition_in`, giving the run as the swap left it (None when this caller lost):
+        the statement that moves it also reads it back."""
+        statement = _TRANSITIONS[(False, False, True)]
+        row = statement.record(conn, _swap_params(run_id, to, expected, None, None))
+        return RunRecord.from_row(row) if row else None
+
+
+def _swap_params(
+    run_id: str,
+    to: RunStatus,
+    expected: Iterable[RunStatus],
+    checkpoint_version: int | None,
+    error: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """A status compare-and-swap's parameters, once the move is found allowed (else
+    `IllegalRunTransition`)."""
+    expected = tuple(expected)
+    check_moves(expected, to)
+    return {
+        "b_run": run_id,
+        **EXPECTED_STATUS.params([s.value for s in expected]),
+        "b_status": to.value,
+        "b_now": utcnow(),
+        "b_version": checkpoint_version,
+        "b_error": error,
+    }
 
 
 # The statuses a compare-and-swap moves a run from.
@@ -260,8 +282,9 @@ _INSERT = Prepared(runs.insert(), keys=[field.name for field in fields(RunRecord
 _BY_ID = Prepared(select(runs).where(runs.c.run_id == bindparam("b_run")))
 
 
-def _transition(at_version: bool, with_error: bool) -> Prepared:
-    """The status compare-and-swap: only from an expected status (and checkpoint version)."""
+def _transition(at_version: bool, with_error: bool, returning: bool) -> Prepared:
+    """The status compare-and-swap: only from an expected status (and checkpoint version);
+    `returning` the row it changed."""
     statement = update(runs).where(
         runs.c.run_id == bindparam("b_run"),
         EXPECTED_STATUS.of(runs.c.status),
@@ -271,11 +294,18 @@ def _transition(at_version: bool, with_error: bool) -> Prepared:
     values: dict[str, Any] = {"status": bindparam("b_status"), "updated_at": bindparam("b_now")}
     if with_error:
         values["error"] = bindparam("b_error", type_=runs.c.error.type)
-    return Prepared(statement.values(**values))
+    statement = statement.values(**values)
+    return Prepared(statement.returning(*runs.c) if returning else statement)
 
 
-# Built once each: whether the swap also checks the checkpoint version, and records an error.
-_TRANSITIONS = {(v, e): _transition(v, e) for v in (False, True) for e in (False, True)}
+# Built once each: whether the swap also checks the checkpoint version, records an error, and
+# returns the row.
+_TRANSITIONS = {
+    (v, e, r): _transition(v, e, r)
+    for v in (False, True)
+    for e in (False, True)
+    for r in (False, True)
+}
 # The active-run predicate as the partial index on thread_id states it (a literal IN list
 # would be rendered anew at every execution).
 _ACTIVE_ON_THREAD = Prepared(

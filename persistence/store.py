@@ -76,12 +76,16 @@ class Store(ABC):
         """The engines whose events see every statement this store runs."""
 
     @abstractmethod
-    async def write(self, work: Work[T], *, slow: bool = False) -> T:
+    async def write(
+        self, work: Work[T], *, slow: bool = False, single_statement: bool = False
+    ) -> T:
         """`work` in one write transaction; its result. An exception from `work` rolls the
         transaction back and reaches the caller unchanged (`IntegrityError` included).
 
         `slow` work (a retention sweep over hundreds of runs) never runs on the event loop's
-        thread, where a backend would otherwise run short work."""
+        thread, where a backend would otherwise run short work. `single_statement` work runs
+        exactly one statement, atomic on its own, so a backend may run it without a
+        transaction around it (PostgreSQL: no BEGIN and COMMIT, two round trips fewer)."""
 
     @abstractmethod
     async def read(self, work: Work[T], *, bulk: bool = False) -> T:

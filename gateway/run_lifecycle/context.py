@@ -155,16 +155,9 @@ class RunContext:
         self, principal: Principal, approval_id: str
     ) -> tuple[ApprovalRecord, RunRecord, ThreadRecord]:
         """The caller's approval with its run and thread (else `not_found`), read together."""
-
-        def read(
-            conn: Connection,
-        ) -> tuple[ApprovalRecord | None, RunRecord | None, ThreadRecord | None]:
-            approval = ApprovalRepository.get_in(conn, approval_id)
-            if approval is None:
-                return None, None, None
-            return approval, *_run_and_thread(approval.run_id, conn)
-
-        approval, run, thread = await self.store.read(read)
+        approval, run, thread = await self.store.read(
+            partial(ApprovalRepository.with_run_and_thread_in, approval_id=approval_id)
+        )
         if approval is None or approval.tenant != principal.tenant:
             raise not_found("approval not found")
         return approval, *_owned(principal, run, thread)

@@ -205,10 +205,10 @@ class Continuer:
             )
             if held is None:
                 raise LeaseLost(run_id)  # another live process executes this run
-            moved = RunRepository.transition_in(
+            current = RunRepository.transition_returning_in(
                 conn, run_id, RunStatus.RUNNING, expected=CONTINUING
             )
-            if not moved:
+            if current is None:
                 raise StaleWrite(run_id)
             InputRepository.consume_in(conn, staged_ids)
             ApprovalRepository.supersede_in(conn, unbound, reason=unbound_reason)
@@ -217,8 +217,6 @@ class Continuer:
             superseded.extend(ApprovalRepository.supersede_pending_in(conn, run_id))
             # History written after the checkpoint belongs to a lost attempt (crash recovery).
             SessionMarks.trim_in(conn, thread_id, mark)
-            current = RunRepository.get_in(conn, run_id)
-            assert current is not None
             return held, current
 
         (held, current), _ = await ctx.log.commit(

@@ -38,7 +38,7 @@ from persistence.checkpoints import CheckpointRecord
 from persistence.clock import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.run_status import RunStatus
-from persistence.runs import RunRecord, RunRepository
+from persistence.runs import RunRecord
 from persistence.threads import ThreadRecord
 
 log = logging.getLogger(__name__)
@@ -154,15 +154,8 @@ class Decisions:
             self._check_edit(run, approval, decision, arguments)
         async with ctx.lock(thread.thread_id):
             # Read again under the lock: a decision or an expiry may have landed meanwhile.
-            run_id = run.run_id
-            fresh_run, fresh = await ctx.store.read(
-                lambda conn: (
-                    RunRepository.get_in(conn, run_id),
-                    ApprovalRepository.get_in(conn, approval_id),
-                )
-            )
-            run = fresh_run or run
-            approval = await self._check_decidable(run, fresh)
+            approval, run, thread = await ctx.approval_for(principal, approval_id)
+            approval = await self._check_decidable(run, approval)
             status = ApprovalStatus.APPROVED if decision == "approve" else ApprovalStatus.REJECTED
             now = utcnow()
 

@@ -262,14 +262,16 @@ class ReportingStore(Store):
     def statement_engines(self) -> Sequence[Engine]:
         return self.inner.statement_engines()
 
-    async def write(self, work: Work[T], *, slow: bool = False) -> T:
+    async def write(
+        self, work: Work[T], *, slow: bool = False, single_statement: bool = False
+    ) -> T:
         if self._health.disk_full:
             # Not reported: only the probe's writes (on `inner`) decide when storage is back.
             raise StorageUnavailable(
                 f"storage unavailable: the disk is full ({self._health.reason})"
             )
         try:
-            return await self.inner.write(work, slow=slow)
+            return await self.inner.write(work, slow=slow, single_statement=single_statement)
         except StorageUnavailable as exc:
             self._health.failed(exc)
             raise

@@ -95,7 +95,11 @@ class SqliteStore(Store):
     def statement_engines(self) -> Sequence[Engine]:
         return (self._engine,)
 
-    async def write(self, work: Work[T], *, slow: bool = False) -> T:
+    async def write(
+        self, work: Work[T], *, slow: bool = False, single_statement: bool = False
+    ) -> T:
+        # One statement or several, SQLite's single writer takes the same path: its
+        # transaction control costs no round trip.
         return await self._writes.run(partial(self._transaction, work), inline=not slow)
 
     async def read(self, work: Work[T], *, bulk: bool = False) -> T:

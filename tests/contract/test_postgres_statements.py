@@ -14,11 +14,13 @@ import pytest
 from sqlalchemy import event as sa_event
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
 
+from persistence.clock import utcnow
 from persistence.events import NewEvent
 from persistence.leases import LeaseRepository
 from persistence.store import Store
-from persistence.tables import events
+from persistence.tables import events, threads
 from persistence.threads import ThreadRepository
 from tests.support.postgres import SERVER_URL, postgres_database
 from tests.support.storage import insert_running_run, migrated_store
@@ -45,7 +47,7 @@ async def test_prepared_statements_run_in_the_transaction_and_are_observed(store
     seen: list[str] = []
 
     def observe(_c: Any, _cur: Any, statement: str, *_rest: Any) -> None:
-        seen.append(statement.split()[0])
+        seen.append(statement)
 
     (engine,) = store.statement_engines()
     sa_event.listen(engine, "before_cursor_execute", observe)
@@ -63,10 +65,43 @@ async def test_prepared_statements_run_in_the_transaction_and_are_observed(store
     finally:
         sa_event.remove(engine, "before_cursor_execute", observe)
     assert [r.seq for r in records] == [1, 2, 3] and not lost
-    assert "UPDATE" in seen and "INSERT" in seen  # the head bump and the rows, observed
+    # One thread's batch: the head bump and the rows, one statement (one round trip), observed.
+    append = seen[0]
+    assert "UPDATE threads" in append and "INSERT INTO events" in append
+    assert len(seen) == 1
     query = select(events.c.type).where(events.c.thread_id == thread_id)
     stored = await store.read(lambda conn: list(conn.execute(query).scalars()))
     assert stored == ["test.event"] * 3  # the failed commit's event rolled back with it
+
+
+def in_transaction(conn: Any) -> bool:
+    """Whether a statement run on `conn` runs inside a transaction (the adapter begins one
+    at a connection's first statement, if it begins one at all)."""
+    conn.execute(select(1))
+    return bool(conn.connection.driver_connection.is_in_transaction())
+
+
+async def test_reads_and_single_statement_writes_run_without_a_transaction(
+    store: Store,
+) -> None:
+    """Each is one round trip: no BEGIN before it, no COMMIT or ROLLBACK after it."""
+    (thread_id,) = [(await ThreadRepository(store).create(tenant="acme", owner="a")).thread_id]
+    assert await store.write(in_transaction)
+    assert not await store.read(in_transaction)
+    bump = threads.update().where(threads.c.thread_id == thread_id).values(head_seq=7)
+
+    def single(conn: Any) -> bool:
+        conn.execute(bump)
+        return bool(conn.connection.driver_connection.is_in_transaction())
+
+    assert not await store.write(single, single_statement=True)
+    assert (await ThreadRepository(store).get(thread_id)).head_seq == 7  # type: ignore[union-attr]
+    duplicate = threads.insert().values(
+        thread_id=thread_id, tenant="acme", owner="a", created_at=utcnow()
+    )
+    with pytest.raises(IntegrityError):
+        await store.write(lambda conn: conn.execute(duplicate), single_statement=True)
+    assert await store.write(in_transaction)  # the pool's connections are as they were
 
 
 async def test_a_connection_the_server_closed_is_replaced_at_checkout(store: Store) -> None:

@@ -14,14 +14,17 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event as sa_event
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from persistence import uncounted_cancels
+from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.backends import open_store
 from persistence.clock import utcnow
 from persistence.errors import StorageUnavailable
@@ -139,6 +142,8 @@ async def test_a_batch_naming_a_missing_thread_stores_nothing(store: Store) -> N
     (thread_id,) = await new_threads(store, 1)
     with pytest.raises(LookupError):
         await store.append([event(thread_id), event("t_missing")])
+    with pytest.raises(LookupError):  # a batch on that one thread alone
+        await store.append([event("t_missing"), event("t_missing", 1)])
     assert await seqs(store, thread_id) == []
     assert await head(store, thread_id) == 0
 
@@ -225,6 +230,80 @@ async def test_compare_and_swap_picks_one_winner(store: Store) -> None:
     assert outcomes.count(True) == 1
     run = await repo.get("r_cas")
     assert run is not None and run.status is RunStatus.WAITING_FOR_REVIEW
+
+
+async def test_a_swap_returning_the_run_gives_the_row_as_it_left_it(store: Store) -> None:
+    (thread_id,) = await new_threads(store, 1)
+    await insert_running_run(store, "r_swap", thread_id)
+
+    def swap(conn: Connection) -> object:
+        return RunRepository.transition_returning_in(
+            conn, "r_swap", RunStatus.WAITING_FOR_REVIEW, expected=(RunStatus.RUNNING,)
+        )
+
+    moved = await store.write(swap)
+    assert moved == await RunRepository(store).get("r_swap")
+    assert moved is not None and moved.status is RunStatus.WAITING_FOR_REVIEW
+    assert await store.write(swap) is None  # lost: the run is no longer running
+
+
+async def test_an_approval_is_read_with_its_run_and_thread_in_one_statement(
+    store: Store,
+) -> None:
+    (thread_id,) = await new_threads(store, 1)
+    await insert_running_run(store, "r_ap", thread_id)
+    pending = ApprovalRecord(
+        approval_id="ap_1",
+        run_id="r_ap",
+        thread_id=thread_id,
+        tenant="acme",
+        checkpoint_version=1,
+        call_id="call_1",
+        tool_name="charge",
+        agent="assistant",
+        arguments={"amount": 5},
+        arguments_digest="d",
+        status=ApprovalStatus.PENDING,
+        reviewer=None,
+        reason=None,
+        requested_at=utcnow().replace(microsecond=0),
+        decided_at=None,
+    )
+    await store.write(lambda conn: ApprovalRepository.insert_in(conn, [pending]))
+    statements: list[str] = []
+    (engine,) = store.statement_engines()
+
+    def observe(*args: object) -> None:
+        if not str(args[2]).startswith("PRAGMA"):  # SQLite's per-connection settings
+            statements.append(str(args[2]))
+
+    sa_event.listen(engine, "before_cursor_execute", observe)
+    try:
+        found = await store.read(
+            partial(ApprovalRepository.with_run_and_thread_in, approval_id="ap_1")
+        )
+    finally:
+        sa_event.remove(engine, "before_cursor_execute", observe)
+    assert len(statements) == 1
+    assert found == (
+        await ApprovalRepository(store).get("ap_1"),
+        await RunRepository(store).get("r_ap"),
+        await ThreadRepository(store).get(thread_id),
+    )
+    assert found[0] is not None and found[0].arguments == {"amount": 5}
+    missing = await store.read(
+        partial(ApprovalRepository.with_run_and_thread_in, approval_id="ap_none")
+    )
+    assert missing == (None, None, None)
+    await store.write(
+        lambda conn: conn.execute(
+            threads.update().where(threads.c.thread_id == thread_id).values(deleted_at=utcnow())
+        )
+    )
+    approval, run, thread = await store.read(
+        partial(ApprovalRepository.with_run_and_thread_in, approval_id="ap_1")
+    )
+    assert approval is not None and run is not None and thread is None  # a deleted thread
 
 
 async def test_one_active_run_per_thread(store: Store) -> None:
