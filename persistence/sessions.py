@@ -24,12 +24,16 @@ from agents.extensions.memory import SQLAlchemySession
 from agents.items import TResponseInputItem
 from agents.memory.session_settings import resolve_session_limit
 from sqlalchemy import (
+    String,
+    Text,
     bindparam,
+    func,
     insert,
     select,
     text,
     update,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from persistence.prepared import Prepared
@@ -49,7 +53,7 @@ class GatewaySession(SQLAlchemySession):
     `CURRENT_TIMESTAMP`, history read in `created_at, id` order (the newest `limit` items, a
     corrupted row skipped, as the SDK reads them). Appends are one write transaction of the
     store (on SQLite in turn with the event log's commits rather than competing with them for
-    the write lock), reads one read. Everything else (`pop_item`, `clear_session`) is the SDK's
+    the write lock; on PostgreSQL one statement), reads one read. Everything else (`pop_item`, `clear_session`) is the SDK's
     own code on the store's async engine.
     """
 
@@ -80,6 +84,38 @@ class GatewaySession(SQLAlchemySession):
             .values(updated_at=text("CURRENT_TIMESTAMP"))
         )
         self._insert_session = Prepared(insert(sessions), keys=["session_id"])
+        # PostgreSQL: the whole append in one statement (`single_statement`), one round trip
+        # instead of four (BEGIN, the touch, the rows, COMMIT). The session's row is made or
+        # touched by the CTE; the items are inserted in their order, so their ids (the order
+        # the history is read in, after `created_at`, one timestamp per statement) follow it.
+        touched = (
+            postgresql.insert(sessions)
+            .values(session_id=bindparam("b_session"))
+            .on_conflict_do_update(
+                index_elements=[sessions.c.session_id],
+                set_={"updated_at": text("CURRENT_TIMESTAMP")},
+            )
+            .cte("touched")
+        )
+        items = (
+            func.unnest(bindparam("b_items", type_=postgresql.ARRAY(Text)))
+            .table_valued("message_data", with_ordinality="n")
+            .render_derived()
+        )
+        self._append_in_one = (
+            Prepared(
+                insert(messages)
+                .from_select(
+                    ["session_id", "message_data"],
+                    select(bindparam("b_session", type_=String), items.c.message_data).order_by(
+                        items.c.n
+                    ),
+                )
+                .add_cte(touched)
+            )
+            if store.backend == "postgresql"
+            else None
+        )
 
     def for_session(self, session_id: str) -> GatewaySession:
         """This session's twin for another session id, sharing everything else.
@@ -133,6 +169,11 @@ class GatewaySession(SQLAlchemySession):
         if not items:
             return
         payload = [await self._serialize_item(item) for item in items]
+        if self._append_in_one is not None:
+            params = {"b_session": self.session_id, "b_items": payload}
+            append = partial(self._append_in_one.rowcount, params=params)
+            await _settled(self._store.write(append, single_statement=True))
+            return
         await _settled(self._store.write(partial(self._append, payload)))
 
     def _append(self, payload: list[str], conn: Connection) -> None:

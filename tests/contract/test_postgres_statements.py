@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import pytest
+from agents.extensions.memory import SQLAlchemySession
+from agents.items import TResponseInputItem
 from sqlalchemy import event as sa_event
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
@@ -19,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from persistence.clock import utcnow
 from persistence.events import NewEvent
 from persistence.leases import LeaseRepository
+from persistence.sessions import GatewaySession
 from persistence.store import Store
 from persistence.tables import events, threads
 from persistence.threads import ThreadRepository
@@ -156,3 +159,35 @@ async def test_a_connection_left_inside_a_transaction_is_replaced_and_its_locks_
     finally:
         await server.close()
     assert left == 0
+
+
+async def test_a_session_append_is_one_statement_the_sdk_reads_back(store: Store) -> None:
+    """The SDK's own `SQLAlchemySession` reads what the one-statement append wrote, in order,
+    whether the append made the session's row or touched it."""
+    ours = GatewaySession("t_pg", store=store)
+    sdk = SQLAlchemySession("t_pg", engine=store.engine)
+    items = [
+        cast(TResponseInputItem, {"role": "user", "content": f'message {n} \u00e9 "quoted"'})
+        for n in range(7)
+    ]
+    statements: list[str] = []
+
+    def observe(_c: Any, _cur: Any, statement: str, *_rest: Any) -> None:
+        statements.append(statement)
+
+    (engine,) = store.statement_engines()
+    sa_event.listen(engine, "before_cursor_execute", observe)
+    try:
+        await ours.add_items(items[:4])  # makes the session's row
+        await ours.add_items(items[4:6])  # touches it
+    finally:
+        sa_event.remove(engine, "before_cursor_execute", observe)
+    await sdk.add_items(items[6:])
+    assert len(statements) == 2
+    assert all("INSERT INTO agent_sessions" in s and "agent_messages" in s for s in statements)
+    assert await sdk.get_items() == await ours.get_items() == items
+    assert await ours.get_items(3) == items[4:]
+    sessions = await store.read(
+        lambda conn: conn.exec_driver_sql("SELECT session_id FROM agent_sessions").all()
+    )
+    assert [tuple(row) for row in sessions] == [("t_pg",)]
