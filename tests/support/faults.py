@@ -32,7 +32,21 @@ from gateway.settings import Settings
 from persistence.store import Store
 from tests.support.gateway import Gateway
 
-_WRITE = re.compile(r'^\s*(?:INSERT(?:\s+OR\s+\w+)?\s+INTO|UPDATE|DELETE\s+FROM)\s+"?(\w+)"?', re.I)
+# (`UPDATE SET` is an upsert's `ON CONFLICT DO UPDATE SET`, which names no table.)
+_WRITE = re.compile(
+    r'(?:INSERT(?:\s+OR\s+\w+)?\s+INTO|UPDATE(?!\s+SET\b)|DELETE\s+FROM)\s+"?(\w+)"?', re.I
+)
+_WITH = re.compile(r"^\s*WITH\s", re.I)
+
+
+def written_tables(statement: str) -> set[str]:
+    """The tables a statement writes: an INSERT, UPDATE or DELETE's own, and for a statement
+    led by data-modifying CTEs (PostgreSQL's one-statement appends), theirs too."""
+    if _WITH.match(statement):
+        return {table.lower() for table in _WRITE.findall(statement)}
+    found = _WRITE.match(statement.lstrip())
+    return {found.group(1).lower()} if found else set()
+
 
 # (SQL text, bound parameters) -> fail this statement?
 Predicate = Callable[[str, Any], bool]
@@ -43,8 +57,7 @@ def writes_to(*tables: str) -> Predicate:
     wanted = {t.lower() for t in tables}
 
     def match(statement: str, parameters: Any) -> bool:
-        found = _WRITE.match(statement)
-        return bool(found and found.group(1).lower() in wanted)
+        return not wanted.isdisjoint(written_tables(statement))
 
     return match
 
@@ -94,7 +107,7 @@ def commits(statement: str, parameters: Any) -> bool:
 
 
 def any_write(statement: str, parameters: Any) -> bool:
-    return bool(_WRITE.match(statement))
+    return bool(written_tables(statement))
 
 
 def select_one(statement: str, parameters: Any) -> bool:
