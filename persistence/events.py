@@ -126,6 +126,74 @@ _OF_RUN = (
 )
 
 
+# PostgreSQL: a batch of streamed events fenced and appended in one statement. `held`: the
+# batch's leases as their runs' rows hold them now, locked against a takeover (FOR SHARE, in run
+# id order); `kept`: the events whose lease holds; `heads`: their threads' heads, locked in
+# thread id order; `bumped`: each head advanced by its thread's count, only if every thread has
+# a row (else nothing is bumped or stored); `numbered`: each kept event's seq, the thread's new
+# head's last ones in batch order. Returns (position, seq) of each stored event and
+# (position, NULL) of each whose lease was lost.
+_FENCED_APPEND = Prepared(
+    text(
+        """
+WITH ev AS MATERIALIZED (
+    SELECT * FROM unnest(
+        CAST(:b_threads AS VARCHAR[]), CAST(:b_runs AS VARCHAR[]),
+        CAST(:b_leased AS VARCHAR[]), CAST(:b_owners AS VARCHAR[]), CAST(:b_tokens AS BIGINT[]),
+        CAST(:b_types AS VARCHAR[]), CAST(:b_ts AS VARCHAR[]), CAST(:b_data AS TEXT[])
+    ) WITH ORDINALITY AS e(thread_id, run_id, leased, owner, token, type, ts, data, n)
+),
+held AS MATERIALIZED (
+    SELECT runs.run_id, runs.lease_owner, runs.lease_token FROM runs
+    WHERE runs.run_id IN (SELECT ev.leased FROM ev WHERE ev.leased IS NOT NULL)
+    ORDER BY runs.run_id
+    FOR SHARE
+),
+kept AS MATERIALIZED (
+    SELECT ev.* FROM ev LEFT JOIN held ON held.run_id = ev.leased
+    WHERE ev.leased IS NULL
+        OR (held.lease_owner = ev.owner AND held.lease_token = ev.token)
+),
+counts AS MATERIALIZED (
+    SELECT kept.thread_id, count(*) AS c FROM kept GROUP BY kept.thread_id
+),
+heads AS MATERIALIZED (
+    SELECT threads.thread_id FROM threads
+    WHERE threads.thread_id IN (SELECT counts.thread_id FROM counts)
+    ORDER BY threads.thread_id
+    FOR UPDATE
+),
+bumped AS (
+    UPDATE threads SET head_seq = threads.head_seq + counts.c
+    FROM counts, heads
+    WHERE threads.thread_id = counts.thread_id AND heads.thread_id = counts.thread_id
+        AND (SELECT count(*) FROM heads) = (SELECT count(*) FROM counts)
+    RETURNING threads.thread_id, threads.head_seq AS head, counts.c
+),
+numbered AS MATERIALIZED (
+    SELECT kept.n, kept.thread_id, kept.run_id, kept.type, kept.ts, kept.data,
+        bumped.head - bumped.c
+            + row_number() OVER (PARTITION BY kept.thread_id ORDER BY kept.n) AS seq
+    FROM kept JOIN bumped ON bumped.thread_id = kept.thread_id
+),
+inserted AS (
+    INSERT INTO events (thread_id, seq, run_id, type, ts, data)
+    SELECT numbered.thread_id, numbered.seq, numbered.run_id, numbered.type, numbered.ts,
+        numbered.data
+    FROM numbered
+)
+SELECT numbered.n, numbered.seq FROM numbered
+UNION ALL
+SELECT ev.n, NULL FROM ev WHERE ev.n NOT IN (SELECT kept.n FROM kept)
+"""
+    )
+)
+_THREADS_FOUND = PreparedIn(
+    "b_thread",
+    lambda one_of: select(threads.c.thread_id).where(one_of.of(threads.c.thread_id)),
+)
+
+
 def append_in(conn: Connection, batch: Sequence[NewEvent]) -> list[EventRecord]:
     """Store `batch` inside the caller's transaction; the records with their seq, in order."""
     if not batch:
@@ -151,7 +219,10 @@ def append_in(conn: Connection, batch: Sequence[NewEvent]) -> list[EventRecord]:
 def append_fenced_in(
     conn: Connection, batch: Sequence[NewEvent], announce: Announce | None = None
 ) -> tuple[list[EventRecord], set[Lease]]:
-    """Store the events whose lease is still current; the records and the leases found lost."""
+    """Store the events whose lease is still current; the records and the leases found lost.
+    On PostgreSQL without `announce`, one statement (`_append_fenced_at_once`)."""
+    if announce is None and batch and conn.dialect.name == "postgresql":
+        return _append_fenced_at_once(conn, batch)
     lost = lost_in(conn, leases_of(batch))
     kept = [e for e in batch if e.lease not in lost] if lost else batch
     records = append_in(conn, kept)
@@ -184,6 +255,47 @@ def leases_of(batch: Sequence[NewEvent]) -> set[Lease]:
 def read_in(conn: Connection, thread_id: str, after_seq: int, limit: int) -> list[EventRecord]:
     rows = _PAGE.rows(conn, {"b_thread": thread_id, "b_after": after_seq, "b_limit": limit})
     return list(map(EventRecord._make, rows))
+
+
+def _append_fenced_at_once(
+    conn: Connection, batch: Sequence[NewEvent]
+) -> tuple[list[EventRecord], set[Lease]]:
+    """`append_fenced_in` as one statement (`_FENCED_APPEND`): one round trip, where the
+    fencing read, the head bumps and the rows were three or more, each a turn of a busy event
+    loop for the writer. The statement takes its locks in the same order as the statements it
+    replaces (the runs' leases in run id order, then the heads in thread id order)."""
+    leases = [item.lease for item in batch]
+    rows = _FENCED_APPEND.rows(
+        conn,
+        {
+            "b_threads": [item.thread_id for item in batch],
+            "b_runs": [item.run_id for item in batch],
+            "b_leased": [lease.run_id if lease is not None else None for lease in leases],
+            "b_owners": [lease.owner if lease is not None else None for lease in leases],
+            "b_tokens": [lease.token if lease is not None else None for lease in leases],
+            "b_types": [item.type for item in batch],
+            "b_ts": [item.ts for item in batch],
+            "b_data": [item.data for item in batch],
+        },
+    )
+    # (position in the batch from 1, seq): a stored event's seq, or None for a lost lease's.
+    seqs = dict(rows)
+    records: list[EventRecord] = []
+    lost: set[Lease] = set()
+    for position, item in enumerate(batch, 1):
+        if position not in seqs:
+            # Neither stored nor fenced off: a thread of the batch has no row, and then the
+            # statement stored nothing at all.
+            threads_found = set(_THREADS_FOUND.rows(conn, [e.thread_id for e in batch]))
+            raise ThreadMissing(
+                next(e.thread_id for e in batch if (e.thread_id,) not in threads_found)
+            )
+        seq = seqs[position]
+        if seq is None:
+            lost.add(leases[position - 1])  # type: ignore[arg-type]
+            continue
+        records.append(EventRecord(item.thread_id, seq, item.run_id, item.type, item.ts, item.data))
+    return records, lost
 
 
 def _append_on_one_thread(conn: Connection, batch: Sequence[NewEvent]) -> list[EventRecord]:

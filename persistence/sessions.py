@@ -53,8 +53,8 @@ class GatewaySession(SQLAlchemySession):
     `CURRENT_TIMESTAMP`, history read in `created_at, id` order (the newest `limit` items, a
     corrupted row skipped, as the SDK reads them). Appends are one write transaction of the
     store (on SQLite in turn with the event log's commits rather than competing with them for
-    the write lock; on PostgreSQL one statement), reads one read. Everything else (`pop_item`, `clear_session`) is the SDK's
-    own code on the store's async engine.
+    the write lock; on PostgreSQL one statement), reads one read. Everything else
+    (`pop_item`, `clear_session`) is the SDK's own code on the store's async engine.
     """
 
     def __init__(self, session_id: str, *, store: Store) -> None:

@@ -104,7 +104,11 @@ class Store(ABC):
         """Store the events whose lease (`NewEvent.lease`) still holds, in one transaction; the
         stored records (in batch order) and the leases found lost. `announce` sees the records
         in that transaction."""
-        return await self.write(partial(append_fenced_in, batch=list(batch), announce=announce))
+        return await self.write(
+            partial(append_fenced_in, batch=list(batch), announce=announce),
+            # Without an announcement, one statement where the backend has one for it.
+            single_statement=announce is None and self.backend == "postgresql",
+        )
 
     async def commit(
         self, batch: Sequence[NewEvent], work: Work[T] | None, announce: Announce | None = None

@@ -26,7 +26,7 @@ from persistence.store import Store
 from persistence.tables import events, threads
 from persistence.threads import ThreadRepository
 from tests.support.postgres import SERVER_URL, postgres_database
-from tests.support.storage import insert_running_run, migrated_store
+from tests.support.storage import expire_lease, insert_running_run, migrated_store
 
 pytestmark = pytest.mark.postgres
 
@@ -191,3 +191,49 @@ async def test_a_session_append_is_one_statement_the_sdk_reads_back(store: Store
         lambda conn: conn.exec_driver_sql("SELECT session_id FROM agent_sessions").all()
     )
     assert [tuple(row) for row in sessions] == [("t_pg",)]
+
+
+async def test_a_fenced_batch_over_several_threads_is_one_statement(store: Store) -> None:
+    """Streamed events of several threads and runs, interleaved, one of their leases lost: one
+    statement stores the others with each thread's seqs in batch order, and names the lost
+    lease."""
+    repo = ThreadRepository(store)
+    a, b = [(await repo.create(tenant="acme", owner="a")).thread_id for _ in range(2)]
+    leases = LeaseRepository(store)
+    await insert_running_run(store, "r_a", a)
+    await insert_running_run(store, "r_b", b)
+    held = await leases.acquire("r_a", "gw-a", ttl_s=30)
+    old = await leases.acquire("r_b", "gw-a", ttl_s=30)
+    await expire_lease(store, "r_b")
+    taken = await leases.acquire("r_b", "gw-b", ttl_s=30)
+    assert held is not None and old is not None and taken is not None
+    batch = [
+        NewEvent(a, "r_a", "test.event", TS, '{"n":1}', held),
+        NewEvent(b, "r_b", "test.event", TS, '{"n":2}', old),
+        NewEvent(a, None, "test.event", TS, '{"n":3}'),
+        NewEvent(b, "r_b", "test.event", TS, '{"n":4}', taken),
+        NewEvent(a, "r_a", "test.event", TS, '{"n":5}', held),
+    ]
+    seen: list[str] = []
+
+    def observe(_c: Any, _cur: Any, statement: str, *_rest: Any) -> None:
+        seen.append(statement)
+
+    (engine,) = store.statement_engines()
+    sa_event.listen(engine, "before_cursor_execute", observe)
+    try:
+        records, lost = await store.append(batch)
+    finally:
+        sa_event.remove(engine, "before_cursor_execute", observe)
+    assert len(seen) == 1
+    assert lost == {old}
+    assert [(r.thread_id, r.seq, r.data) for r in records] == [
+        (a, 1, '{"n":1}'),
+        (a, 2, '{"n":3}'),
+        (b, 1, '{"n":4}'),
+        (a, 3, '{"n":5}'),
+    ]
+    query = select(events.c.thread_id, events.c.seq, events.c.run_id, events.c.data)
+    stored = await store.read(lambda conn: [tuple(row) for row in conn.execute(query)])
+    assert sorted(stored) == sorted((r.thread_id, r.seq, r.run_id, r.data) for r in records)
+    assert [(await repo.get(t)).head_seq for t in (a, b)] == [3, 1]  # type: ignore[union-attr]
