@@ -129,10 +129,12 @@ _OF_RUN = (
 # PostgreSQL: a batch of streamed events fenced and appended in one statement. `held`: the
 # batch's leases as their runs' rows hold them now, locked against a takeover (FOR SHARE, in run
 # id order); `kept`: the events whose lease holds; `heads`: their threads' heads, locked in
-# thread id order; `bumped`: each head advanced by its thread's count, only if every thread has
-# a row (else nothing is bumped or stored); `numbered`: each kept event's seq, the thread's new
-# head's last ones in batch order. Returns (position, seq) of each stored event and
-# (position, NULL) of each whose lease was lost.
+# thread id order (counted before any head moves, so every lock is taken first); `bumped`:
+# each head advanced by its thread's count, only if every thread has a row (else nothing is
+# bumped or stored); `numbered`: each kept event's seq, the thread's new head's last ones in
+# batch order, the threads' old heads looked up in one JSON object (the planner cannot size
+# these CTEs, and a join between two of them would be a nested loop over both). Returns
+# (position, seq) of each stored event and (position, NULL) of each whose lease was lost.
 _FENCED_APPEND = Prepared(
     text(
         """
@@ -165,16 +167,20 @@ heads AS MATERIALIZED (
 ),
 bumped AS (
     UPDATE threads SET head_seq = threads.head_seq + counts.c
-    FROM counts, heads
-    WHERE threads.thread_id = counts.thread_id AND heads.thread_id = counts.thread_id
+    FROM counts
+    WHERE threads.thread_id = counts.thread_id
         AND (SELECT count(*) FROM heads) = (SELECT count(*) FROM counts)
-    RETURNING threads.thread_id, threads.head_seq AS head, counts.c
+    RETURNING threads.thread_id, threads.head_seq - counts.c AS base
+),
+bases AS MATERIALIZED (
+    SELECT jsonb_object_agg(bumped.thread_id, bumped.base) AS of_thread FROM bumped
 ),
 numbered AS MATERIALIZED (
     SELECT kept.n, kept.thread_id, kept.run_id, kept.type, kept.ts, kept.data,
-        bumped.head - bumped.c
+        CAST(bases.of_thread ->> kept.thread_id AS BIGINT)
             + row_number() OVER (PARTITION BY kept.thread_id ORDER BY kept.n) AS seq
-    FROM kept JOIN bumped ON bumped.thread_id = kept.thread_id
+    FROM kept, bases
+    WHERE bases.of_thread IS NOT NULL
 ),
 inserted AS (
     INSERT INTO events (thread_id, seq, run_id, type, ts, data)
