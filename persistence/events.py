@@ -297,8 +297,9 @@ def _append_fenced_at_once(
                 next(e.thread_id for e in batch if (e.thread_id,) not in threads_found)
             )
         seq = seqs[position]
-        if seq is None:
-            lost.add(leases[position - 1])  # type: ignore[arg-type]
+        if seq is None:  # fenced off (an event without a lease always is kept)
+            assert item.lease is not None
+            lost.add(item.lease)
             continue
         records.append(EventRecord(item.thread_id, seq, item.run_id, item.type, item.ts, item.data))
     return records, lost
