@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any, cast
 
 import asyncpg
@@ -237,3 +238,60 @@ async def test_a_fenced_batch_over_several_threads_is_one_statement(store: Store
     stored = await store.read(lambda conn: [tuple(row) for row in conn.execute(query)])
     assert sorted(stored) == sorted((r.thread_id, r.seq, r.run_id, r.data) for r in records)
     assert [(await repo.get(t)).head_seq for t in (a, b)] == [3, 1]  # type: ignore[union-attr]
+
+
+async def test_a_store_call_closes_its_connection_without_a_task_of_its_own(
+    store: Store,
+) -> None:
+    """SQLAlchemy's `async with` closes a connection in a task of its own: two more turns of a
+    busy event loop for every call. A call that succeeded has nothing to roll back, so the
+    store closes its connection in place."""
+    (thread_id,) = [(await ThreadRepository(store).create(tenant="acme", owner="a")).thread_id]
+    loop = asyncio.get_running_loop()
+    created: list[str] = []
+    previous = loop.get_task_factory()
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        created.append(getattr(coro, "__qualname__", repr(coro)))
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    loop.set_task_factory(counting)
+    try:
+        await store.read(partial(ThreadRepository.get_in, thread_id=thread_id))
+        await store.append([NewEvent(thread_id, None, "test.event", TS, "{}")])
+        await store.write(lambda conn: conn.execute(select(1)))
+    finally:
+        loop.set_task_factory(previous)
+    assert created == []
+    assert store.engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_a_cancelled_call_gives_its_connection_back_outside_any_transaction(
+    store: Store,
+) -> None:
+    """Cancelled mid-statement, a call still rolls back and returns its connection, as
+    SQLAlchemy's own close does it: no connection is left checked out or in a transaction."""
+    (thread_id,) = [(await ThreadRepository(store).create(tenant="acme", owner="a")).thread_id]
+    bump = threads.update().where(threads.c.thread_id == thread_id).values(head_seq=9)
+
+    def slow(conn: Any) -> None:
+        conn.execute(bump)
+        conn.exec_driver_sql("SELECT pg_sleep(1)")
+
+    task = asyncio.create_task(store.write(slow))
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert store.engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert (await ThreadRepository(store).get(thread_id)).head_seq == 0  # type: ignore[union-attr]
+    server = await admin()
+    try:
+        stuck = await server.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 "
+            "AND state LIKE 'idle in transaction%'",
+            store.url.database,
+        )
+    finally:
+        await server.close()
+    assert stuck == 0
