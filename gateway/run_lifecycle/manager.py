@@ -296,9 +296,8 @@ class RunManager:
         )
 
         instance_id, ttl_s = self._ctx.instance_id, self._ctx.lease_ttl_s
-        incarnation = self._ctx.incarnation
 
-        def insert(conn: Connection) -> tuple[Lease | None, int]:
+        def insert(conn: Connection) -> tuple[Lease, int]:
             mark = 0
             if created is not None:
                 ThreadRepository.insert_in(conn, created)
@@ -316,10 +315,11 @@ class RunManager:
                 mark = SessionMarks.head_in(conn, thread_id)
                 if base.title is None:
                     ThreadRepository.name_first_in(conn, thread_id, default_title(text))
-            RunRepository.insert_in(conn, replace(record, session_mark=mark))
+            lease = RunRepository.insert_leased_in(
+                conn, replace(record, session_mark=mark), instance_id, ttl_s
+            )
             if consumed_input_id is not None:
                 InputRepository.consume_in(conn, [consumed_input_id], run_id=run_id)
-            lease = LeaseRepository.acquire_in(conn, run_id, instance_id, ttl_s, incarnation)
             return lease, mark
 
         data: dict[str, Any] = {"input": text, "agent": graph.name}

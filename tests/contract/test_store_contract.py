@@ -30,9 +30,9 @@ from persistence.clock import utcnow
 from persistence.errors import StorageUnavailable
 from persistence.events import FEW_THREADS, NewEvent
 from persistence.instances import Incarnation, InstanceClaims, InstanceInUse
-from persistence.leases import LeaseLost, LeaseRepository
+from persistence.leases import Lease, LeaseLost, LeaseRepository
 from persistence.retention import RetentionRepository
-from persistence.runs import RunRepository, RunStatus
+from persistence.runs import RunRecord, RunRepository, RunStatus
 from persistence.store import DatabaseConfigError, Store
 from persistence.tables import events, runs, threads
 from persistence.threads import ThreadRepository
@@ -483,3 +483,39 @@ async def test_counts_agree(store: Store) -> None:
         await store.append([event(thread_id, n) for n in range(4)])
     query = select(func.count()).select_from(events)
     assert await store.read(lambda conn: conn.execute(query).scalar_one()) == 12
+
+
+async def test_a_run_inserted_leased_holds_its_first_lease(store: Store) -> None:
+    """As inserting the run and taking its lease would leave it: token 1, held by its owner
+    (the fence lets its events in), refused to another process until it expires."""
+    (thread_id,) = await new_threads(store, 1)
+    now = utcnow()
+    record = RunRecord(
+        run_id="r_leased",
+        thread_id=thread_id,
+        tenant="acme",
+        owner="alice",
+        status=RunStatus.RUNNING,
+        agent="assistant",
+        graph_version="1",
+        on_disconnect="continue",
+        input="hi",
+        checkpoint_version=0,
+        session_mark=0,
+        error=None,
+        created_at=now,
+        updated_at=now,
+    )
+    lease = await store.write(
+        lambda conn: RunRepository.insert_leased_in(conn, record, "gw-a", ttl_s=30)
+    )
+    assert lease == Lease("r_leased", "gw-a", 1)
+    leased = await RunRepository(store).get_leased("r_leased")
+    assert leased is not None and leased.run == record
+    assert leased.lease is not None and leased.lease.owner == "gw-a"
+    records, lost = await store.append([event(thread_id, 1, lease)])
+    assert len(records) == 1 and not lost
+    assert await LeaseRepository(store).acquire("r_leased", "gw-b", ttl_s=30) is None
+    await expire_lease(store, "r_leased")
+    taken = await LeaseRepository(store).acquire("r_leased", "gw-b", ttl_s=30)
+    assert taken == Lease("r_leased", "gw-b", 2)
