@@ -11,6 +11,7 @@ import logging
 import logging.config
 import sys
 
+from gateway.server.gc_policy import SurvivorFreezing
 from gateway.settings import Settings, SettingsError, load_settings
 from gateway.settings_cli import add_setting_flag, add_settings_flags, overrides
 
@@ -82,6 +83,10 @@ def serve(settings: Settings, argv: list[str]) -> None:
     # SDK loaded one took ~200 ms, stalling every run and socket, ~25 ms once frozen.
     gc.collect()
     gc.freeze()
+    if settings.gc_thaw_s > 0:
+        # From here on, what survives each full collection is frozen too
+        # (gateway/server/gc_policy.py).
+        SurvivorFreezing(settings.gc_thaw_s).install()
     if settings.supervisor_pid is not None:
         from gateway.server.workers import stop_with_supervisor
 

@@ -55,6 +55,21 @@ class ConnectionSettings(SettingsGroup):
             "gives the CPU saved and the latency added."
         ),
     )
+    gc_thaw_s: float = Field(
+        900.0,
+        ge=0.0,
+        le=86400.0,
+        description=(
+            "Seconds (0-86400) between thaws of what the garbage collector froze. After each full "
+            "collection the process freezes the objects that survived it (its connections, runs "
+            "and caches), so later full collections walk only newer ones: with 10,000 connections "
+            "open, each would otherwise stall every socket for 100-400 ms. Frozen objects are "
+            "still freed when nothing refers to them; reference cycles among them wait for the "
+            "next thaw, after which one full collection walks everything again. 0: the "
+            "collector's own policy (only the start-up heap frozen). docs/benchmarks.md gives "
+            "the figures."
+        ),
+    )
     send_queue_size: int = Field(
         1024,
         ge=16,
