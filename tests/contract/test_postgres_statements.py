@@ -14,7 +14,6 @@ import asyncpg
 import pytest
 from agents.extensions.memory import SQLAlchemySession
 from agents.items import TResponseInputItem
-from sqlalchemy import event as sa_event
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
@@ -27,7 +26,7 @@ from persistence.store import Store
 from persistence.tables import events, threads
 from persistence.threads import ThreadRepository
 from tests.support.postgres import SERVER_URL, postgres_database
-from tests.support.storage import expire_lease, insert_running_run, migrated_store
+from tests.support.storage import expire_lease, insert_running_run, migrated_store, observed
 
 pytestmark = pytest.mark.postgres
 
@@ -46,16 +45,24 @@ async def admin() -> asyncpg.Connection:
     )
 
 
+async def idle_in_transaction(store: Store) -> int:
+    """How many of the store's connections the server sees idle inside a transaction."""
+    server = await admin()
+    try:
+        return int(
+            await server.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 "
+                "AND state LIKE 'idle in transaction%'",
+                store.url.database,
+            )
+        )
+    finally:
+        await server.close()
+
+
 async def test_prepared_statements_run_in_the_transaction_and_are_observed(store: Store) -> None:
     (thread_id,) = [(await ThreadRepository(store).create(tenant="acme", owner="a")).thread_id]
-    seen: list[str] = []
-
-    def observe(_c: Any, _cur: Any, statement: str, *_rest: Any) -> None:
-        seen.append(statement)
-
-    (engine,) = store.statement_engines()
-    sa_event.listen(engine, "before_cursor_execute", observe)
-    try:
+    with observed(store) as seen:
         batch = [NewEvent(thread_id, None, "test.event", TS, f'{{"n":{n}}}') for n in range(3)]
         records, lost = await store.append(batch)
 
@@ -66,8 +73,6 @@ async def test_prepared_statements_run_in_the_transaction_and_are_observed(store
             await store.commit(
                 [NewEvent(thread_id, None, "test.lost", TS, "{}")], fail_after_append
             )
-    finally:
-        sa_event.remove(engine, "before_cursor_execute", observe)
     assert [r.seq for r in records] == [1, 2, 3] and not lost
     # One thread's batch: the head bump and the rows, one statement (one round trip), observed.
     append = seen[0]
@@ -150,16 +155,7 @@ async def test_a_connection_left_inside_a_transaction_is_replaced_and_its_locks_
     leases = LeaseRepository(store)
     lease = await asyncio.wait_for(leases.acquire(run_id, "gw-a", ttl_s=15), 10)
     assert lease is not None and lease.owner == "gw-a"
-    server = await admin()
-    try:
-        left = await server.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 "
-            "AND state LIKE 'idle in transaction%'",
-            store.url.database,
-        )
-    finally:
-        await server.close()
-    assert left == 0
+    assert await idle_in_transaction(store) == 0
 
 
 async def test_a_session_append_is_one_statement_the_sdk_reads_back(store: Store) -> None:
@@ -171,18 +167,9 @@ async def test_a_session_append_is_one_statement_the_sdk_reads_back(store: Store
         cast(TResponseInputItem, {"role": "user", "content": f'message {n} \u00e9 "quoted"'})
         for n in range(7)
     ]
-    statements: list[str] = []
-
-    def observe(_c: Any, _cur: Any, statement: str, *_rest: Any) -> None:
-        statements.append(statement)
-
-    (engine,) = store.statement_engines()
-    sa_event.listen(engine, "before_cursor_execute", observe)
-    try:
+    with observed(store) as statements:
         await ours.add_items(items[:4])  # makes the session's row
         await ours.add_items(items[4:6])  # touches it
-    finally:
-        sa_event.remove(engine, "before_cursor_execute", observe)
     await sdk.add_items(items[6:])
     assert len(statements) == 2
     assert all("INSERT INTO agent_sessions" in s and "agent_messages" in s for s in statements)
@@ -215,17 +202,8 @@ async def test_a_fenced_batch_over_several_threads_is_one_statement(store: Store
         NewEvent(b, "r_b", "test.event", TS, '{"n":4}', taken),
         NewEvent(a, "r_a", "test.event", TS, '{"n":5}', held),
     ]
-    seen: list[str] = []
-
-    def observe(_c: Any, _cur: Any, statement: str, *_rest: Any) -> None:
-        seen.append(statement)
-
-    (engine,) = store.statement_engines()
-    sa_event.listen(engine, "before_cursor_execute", observe)
-    try:
+    with observed(store) as seen:
         records, lost = await store.append(batch)
-    finally:
-        sa_event.remove(engine, "before_cursor_execute", observe)
     assert len(seen) == 1
     assert lost == {old}
     assert [(r.thread_id, r.seq, r.data) for r in records] == [
@@ -285,13 +263,4 @@ async def test_a_cancelled_call_gives_its_connection_back_outside_any_transactio
         await task
     assert store.engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     assert (await ThreadRepository(store).get(thread_id)).head_seq == 0  # type: ignore[union-attr]
-    server = await admin()
-    try:
-        stuck = await server.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 "
-            "AND state LIKE 'idle in transaction%'",
-            store.url.database,
-        )
-    finally:
-        await server.close()
-    assert stuck == 0
+    assert await idle_in_transaction(store) == 0

@@ -18,7 +18,6 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from sqlalchemy import event as sa_event
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -32,12 +31,18 @@ from persistence.events import FEW_THREADS, NewEvent
 from persistence.instances import Incarnation, InstanceClaims, InstanceInUse
 from persistence.leases import Lease, LeaseLost, LeaseRepository
 from persistence.retention import RetentionRepository
-from persistence.runs import RunRecord, RunRepository, RunStatus
+from persistence.runs import RunRepository, RunStatus
 from persistence.store import DatabaseConfigError, Store
 from persistence.tables import events, runs, threads
 from persistence.threads import ThreadRepository
 from persistence.uncounted_cancels import UncountedCancels
-from tests.support.storage import expire_lease, insert_running_run, migrated_store
+from tests.support.storage import (
+    expire_lease,
+    insert_running_run,
+    migrated_store,
+    observed,
+    running_run,
+)
 
 pytestmark = pytest.mark.both_backends
 
@@ -270,21 +275,12 @@ async def test_an_approval_is_read_with_its_run_and_thread_in_one_statement(
         decided_at=None,
     )
     await store.write(lambda conn: ApprovalRepository.insert_in(conn, [pending]))
-    statements: list[str] = []
-    (engine,) = store.statement_engines()
-
-    def observe(*args: object) -> None:
-        if not str(args[2]).startswith("PRAGMA"):  # SQLite's per-connection settings
-            statements.append(str(args[2]))
-
-    sa_event.listen(engine, "before_cursor_execute", observe)
-    try:
+    with observed(store) as seen:
         found = await store.read(
             partial(ApprovalRepository.with_run_and_thread_in, approval_id="ap_1")
         )
-    finally:
-        sa_event.remove(engine, "before_cursor_execute", observe)
-    assert len(statements) == 1
+    # SQLite's per-connection settings aside.
+    assert len([s for s in seen if not s.startswith("PRAGMA")]) == 1
     assert found == (
         await ApprovalRepository(store).get("ap_1"),
         await RunRepository(store).get("r_ap"),
@@ -489,23 +485,7 @@ async def test_a_run_inserted_leased_holds_its_first_lease(store: Store) -> None
     """As inserting the run and taking its lease would leave it: token 1, held by its owner
     (the fence lets its events in), refused to another process until it expires."""
     (thread_id,) = await new_threads(store, 1)
-    now = utcnow()
-    record = RunRecord(
-        run_id="r_leased",
-        thread_id=thread_id,
-        tenant="acme",
-        owner="alice",
-        status=RunStatus.RUNNING,
-        agent="assistant",
-        graph_version="1",
-        on_disconnect="continue",
-        input="hi",
-        checkpoint_version=0,
-        session_mark=0,
-        error=None,
-        created_at=now,
-        updated_at=now,
-    )
+    record = running_run("r_leased", thread_id)
     lease = await store.write(
         lambda conn: RunRepository.insert_leased_in(conn, record, "gw-a", ttl_s=30)
     )

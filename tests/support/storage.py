@@ -8,17 +8,19 @@ dropped by the test.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import text, update
+from sqlalchemy import event, text, update
 
 from gateway.event_log.bus import EventBus
 from gateway.event_log.writer import EventLog
 from persistence.backends import open_store
 from persistence.clock import utcnow
+from persistence.run_status import RunStatus
+from persistence.runs import RunRecord, RunRepository
 from persistence.schema import migrate
 from persistence.store import Store
 from persistence.tables import runs
@@ -46,27 +48,48 @@ async def running_event_log(
         await log.close()
 
 
+@contextmanager
+def observed(store: Store) -> Iterator[list[str]]:
+    """Every statement the store runs while inside, as SQL tracing or storage faults see it."""
+    statements: list[str] = []
+
+    def observe(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    engines = list(store.statement_engines())
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", observe)
+    try:
+        yield statements
+    finally:
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", observe)
+
+
+def running_run(run_id: str, thread_id: str) -> RunRecord:
+    """A `running` run of alice's on `thread_id`."""
+    now = utcnow()
+    return RunRecord(
+        run_id=run_id,
+        thread_id=thread_id,
+        tenant="acme",
+        owner="alice",
+        status=RunStatus.RUNNING,
+        agent="assistant",
+        graph_version="1",
+        on_disconnect="continue",
+        input="hi",
+        checkpoint_version=0,
+        session_mark=0,
+        error=None,
+        created_at=now,
+        updated_at=now,
+    )
+
+
 async def insert_running_run(store: Store, run_id: str, thread_id: str) -> None:
     """A `running` run row on `thread_id`, with no lease yet."""
-    await store.write(
-        lambda conn: conn.execute(
-            runs.insert().values(
-                run_id=run_id,
-                thread_id=thread_id,
-                tenant="acme",
-                owner="alice",
-                status="running",
-                agent="assistant",
-                graph_version="1",
-                on_disconnect="continue",
-                input="hi",
-                checkpoint_version=0,
-                session_mark=0,
-                created_at=utcnow(),
-                updated_at=utcnow(),
-            )
-        )
-    )
+    await store.write(lambda conn: RunRepository.insert_in(conn, running_run(run_id, thread_id)))
 
 
 async def expire_lease(store: Store, run_id: str) -> None:

@@ -6,20 +6,18 @@ the store's statement engines, where observers (SQL tracing, storage faults) see
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from agents.extensions.memory import SQLAlchemySession
 from agents.items import TResponseInputItem
-from sqlalchemy import event
 
 from persistence.session_marks import SessionMarks
 from persistence.sessions import GatewaySession
 from persistence.store import Store
-from tests.support.storage import migrated_store
+from tests.support.storage import migrated_store, observed
 
 
 @pytest.fixture
@@ -31,24 +29,6 @@ def db_path(tmp_path: Path) -> Path:
 async def store(db_path: Path) -> AsyncIterator[Store]:
     async with migrated_store(f"sqlite:///{db_path}") as store:
         yield store
-
-
-@contextmanager
-def observed(store: Store) -> Iterator[list[str]]:
-    """Every statement the store runs while inside, as SQL tracing or storage faults see it."""
-    statements: list[str] = []
-
-    def observe(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        statements.append(statement)
-
-    engines = list(store.statement_engines())
-    for engine in engines:
-        event.listen(engine, "before_cursor_execute", observe)
-    try:
-        yield statements
-    finally:
-        for engine in engines:
-            event.remove(engine, "before_cursor_execute", observe)
 
 
 def item(n: int) -> TResponseInputItem:
