@@ -65,6 +65,7 @@ from gateway.storage.retention_sweeps import Retention
 from gateway.transport.http_api import routes as http_routes
 from gateway.transport.http_runs import regenerate, retry, send_input, start_run
 from gateway.transport.http_threads import routes as thread_routes
+from gateway.transport.socket_routes import SocketsFirst
 from gateway.transport.sse import inbox_stream, thread_stream
 from gateway.transport.static_files import demo_app, demo_fallback
 from gateway.transport.thread_list_feed import routes as thread_feed_routes
@@ -450,7 +451,7 @@ def create_app(
     ]
     if settings.metrics and settings.metrics_port is None:
         app_routes.append(metrics_route())
-    app = Starlette(routes=app_routes, lifespan=lifespan, middleware=cors(settings))
+    app = SocketsFirst(routes=app_routes, lifespan=lifespan, middleware=cors(settings))
     if settings.demo_ui and STATIC_DIR.is_dir():
         # The demo gets only requests no route claims. Mounted at "/", it also took API paths
         # called with a method they lack, answering with its own 404 or a 405 with the wrong

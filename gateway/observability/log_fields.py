@@ -9,9 +9,7 @@ own lines inside a run carry the run's ids as well. Only ids go here, never user
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import Context, ContextVar, copy_context
+from contextvars import Context, ContextVar, Token, copy_context
 
 # The record attributes the fields become (the JSON keys of docs/operations.md "Logs").
 FIELD_NAMES = ("thread_id", "run_id", "agent", "connection_id")
@@ -20,16 +18,32 @@ FIELD_NAMES = ("thread_id", "run_id", "agent", "connection_id")
 _FIELDS: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("gateway_log_fields", default=())
 
 
-@contextmanager
-def bound(**fields: str | None) -> Iterator[None]:
+def bound(**fields: str | None) -> BoundFields:
     """Within the block (and the tasks it starts), log lines carry `fields`; a field given as
     None is dropped (a run started from a connection is not that connection's work)."""
-    merged = {**dict(_FIELDS.get()), **fields}
-    token = _FIELDS.set(tuple((key, value) for key, value in merged.items() if value is not None))
-    try:
-        yield
-    finally:
-        _FIELDS.reset(token)
+    return BoundFields(fields)
+
+
+class BoundFields:
+    """The context manager `bound` returns. A class, not a generator: a connection's handler
+    stays inside one for as long as it is open, and a generator's frame held 0.5 KiB more."""
+
+    __slots__ = ("_fields", "_token")
+
+    def __init__(self, fields: dict[str, str | None]) -> None:
+        self._fields = fields
+        self._token: Token[tuple[tuple[str, str], ...]] | None = None
+
+    def __enter__(self) -> None:
+        merged = {**dict(_FIELDS.get()), **self._fields}
+        self._token = _FIELDS.set(
+            tuple((key, value) for key, value in merged.items() if value is not None)
+        )
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._token is not None:
+            _FIELDS.reset(self._token)
+            self._token = None
 
 
 def current() -> dict[str, str]:

@@ -21,8 +21,8 @@ They are as late as the gateway's reading of the stream, a few milliseconds at m
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -179,14 +179,12 @@ class Telemetry:
             return NO_SPANS
         return SegmentSpans(self._tracer, attributes)
 
-    @contextmanager
-    def span(self, name: str, attributes: Attributes) -> Iterator[None]:
-        """A span around the block, current within it (a WebSocket session's)."""
+    def span(self, name: str, attributes: Attributes) -> AbstractContextManager[object]:
+        """A span around the block, current within it (a WebSocket session's). Not a
+        generator: a connection's handler stays inside it while the connection is open."""
         if self._tracer is None:
-            yield
-            return
-        with self._tracer.start_as_current_span(name, attributes=attributes):
-            yield
+            return nullcontext()
+        return self._tracer.start_as_current_span(name, attributes=attributes)
 
     def record(
         self, name: str, start: datetime | float, end: datetime | float, attributes: Attributes

@@ -104,6 +104,9 @@ def gateway_config(app: ASGIApp, settings: Settings, **overrides: Any) -> Gatewa
         "h11_max_incomplete_event_size": settings.max_header_bytes,
         "backlog": settings.backlog,
         "lifespan": "on",
+        # Said, not guessed: uvicorn takes an application whose `__call__` is not a coroutine
+        # function for ASGI 2, and RequestHeadLimit's returns the application's coroutine.
+        "interface": "asgi3",
         "proxy_headers": True,
         "forwarded_allow_ips": settings.forwarded_allow_ips,
         "timeout_graceful_shutdown": 10,

@@ -29,7 +29,7 @@ callback run when the server starts its graceful shutdown.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from enum import Enum
 from http import HTTPStatus
 from typing import Any
@@ -286,25 +286,29 @@ class RequestHeadLimit:
         self.max_headers = max_headers
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        # The application's own coroutine when the head passes: no frame of this one stays
+        # under a WebSocket's handler for the connection's life.
         if scope["type"] in ("http", "websocket") and self._too_large(scope):
-            if scope["type"] == "websocket":
-                await send({"type": "websocket.close", "code": CloseCode.UPGRADE_REFUSED})
-                return
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(_HEAD_TOO_LARGE)).encode()),
-                        (b"connection", b"close"),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": _HEAD_TOO_LARGE})
+            return self._refuse(scope, send)
+        return self.app(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": CloseCode.UPGRADE_REFUSED})
             return
-        await self.app(scope, receive, send)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(_HEAD_TOO_LARGE)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": _HEAD_TOO_LARGE})
 
     def _too_large(self, scope: Scope) -> bool:
         headers = scope["headers"]

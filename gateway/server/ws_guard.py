@@ -37,6 +37,7 @@ from websockets.server import ServerProtocol
 from gateway.protocol.close_codes import CloseCode
 from gateway.server.compression import message_deflate
 from gateway.server.connection_limits import ServerLimits
+from gateway.server.connection_state import ReceivedMessages, Writable
 from gateway.server.shared_frames import SharedFrames
 
 log = logging.getLogger("gateway.server")
@@ -67,6 +68,9 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
             max_size=config.ws_max_size,
             logger=logging.getLogger("uvicorn.error"),
         )
+        # The same state as uvicorn's, without the deques (gateway/server/connection_state.py).
+        self.queue = ReceivedMessages()  # type: ignore[assignment]
+        self.writable = Writable()  # type: ignore[assignment]
         self._shared_frames: SharedFrames = config.shared_frames
         limits: ServerLimits = config.limits
         self.close_timeout = limits.close_timeout_s
@@ -76,6 +80,11 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def handle_connect(self, event: Request) -> None:
         super().handle_connect(event)
+        # The request's headers, copied into the scope, are read no more, but uvicorn keeps
+        # the request, and so does websockets' parser (a local of its generator), for the
+        # connection's life: emptied, they no longer hold 2-3 KiB of an idle connection.
+        event.headers.clear()
+        self.request = None  # type: ignore[assignment]
         # The application task is only scheduled yet: it sees the scope as completed here.
         scope = getattr(self, "scope", None)
         if scope is not None:
@@ -106,6 +115,9 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
             # after it but the answer to the peer's own close.
             self.writable.set()
         await super().send(message)
+        if message["type"] == "websocket.accept" and self.handshake_complete:
+            # Sent: nothing reads the handshake's response (and its headers) again.
+            self.response = None  # type: ignore[assignment]
         if closing and self.close_timer is not None:
             # uvicorn's timer would `close()`, which waits for the buffer to drain: abort.
             # It stays the close timer, so the peer's answering close still cancels it.

@@ -83,9 +83,10 @@ class SocketWriter:
         while True:
             # Take what is already queued without a coroutine per frame (replays queue
             # hundreds at once); wait only when the queue is empty.
-            try:
-                text = outbox.get_nowait()
-            except asyncio.QueueEmpty:
+            # (Awaited outside the `except`: an idle connection's writer would otherwise keep
+            # the exception being handled, and its traceback, while it waits.)
+            text = None if outbox.empty() else outbox.get_nowait()
+            if text is None:
                 text = await outbox.get()
             self._holding = True
             if self._batches:

@@ -6,6 +6,8 @@ after a drop, never uvicorn's RuntimeError (logged as an ERROR with a traceback)
 from __future__ import annotations
 
 import asyncio
+import gc
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -91,4 +93,21 @@ async def test_sends_after_the_layer_closed_on_a_client_frame_are_a_client_gone(
     assert protocol.close_sent and not protocol.disconnected  # closed, the socket not yet lost
     with pytest.raises(ClientDisconnected):
         await protocol.send(message)  # type: ignore[arg-type]
+    protocol.connection_lost(None)
+
+
+async def test_an_open_connection_keeps_neither_its_handshake_nor_a_deque(tmp_path: Path) -> None:
+    """What uvicorn would keep for the connection's life: the handshake's request and
+    response (and their headers), an `asyncio.Queue` and an `asyncio.Event`, five deques."""
+    protocol = await accepted(tmp_path)
+    assert protocol.request is None and protocol.response is None
+    assert protocol.scope["headers"]  # the application's copy stays
+    held = [*vars(protocol).values(), *(gc.get_referents(protocol.queue, protocol.writable))]
+    assert not [value for value in held if isinstance(value, deque | asyncio.Queue)]
+    protocol.data_received(Frame(OP_TEXT, b"hello").serialize(mask=True))
+    assert await asyncio.wait_for(protocol.receive(), 1) == {"type": "websocket.connect"}
+    assert await asyncio.wait_for(protocol.receive(), 1) == {
+        "type": "websocket.receive",
+        "text": "hello",
+    }
     protocol.connection_lost(None)
