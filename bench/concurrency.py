@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,8 @@ def analyse(result: dict[str, Any]) -> dict[str, Any]:
     parts: dict[str, list[str]] = {}
     completed_text: dict[str, str] = {}
     delta_ts: list[float] = []
+    # (ts, lag) of each delta, for where in time the late ones are
+    delta_lags_at: list[tuple[float, float]] = []
     model_deltas = 0
     completed = False
     for arrived, raw in result["frames"]:
@@ -90,6 +93,7 @@ def analyse(result: dict[str, Any]) -> dict[str, Any]:
         data = frame["data"]
         if frame["event"] == "message.delta":
             delta_ts.append(sent)
+            delta_lags_at.append((sent, arrived - sent))
             parts.setdefault(data["message_id"], []).append(data["delta"])
             model_deltas += len(data["delta"].split())
         elif frame["event"] == "message.completed":
@@ -111,6 +115,7 @@ def analyse(result: dict[str, Any]) -> dict[str, Any]:
         "pace": model_deltas / span if span else None,
         "first_ts": delta_ts[0] if delta_ts else None,
         "last_ts": delta_ts[-1] if delta_ts else None,
+        "delta_lags_at": delta_lags_at,
     }
 
 
@@ -148,6 +153,14 @@ async def measure(runs: int, delta_ms: int, backend: Backend, workers: int = 1) 
             by_event.setdefault(event, []).extend(event_lags)
     delta_lags = by_event.get("message.delta", [])
     delta_summary = latency_summary(delta_lags)
+    # Deltas over the target, by the second of the test their `ts` falls in: a tail made at
+    # the runs' start, at their end (completions) or all along.
+    late_by_second = Counter(
+        int(sent - min(firsts))
+        for r in runs_seen
+        for sent, lag in r["delta_lags_at"]
+        if lag * 1000 > TARGET_P99_MS
+    )
     all_summary = latency_summary([lag for lags in by_event.values() for lag in lags])
     return {
         "figure": 7,
@@ -173,6 +186,11 @@ async def measure(runs: int, delta_ms: int, backend: Backend, workers: int = 1) 
         "delivery_lag_p99_ms_by_event": {
             event: latency_summary(event_lags)["p99_ms"]
             for event, event_lags in sorted(by_event.items())
+        },
+        "late_deltas_by_second": {
+            "over_ms": TARGET_P99_MS,
+            "count": sum(late_by_second.values()),
+            "by_second": {str(second): n for second, n in sorted(late_by_second.items())},
         },
         "frames_total": sum(r["frames"] for r in runs_seen),
         "message_delta_frames": len(delta_lags),
