@@ -168,10 +168,12 @@ async def test_a_killed_worker_is_started_again_and_takes_its_run_over_at_once(
         os.kill(killed, signal.SIGKILL)
         killed_at = time.monotonic()
         # The watcher may have been on the killed worker: it reconnects (to either) and
-        # resumes from its cursor, as any client would.
+        # resumes from its cursor, as any client would. The kernel may hand the connection to
+        # the killed worker's socket, where it waits in the backlog until the worker started
+        # again is up: 20 s on a loaded two-core machine, past websockets' 10 s by default.
         seen = watcher.events_of(thread_id)
         await watcher.close()
-        watcher = await Client.connect(workers.ws_url, token)
+        watcher = await Client.connect(workers.ws_url, token, open_timeout=LEASE_TTL_S)
         await watcher.request("thread.subscribe", thread_id=thread_id, after_seq=seen[-1]["seq"])
 
         recovered = await watcher.wait_event("run.recovered", timeout=LEASE_TTL_S)
