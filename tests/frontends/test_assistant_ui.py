@@ -166,8 +166,9 @@ async def test_assistant_ui_cancel_stops_the_run_and_keeps_the_text(
 async def test_assistant_ui_rejoins_an_active_response_after_a_reload(
     gateway_factory: Callable[..., Any],
 ) -> None:
-    # Slow enough that the story is still streaming once Node has started and mounted.
-    async with gateway_factory(demo_delay_ms=10) as gateway:
+    # Slow enough that the story (about 240 deltas) is still streaming once Node has started
+    # and mounted: at 10 ms a delta a loaded two-core machine had finished it first.
+    async with gateway_factory(demo_delay_ms=30) as gateway:
         undisturbed = shown(await run_thread(gateway, "stream", "ws", "aui-calm", text=STORY))
         assert len(undisturbed["text"]) > STORY_MIN_CHARS
         # A tab sends the story and closes after a few deltas (a closed tab stops nothing).
