@@ -1,9 +1,10 @@
 """The two pieces of asyncio state uvicorn's WebSocket protocol keeps per connection, made light.
 
 uvicorn gives every connection an `asyncio.Queue` for the messages the application receives
-and an `asyncio.Event` saying whether the transport takes writes: four deques (about 380 bytes
-each, empty or not) and the objects around them, about 4 KiB of the 34 KiB an idle connection
-held (tracemalloc, 1,000 connections). A connection receives one message at a time (uvicorn
+and an `asyncio.Event` saying whether the transport takes writes: five deques (three of the
+queue's, one in the queue's own `_finished` event, the event's; about 380 bytes each, empty or
+not) and the objects around them, about 4 KiB of the 34 KiB an idle connection held
+(tracemalloc, 1,000 connections). A connection receives one message at a time (uvicorn
 pauses reading once a message is queued, until the application takes it) and has one reader,
 so a list and a future made only while somebody waits do the same work. Both offer exactly the
 methods uvicorn calls (gateway/server/ws_guard.py puts them in place).
