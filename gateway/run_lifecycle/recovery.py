@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 
 import orjson
 from sqlalchemy.engine import Connection
@@ -28,7 +29,7 @@ from gateway.storage.health import log_failure
 from persistence.clock import utcnow
 from persistence.errors import StaleWrite
 from persistence.events import NewEvent
-from persistence.leases import Lease, LeaseLost
+from persistence.leases import Lease, LeaseLost, LeaseRepository
 from persistence.run_status import RunStatus
 from persistence.runs import RunRecord, RunRepository
 
@@ -67,7 +68,7 @@ class Recovery:
             ):
                 continue  # a continuation that some process is starting right now
             try:
-                recovered += await self._recover_one(run)
+                recovered += await self.recover_run(run)
             except Exception as exc:
                 log_failure(log, exc, "recovery of run %s failed", run.run_id)
         waiting = (
@@ -102,7 +103,7 @@ class Recovery:
                 if run.status is RunStatus.SUSPENDED:
                     taken += await self._continue_after_shutdown(run)
                 elif run.status in CUT:
-                    taken += await self._recover_one(run)
+                    taken += await self.recover_run(run)
                 # RESUMING: another process that heard of it is continuing it right now (it
                 # takes the lease a moment later). Were that process to die first, the run
                 # has no lease and the lease scan recovers it.
@@ -169,7 +170,7 @@ class Recovery:
         if self._ctx.metrics is not None:
             self._ctx.metrics.took_over(kind, runs)
 
-    async def _recover_one(self, run: RunRecord) -> bool:
+    async def recover_run(self, run: RunRecord) -> bool:
         """Take over a run whose process is gone; False when a live process still holds it."""
         ctx = self._ctx
         async with ctx.lock(run.thread_id):
@@ -193,6 +194,11 @@ class Recovery:
             try:
                 await ctx.log.commit(await self._abort_open_messages(run, lease), mark_recovering)
             except StaleWrite:
+                # The run moved on after the scan read it (it paused, ended, was cancelled),
+                # releasing its lease: the one taken here is given back at once, or it would
+                # turn away a decision's continuation on another process, or an operator's
+                # cancel, until it expired.
+                await ctx.store.write(partial(LeaseRepository.release_in, lease=lease))
                 return False
             checkpoint = await ctx.checkpoints.latest(run.run_id)
             if checkpoint is not None:

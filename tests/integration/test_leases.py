@@ -4,8 +4,11 @@ a dead process's runs are taken over when its lease expires, and a stale lease c
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -14,8 +17,11 @@ from sqlalchemy import update
 from gateway.auth.access import TokenVerifier
 from persistence.backends import open_store
 from persistence.leases import LeaseLost, LeaseRepository
+from persistence.run_status import RunStatus
+from persistence.runs import RunRepository
 from persistence.tables import runs
 from persistence.threads import ThreadRepository
+from tests.integration.test_operator_cli import cli, paused_with_a_reviewer
 from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, spawn_gateway
 from tests.support.storage import (
@@ -198,3 +204,29 @@ async def test_a_stale_lease_cannot_append_or_checkpoint(database_url: str) -> N
         with pytest.raises(LeaseLost):
             await log.commit([log.new_event(thread.thread_id, "r_fence", "x", {}, old)])
         assert [e.seq for e in await log.read(thread.thread_id, after_seq=0)] == [1]
+
+
+async def test_a_lease_scan_that_read_a_run_before_it_paused_leaves_no_lease_on_it(
+    database_url: str, gateway_factory: Any
+) -> None:
+    """A scan lists the running runs, then takes each one's lease: a run that paused in between
+    (its lease released) is no longer the scan's to recover, and the lease it took is given back
+    at once. Kept, it would refuse an operator's cancel and a decision's continuation on
+    another process (whose lease it is not) until it expired."""
+    async with paused_with_a_reviewer(gateway_factory) as (gw, _alice, _bob, paused):
+        assert gw.app is not None
+        services = gw.app.state.services
+        run = await RunRepository(services.store).get(paused["run_id"])
+        assert run is not None and run.status is RunStatus.WAITING_FOR_REVIEW
+        as_the_scan_read_it = replace(run, status=RunStatus.RUNNING)
+
+        assert await services.runs.recovery.recover_run(as_the_scan_read_it) is False
+
+        holder = await services.store.write(
+            partial(LeaseRepository.live_holder_in, run_id=run.run_id)
+        )
+        assert holder is None
+        done = await cli(database_url, "runs", "cancel", run.run_id)
+        assert done.status == 0, done.err
+        after = await RunRepository(services.store).get(run.run_id)
+        assert after is not None and after.status is RunStatus.CANCELLED

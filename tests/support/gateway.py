@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import uvicorn
+from starlette.applications import Starlette
 
 from gateway.agents.registry import AgentRegistry
 from gateway.app import create_app
@@ -50,6 +51,8 @@ START_WITHIN_S = 90.0
 class Gateway:
     port: int
     settings: Settings
+    # The application, for a test that reaches the services its lifespan made.
+    app: Starlette | None = None
     verifier: TokenVerifier = field(default_factory=lambda: TokenVerifier(TEST_SECRET))
 
     @property
@@ -114,7 +117,7 @@ async def running_gateway(
         await asyncio.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield Gateway(port=port, settings=settings)
+        yield Gateway(port=port, settings=settings, app=app)
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 30)
