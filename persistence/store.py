@@ -77,7 +77,12 @@ class Store(ABC):
 
     @abstractmethod
     async def write(
-        self, work: Work[T], *, slow: bool = False, single_statement: bool = False
+        self,
+        work: Work[T],
+        *,
+        slow: bool = False,
+        single_statement: bool = False,
+        log_writer: bool = False,
     ) -> T:
         """`work` in one write transaction; its result. An exception from `work` rolls the
         transaction back and reaches the caller unchanged (`IntegrityError` included).
@@ -85,7 +90,10 @@ class Store(ABC):
         `slow` work (a retention sweep over hundreds of runs) never runs on the event loop's
         thread, where a backend would otherwise run short work. `single_statement` work runs
         exactly one statement, atomic on its own, so a backend may run it without a
-        transaction around it (PostgreSQL: no BEGIN and COMMIT, two round trips fewer)."""
+        transaction around it (PostgreSQL: no BEGIN and COMMIT, two round trips fewer).
+        `log_writer`: the event log's writer, which writes one transaction at a time; a
+        backend with a pool keeps a connection for it alone, so the commits every streamed
+        event waits for never queue behind other work for a connection."""
 
     @abstractmethod
     async def read(self, work: Work[T], *, bulk: bool = False) -> T:
@@ -108,6 +116,7 @@ class Store(ABC):
             partial(append_fenced_in, batch=list(batch), announce=announce),
             # Without an announcement, one statement where the backend has one for it.
             single_statement=announce is None and self.backend == "postgresql",
+            log_writer=True,
         )
 
     async def commit(
@@ -115,14 +124,16 @@ class Store(ABC):
     ) -> tuple[T | None, list[EventRecord]]:
         """An atomic commit: every lease of `batch` must hold (else `LeaseLost`, nothing
         stored), then `work`, then the events, then `announce` of them, in one transaction."""
-        return await self.write(partial(commit_in, batch=list(batch), work=work, announce=announce))
+        return await self.write(
+            partial(commit_in, batch=list(batch), work=work, announce=announce), log_writer=True
+        )
 
     async def commit_parts(self, parts: Sequence[Part]) -> list[PartStored | Exception]:
         """Several commits in one transaction, each all or nothing on its own: a part's
         outcome is what `append` or `commit` would have returned, or the exception it raised
         (nothing of that part stored). `PartsAborted` or `StorageUnavailable` when the
         transaction as a whole failed; after `PartsAborted` nothing of any part was stored."""
-        return await self.write(partial(commit_parts_in, parts=list(parts)))
+        return await self.write(partial(commit_parts_in, parts=list(parts)), log_writer=True)
 
     async def read_events(self, thread_id: str, *, after_seq: int, limit: int) -> list[EventRecord]:
         """A replay page: the thread's events after `after_seq`, in order, at most `limit`."""

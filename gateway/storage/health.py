@@ -263,7 +263,12 @@ class ReportingStore(Store):
         return self.inner.statement_engines()
 
     async def write(
-        self, work: Work[T], *, slow: bool = False, single_statement: bool = False
+        self,
+        work: Work[T],
+        *,
+        slow: bool = False,
+        single_statement: bool = False,
+        log_writer: bool = False,
     ) -> T:
         if self._health.disk_full:
             # Not reported: only the probe's writes (on `inner`) decide when storage is back.
@@ -271,7 +276,9 @@ class ReportingStore(Store):
                 f"storage unavailable: the disk is full ({self._health.reason})"
             )
         try:
-            return await self.inner.write(work, slow=slow, single_statement=single_statement)
+            return await self.inner.write(
+                work, slow=slow, single_statement=single_statement, log_writer=log_writer
+            )
         except StorageUnavailable as exc:
             self._health.failed(exc)
             raise

@@ -23,9 +23,15 @@ from persistence.store import DatabaseConfigError, Store, Work, storage_errors
 T = TypeVar("T")
 
 INSTALL_HINT = "pip install 'agents-ws-gateway[postgres]' (or: pip install asyncpg)"
-# Connections per process: the event log's writer, the lease keeper, decisions and reads.
+# Connections per process: the lease keeper, decisions, run starts and reads.
 POOL_SIZE = 10
 POOL_OVERFLOW = 10
+# The event log's writer, one transaction at a time, on a connection of its own: sharing the
+# pool, every streamed event's commit queued behind the reads of 200 runs starting at once
+# (150 ms a checkout at the median, 740 at most, figure 7 of docs/benchmarks.md). The overflow
+# replaces it while a failed one is being closed.
+LOG_POOL_SIZE = 1
+LOG_POOL_OVERFLOW = 1
 
 
 def _refuse_unusable(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
@@ -90,23 +96,38 @@ class PostgresStore(Store):
         # transaction sees its own snapshot anyway, and the locking reads (fencing, claims)
         # are all inside writes.
         self._autocommit = self._engine.execution_options(isolation_level="AUTOCOMMIT")
-        event.listen(self._engine.sync_engine, "checkout", _refuse_unusable)
-        event.listen(self._engine.sync_engine, "reset", _close_hidden_transaction)
+        self._log_engine = create_async_engine(
+            url, pool_size=LOG_POOL_SIZE, max_overflow=LOG_POOL_OVERFLOW
+        )
+        self._log_autocommit = self._log_engine.execution_options(isolation_level="AUTOCOMMIT")
+        for engine in (self._engine, self._log_engine):
+            event.listen(engine.sync_engine, "checkout", _refuse_unusable)
+            event.listen(engine.sync_engine, "reset", _close_hidden_transaction)
 
     @property
     def engine(self) -> AsyncEngine:
         return self._engine
 
     def statement_engines(self) -> Sequence[Engine]:
-        return (self._engine.sync_engine,)
+        return (self._engine.sync_engine, self._log_engine.sync_engine)
 
     async def write(
-        self, work: Work[T], *, slow: bool = False, single_statement: bool = False
+        self,
+        work: Work[T],
+        *,
+        slow: bool = False,
+        single_statement: bool = False,
+        log_writer: bool = False,
     ) -> T:
+        engine, autocommit = (
+            (self._log_engine, self._log_autocommit)
+            if log_writer
+            else (self._engine, self._autocommit)
+        )
         # A single statement is atomic on its own, committed as it completes.
         if single_statement:
-            return await self._run(self._autocommit, work, transaction=False)
-        return await self._run(self._engine, work, transaction=True)
+            return await self._run(autocommit, work, transaction=False)
+        return await self._run(engine, work, transaction=True)
 
     async def read(self, work: Work[T], *, bulk: bool = False) -> T:
         return await self._run(self._autocommit, work, transaction=False)
@@ -136,3 +157,4 @@ class PostgresStore(Store):
 
     async def close(self) -> None:
         await self._engine.dispose()
+        await self._log_engine.dispose()

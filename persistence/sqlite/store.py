@@ -96,10 +96,16 @@ class SqliteStore(Store):
         return (self._engine,)
 
     async def write(
-        self, work: Work[T], *, slow: bool = False, single_statement: bool = False
+        self,
+        work: Work[T],
+        *,
+        slow: bool = False,
+        single_statement: bool = False,
+        log_writer: bool = False,
     ) -> T:
         # One statement or several, SQLite's single writer takes the same path: its
-        # transaction control costs no round trip.
+        # transaction control costs no round trip. Every write, the log's included, has
+        # that writer's connection, which waits for no reader.
         return await self._writes.run(partial(self._transaction, work), inline=not slow)
 
     async def read(self, work: Work[T], *, bulk: bool = False) -> T:

@@ -17,10 +17,12 @@ from agents.items import TResponseInputItem
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.util import await_only
 
 from persistence.clock import utcnow
 from persistence.events import NewEvent
 from persistence.leases import LeaseRepository
+from persistence.postgres.store import POOL_OVERFLOW, POOL_SIZE
 from persistence.sessions import GatewaySession
 from persistence.store import Store
 from persistence.tables import events, threads
@@ -264,3 +266,48 @@ async def test_a_cancelled_call_gives_its_connection_back_outside_any_transactio
     assert store.engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     assert (await ThreadRepository(store).get(thread_id)).head_seq == 0  # type: ignore[union-attr]
     assert await idle_in_transaction(store) == 0
+
+
+async def test_the_event_logs_writes_never_wait_for_a_connection_behind_other_work(
+    store: Store,
+) -> None:
+    """Every connection of the pool is held (as when 200 runs start at once, each reading its
+    thread and history): the event log's append and atomic commit still go through, on the
+    writer's own connection, while all of those are still busy."""
+    (thread_id,) = [(await ThreadRepository(store).create(tenant="acme", owner="a")).thread_id]
+    pool = POOL_SIZE + POOL_OVERFLOW
+    release = asyncio.Event()
+    holding = 0
+    all_held = asyncio.Event()
+
+    async def hold(conn: Any) -> None:
+        nonlocal holding
+        holding += 1
+        if holding == pool:
+            all_held.set()
+        await release.wait()
+
+    def held_read(conn: Any) -> None:
+        # A read that keeps its connection until released (the greenlet awaits the event).
+        await_only(hold(conn))
+
+    readers = [asyncio.create_task(store.read(held_read)) for _ in range(pool)]
+    await asyncio.wait_for(all_held.wait(), 10)
+    # One more read queues for a connection: the pool is exhausted.
+    queued = asyncio.create_task(store.read(lambda conn: conn.execute(select(1)).scalar()))
+    await asyncio.sleep(0.2)
+    assert not queued.done()
+    try:
+        records, lost = await asyncio.wait_for(
+            store.append([NewEvent(thread_id, None, "test.event", TS, "{}")]), 10
+        )
+        result, committed = await asyncio.wait_for(
+            store.commit([NewEvent(thread_id, None, "test.atomic", TS, "{}")], lambda conn: 7),
+            10,
+        )
+        assert [r.seq for r in records] == [1] and not lost
+        assert result == 7 and [r.seq for r in committed] == [2]
+        assert not queued.done() and not any(reader.done() for reader in readers)
+    finally:
+        release.set()
+        await asyncio.gather(*readers, queued)
