@@ -10,10 +10,11 @@ from collections.abc import Collection
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import bindparam, delete, select, update
+from sqlalchemy import Integer, String, bindparam, delete, exists, func, insert, select, update
 from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.sql.dml import Update
 
 from persistence.clock import as_utc, utcnow
 from persistence.errors import StaleWrite
@@ -177,12 +178,60 @@ _MOVE = (
     )
     .values(checkpoint_version=bindparam("b_version"))
 )
-_ADVANCE = Prepared(_MOVE)
-_ADVANCE_WITH_STATUS = Prepared(
-    _MOVE.where(EXPECTED_STATUS.of(runs.c.status)).values(
-        status=bindparam("b_status"), updated_at=bindparam("b_now")
-    )
+_MOVE_WITH_STATUS = _MOVE.where(EXPECTED_STATUS.of(runs.c.status)).values(
+    status=bindparam("b_status"), updated_at=bindparam("b_now")
 )
+
+
+class _Advance(NamedTuple):
+    """A checkpoint's move, as the statements of every backend and as PostgreSQL's one."""
+
+    move: Prepared
+    at_once: Prepared
+
+
+def _at_once(move: Update) -> Prepared:
+    """`_advance` as one statement on PostgreSQL: the move, the insert (its `session_mark`
+    read from the session in the statement when `b_mark` is null), and the prune of older
+    versions, each only if the move found the run where expected. One round trip where there
+    were four, each a turn of a busy loop for the event log's writer (docs/benchmarks.md,
+    "PostgreSQL"); the run's row is locked first, as by the statements it replaces."""
+    moved = move.returning(runs.c.run_id).cte("moved")
+    head = SessionMarks.head_of(bindparam("b_session", type_=String))
+    values = select(
+        moved.c.run_id,
+        *(
+            bindparam(f"b_{column.name}", type_=column.type)
+            for column in checkpoints.c
+            if column.name not in ("run_id", "session_mark")
+        ),
+        func.coalesce(bindparam("b_mark", type_=Integer), head, 0),
+    )
+    columns = [c.name for c in checkpoints.c if c.name not in ("run_id", "session_mark")]
+    inserted = (
+        insert(checkpoints)
+        .from_select(["run_id", *columns, "session_mark"], values)
+        .returning(checkpoints.c.session_mark)
+        .cte("inserted")
+    )
+    pruned = (
+        delete(checkpoints)
+        .where(
+            checkpoints.c.run_id == bindparam("b_run"),
+            checkpoints.c.version < bindparam("b_keep_from"),
+            exists(select(moved.c.run_id)),
+        )
+        .returning(checkpoints.c.version)
+        .cte("pruned")
+    )
+    # `pruned` is named in the result so that it is part of the statement at all.
+    return Prepared(
+        select(inserted.c.session_mark, select(func.count()).select_from(pruned).scalar_subquery())
+    )
+
+
+_ADVANCE = _Advance(Prepared(_MOVE), _at_once(_MOVE))
+_ADVANCE_WITH_STATUS = _Advance(Prepared(_MOVE_WITH_STATUS), _at_once(_MOVE_WITH_STATUS))
 _INSERT = Prepared(checkpoints.insert(), keys=[field.name for field in fields(CheckpointRecord)])
 _PRUNE = Prepared(
     delete(checkpoints).where(
@@ -195,18 +244,20 @@ _DROP = Prepared(delete(checkpoints).where(checkpoints.c.run_id == bindparam("b_
 def _advance(
     conn: Connection,
     checkpoint: CheckpointRecord,
-    move: Prepared,
+    advance: _Advance,
     params: dict[str, Any],
     session_of: str | None,
     keep: int = 0,
 ) -> CheckpointRecord:
-    """Move the run from `checkpoint.version - 1` to `checkpoint.version` (`move`, with
+    """Move the run from `checkpoint.version - 1` to `checkpoint.version` (`advance`, with
     `params`) and insert the checkpoint; `StaleWrite` if the run is elsewhere. `keep`: how
     many of the versions before it stay."""
+    if conn.dialect.name == "postgresql":
+        return _advance_at_once(conn, checkpoint, advance.at_once, params, session_of, keep)
     if session_of is not None:
         checkpoint = replace(checkpoint, session_mark=SessionMarks.head_in(conn, session_of))
     version = {"b_run": checkpoint.run_id, "b_version": checkpoint.version}
-    moved = move.rowcount(conn, {**params, **version, "b_previous": checkpoint.version - 1})
+    moved = advance.move.rowcount(conn, {**params, **version, "b_previous": checkpoint.version - 1})
     if moved != 1:
         raise StaleWrite(f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}")
     _INSERT.rowcount(conn, _row(checkpoint))
@@ -215,3 +266,30 @@ def _advance(
     # older state repeats the conversation so far: dropped in the same transaction.
     _PRUNE.rowcount(conn, {**version, "b_version": checkpoint.version - keep})
     return checkpoint
+
+
+def _advance_at_once(
+    conn: Connection,
+    checkpoint: CheckpointRecord,
+    statement: Prepared,
+    params: dict[str, Any],
+    session_of: str | None,
+    keep: int,
+) -> CheckpointRecord:
+    """`_advance` in one statement (`_at_once`)."""
+    row = _row(checkpoint)
+    rows = statement.rows(
+        conn,
+        {
+            **params,
+            **{f"b_{key}": value for key, value in row.items() if key != "session_mark"},
+            "b_run": checkpoint.run_id,
+            "b_previous": checkpoint.version - 1,
+            "b_keep_from": checkpoint.version - keep,
+            "b_session": session_of,
+            "b_mark": None if session_of is not None else checkpoint.session_mark,
+        },
+    )
+    if not rows:
+        raise StaleWrite(f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}")
+    return replace(checkpoint, session_mark=int(rows[0][0]))

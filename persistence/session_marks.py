@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, bindparam, delete, func, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
 
 from persistence.prepared import Prepared
 
@@ -43,6 +44,16 @@ class SessionMarks:
 
     async def trim(self, session_id: str, mark: int) -> int:
         return await self._store.write(partial(self.trim_in, session_id=session_id, mark=mark))
+
+    @staticmethod
+    def head_of(session_id: ColumnElement[str]) -> ColumnElement[int]:
+        """The session's newest message id, as an expression for a statement of its own
+        (null: none)."""
+        return (
+            select(func.max(_messages.c.id))
+            .where(_messages.c.session_id == session_id)
+            .scalar_subquery()
+        )
 
     @staticmethod
     def trim_in(conn: Connection, session_id: str, mark: int) -> int:

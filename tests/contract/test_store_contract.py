@@ -13,6 +13,7 @@ import asyncio
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -25,15 +26,18 @@ from sqlalchemy.exc import IntegrityError
 from persistence import uncounted_cancels
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.backends import open_store
+from persistence.checkpoints import CheckpointRecord, CheckpointRepository
 from persistence.clock import utcnow
-from persistence.errors import StorageUnavailable
+from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.events import FEW_THREADS, NewEvent
 from persistence.instances import Incarnation, InstanceClaims, InstanceInUse
 from persistence.leases import Lease, LeaseLost, LeaseRepository
 from persistence.retention import RetentionRepository
 from persistence.runs import RunRepository, RunStatus
+from persistence.session_marks import SessionMarks
+from persistence.sessions import GatewaySession
 from persistence.store import DatabaseConfigError, Store
-from persistence.tables import events, runs, threads
+from persistence.tables import checkpoints, events, runs, threads
 from persistence.threads import ThreadRepository
 from persistence.uncounted_cancels import UncountedCancels
 from tests.support.storage import (
@@ -499,3 +503,99 @@ async def test_a_run_inserted_leased_holds_its_first_lease(store: Store) -> None
     await expire_lease(store, "r_leased")
     taken = await LeaseRepository(store).acquire("r_leased", "gw-b", ttl_s=30)
     assert taken == Lease("r_leased", "gw-b", 2)
+
+
+def checkpoint_of(run_id: str, version: int, reason: str = "turn") -> CheckpointRecord:
+    return CheckpointRecord(
+        run_id=run_id,
+        version=version,
+        state=f'{{"v":{version}}}',
+        sdk_schema_version="1.0",
+        graph_name="g",
+        graph_version="1",
+        reason=reason,
+        session_mark=0,
+        created_at=utcnow(),
+    )
+
+
+async def stored_checkpoints(store: Store, run_id: str) -> list[tuple[int, str, int]]:
+    query = (
+        select(checkpoints.c.version, checkpoints.c.reason, checkpoints.c.session_mark)
+        .where(checkpoints.c.run_id == run_id)
+        .order_by(checkpoints.c.version)
+    )
+    return await store.read(lambda conn: [tuple(row) for row in conn.execute(query)])
+
+
+async def test_a_checkpoint_advances_the_run_prunes_older_ones_and_marks_the_history(
+    store: Store,
+) -> None:
+    """A checkpoint moves the run's version (and status) from the one before, replaces the
+    older versions, and takes the history's head read in its own transaction. On PostgreSQL
+    that is one statement."""
+    (thread_id,) = [(await ThreadRepository(store).create(tenant="acme", owner="a")).thread_id]
+    await insert_running_run(store, "r_cp", thread_id)
+    history = GatewaySession(thread_id, store=store)
+    await history.add_items([{"role": "user", "content": "one"}])
+    first = await store.write(
+        lambda conn: CheckpointRepository.save_in(
+            conn,
+            checkpoint_of("r_cp", 1),
+            status=RunStatus.RUNNING,
+            expected=(RunStatus.RUNNING,),
+            session_of=thread_id,
+        )
+    )
+    await history.add_items([{"role": "assistant", "content": "two"}])
+    head = await SessionMarks(store).head(thread_id)
+    with observed(store) as statements:
+        paused = await store.write(
+            lambda conn: CheckpointRepository.save_in(
+                conn,
+                checkpoint_of("r_cp", 2, "approval"),
+                status=RunStatus.WAITING_FOR_REVIEW,
+                expected=(RunStatus.RUNNING,),
+                session_of=thread_id,
+            )
+        )
+    assert 0 < first.session_mark < head == paused.session_mark
+    assert await stored_checkpoints(store, "r_cp") == [(2, "approval", head)]
+    run = await RunRepository(store).get("r_cp")
+    assert run is not None and run.status is RunStatus.WAITING_FOR_REVIEW
+    assert run.checkpoint_version == 2
+    if store.backend == "postgresql":
+        assert len(statements) == 1 and "INSERT INTO checkpoints" in statements[0]
+
+    # A final state keeps the boundary before it when asked (a failed run's, for a retry),
+    # with the mark the record carries when no session is named.
+    final = replace(checkpoint_of("r_cp", 3, "error"), session_mark=7)
+    await store.write(
+        lambda conn: CheckpointRepository.add_final_in(conn, final, keep_previous=True)
+    )
+    assert await stored_checkpoints(store, "r_cp") == [(2, "approval", head), (3, "error", 7)]
+
+
+async def test_a_stale_checkpoint_stores_nothing(store: Store) -> None:
+    """Not at the version before it, or not in an expected status: `StaleWrite`, and neither
+    the run, the checkpoints nor the history's mark change."""
+    (thread_id,) = [(await ThreadRepository(store).create(tenant="acme", owner="a")).thread_id]
+    await insert_running_run(store, "r_stale", thread_id)
+    await store.write(
+        lambda conn: CheckpointRepository.add_final_in(conn, checkpoint_of("r_stale", 1))
+    )
+    for checkpoint, status, expected in (
+        # Version 1 is stored already.
+        (checkpoint_of("r_stale", 1), RunStatus.WAITING_FOR_REVIEW, RunStatus.RUNNING),
+        # The run is running, not resuming.
+        (checkpoint_of("r_stale", 2), RunStatus.RUNNING, RunStatus.RESUMING),
+    ):
+        with pytest.raises(StaleWrite):
+            await store.write(
+                lambda conn, c=checkpoint, s=status, e=expected: CheckpointRepository.save_in(
+                    conn, c, status=s, expected=(e,), session_of=c.run_id
+                )
+            )
+    assert await stored_checkpoints(store, "r_stale") == [(1, "turn", 0)]
+    run = await RunRepository(store).get("r_stale")
+    assert run is not None and run.status is RunStatus.RUNNING and run.checkpoint_version == 1
