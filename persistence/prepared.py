@@ -188,6 +188,17 @@ def run_sql(conn: Connection, sql: str) -> None:
     _run(conn, sql, (), many=False)
 
 
+def run_statements(conn: Connection, statements: Sequence[str]) -> None:
+    """Statements without parameters (savepoints), in order, observers told as for every
+    other: on PostgreSQL in one round trip (asyncpg's simple query protocol takes several
+    statements at once), on SQLite one call each."""
+    if isinstance(conn.connection.dbapi_connection, sqlite3.Connection):
+        for sql in statements:
+            _run(conn, sql, (), many=False)
+        return
+    _run(conn, "; ".join(statements), None, many=False)
+
+
 def _compile(statement: Executable, keys: list[str] | None, dialect: Dialect) -> _Compiled | None:
     compiled: Any = statement.compile(dialect=dialect, column_keys=keys)  # type: ignore[attr-defined]
     if compiled.post_compile_params or compiled.literal_execute_params:
@@ -236,7 +247,8 @@ def _run_one(conn: Connection, compiled: _Compiled, params: Params) -> Executed:
 
 
 def _run(conn: Connection, sql: str, parameters: Any, *, many: bool) -> Executed:
-    """`parameters`: one tuple in the SQL's order, or (`many`) a sequence of them."""
+    """`parameters`: one tuple in the SQL's order, or (`many`) a sequence of them; None on
+    PostgreSQL for statements without parameters, several in one string."""
     # pysqlite's driver connection is its DBAPI connection, an attribute here (the
     # `driver_connection` property walks three more calls to the same object).
     dbapi = conn.connection.dbapi_connection
@@ -327,6 +339,9 @@ async def _asyncpg_execute(
             await adapter._start_transaction()
         if many:
             await adapter._connection.executemany(sql, parameters)
+            return _AsyncpgResult([], -1)
+        if parameters is None:
+            await adapter._connection.execute(sql)
             return _AsyncpgResult([], -1)
         statement, _ = await adapter._prepare(sql, schema_as_of)
         rows = await statement.fetch(*parameters)
