@@ -19,7 +19,7 @@ from sqlalchemy.sql.dml import Update
 from persistence.clock import as_utc, utcnow
 from persistence.errors import StaleWrite
 from persistence.prepared import Prepared
-from persistence.run_status import RunStatus, check_moves
+from persistence.run_status import RunStatus, check_moves, moves_into
 from persistence.runs import EXPECTED_STATUS
 from persistence.session_marks import SessionMarks
 from persistence.tables import checkpoints, runs
@@ -101,34 +101,32 @@ class CheckpointRepository:
         allowed.
         """
         check_moves(expected, status)
-        return _advance(
-            conn,
-            checkpoint,
-            _ADVANCE_WITH_STATUS,
-            {
-                **EXPECTED_STATUS.params([s.value for s in expected]),
-                "b_status": status.value,
-                "b_now": utcnow(),
-            },
-            session_of,
-        )
+        return _advance(conn, checkpoint, _ADVANCE, _status_params(status, expected), session_of)
 
     @staticmethod
     def add_final_in(
         conn: Connection,
         checkpoint: CheckpointRecord,
         *,
+        status: RunStatus,
+        error: dict[str, Any] | None = None,
         session_of: str | None = None,
         keep_previous: bool = False,
     ) -> CheckpointRecord:
-        """Store the state a run ended with, in the transaction that ends the run.
-
-        The run's status is set by that transaction; this only advances the version, under
-        the same rule as `save_in`: never over a newer checkpoint. `session_of` as in `save_in`.
-        `keep_previous`: the checkpoint before this one stays (a failed run's last boundary,
-        which a retry goes on from).
+        """End the run with the state it ended with: move it to its final `status` (from
+        any status that may move there, recording `error`) and store `checkpoint` as its next
+        version, in one step, under the same rule as `save_in`: never over a newer checkpoint
+        (`StaleWrite`, nothing changed). `session_of` as in `save_in`. `keep_previous`: the
+        checkpoint before this one stays (a failed run's last boundary, which a retry goes on
+        from).
         """
-        return _advance(conn, checkpoint, _ADVANCE, {}, session_of, keep=1 if keep_previous else 0)
+        params = _status_params(status, moves_into(status))
+        advance = _ADVANCE
+        if error is not None:
+            advance = _ADVANCE_WITH_ERROR
+            params["b_error"] = error
+        keep = 1 if keep_previous else 0
+        return _advance(conn, checkpoint, advance, params, session_of, keep=keep)
 
     async def latest_resumable(self, run_id: str) -> CheckpointRecord | None:
         """The run's newest checkpoint that is not a final state: where a retry goes on."""
@@ -170,17 +168,30 @@ _LATEST_RESUMABLE = Prepared(
 )
 
 
+# A run's move to its next checkpoint version, from the one before and from one of the
+# expected statuses, to its new status (and, ending failed, its error).
 _MOVE = (
     update(runs)
     .where(
         runs.c.run_id == bindparam("b_run"),
         runs.c.checkpoint_version == bindparam("b_previous"),
+        EXPECTED_STATUS.of(runs.c.status),
     )
-    .values(checkpoint_version=bindparam("b_version"))
+    .values(
+        checkpoint_version=bindparam("b_version"),
+        status=bindparam("b_status"),
+        updated_at=bindparam("b_now"),
+    )
 )
-_MOVE_WITH_STATUS = _MOVE.where(EXPECTED_STATUS.of(runs.c.status)).values(
-    status=bindparam("b_status"), updated_at=bindparam("b_now")
-)
+_MOVE_WITH_ERROR = _MOVE.values(error=bindparam("b_error", type_=runs.c.error.type))
+
+
+def _status_params(status: RunStatus, expected: Collection[RunStatus]) -> dict[str, Any]:
+    return {
+        **EXPECTED_STATUS.params([s.value for s in expected]),
+        "b_status": status.value,
+        "b_now": utcnow(),
+    }
 
 
 class _Advance(NamedTuple):
@@ -231,7 +242,7 @@ def _at_once(move: Update) -> Prepared:
 
 
 _ADVANCE = _Advance(Prepared(_MOVE), _at_once(_MOVE))
-_ADVANCE_WITH_STATUS = _Advance(Prepared(_MOVE_WITH_STATUS), _at_once(_MOVE_WITH_STATUS))
+_ADVANCE_WITH_ERROR = _Advance(Prepared(_MOVE_WITH_ERROR), _at_once(_MOVE_WITH_ERROR))
 _INSERT = Prepared(checkpoints.insert(), keys=[field.name for field in fields(CheckpointRecord)])
 _PRUNE = Prepared(
     delete(checkpoints).where(

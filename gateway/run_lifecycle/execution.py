@@ -808,20 +808,27 @@ class SegmentRunner:
         run, lease = segment.run, segment.lease
 
         def transition(conn: Connection) -> None:
-            moved = RunRepository.transition_in(
-                conn, run.run_id, status, expected=moves_into(status), error=error
-            )
-            if not moved:
-                raise StaleWrite(run.run_id)
             # A failed run keeps its last boundary too: a retry goes on from there
             # (docs/protocol.md §4 `run.retry`).
             failed = status is RunStatus.FAILED
             if checkpoint is not None:
+                # The final status with the final state, in one step.
                 CheckpointRepository.add_final_in(
-                    conn, checkpoint, session_of=run.thread_id, keep_previous=failed
+                    conn,
+                    checkpoint,
+                    status=status,
+                    error=error,
+                    session_of=run.thread_id,
+                    keep_previous=failed,
                 )
-            elif not failed:
-                CheckpointRepository.drop_in(conn, run.run_id)
+            else:
+                moved = RunRepository.transition_in(
+                    conn, run.run_id, status, expected=moves_into(status), error=error
+                )
+                if not moved:
+                    raise StaleWrite(run.run_id)
+                if not failed:
+                    CheckpointRepository.drop_in(conn, run.run_id)
             if lease is not None:
                 LeaseRepository.release_in(conn, lease)
             if status is RunStatus.CANCELLED:

@@ -567,13 +567,41 @@ async def test_a_checkpoint_advances_the_run_prunes_older_ones_and_marks_the_his
     if store.backend == "postgresql":
         assert len(statements) == 1 and "INSERT INTO checkpoints" in statements[0]
 
-    # A final state keeps the boundary before it when asked (a failed run's, for a retry),
-    # with the mark the record carries when no session is named.
-    final = replace(checkpoint_of("r_cp", 3, "error"), session_mark=7)
+
+async def test_a_run_ends_with_its_final_state_in_one_step(store: Store) -> None:
+    """The final status (and error) and the final state go together; a failed run keeps the
+    boundary before it (a retry's), with the mark the record carries when no session is
+    named. On PostgreSQL that is one statement."""
+    (thread_id,) = [(await ThreadRepository(store).create(tenant="acme", owner="a")).thread_id]
+    await insert_running_run(store, "r_end", thread_id)
+    turn = checkpoint_of("r_end", 1)
     await store.write(
-        lambda conn: CheckpointRepository.add_final_in(conn, final, keep_previous=True)
+        lambda conn: CheckpointRepository.save_in(
+            conn, turn, status=RunStatus.RUNNING, expected=(RunStatus.RUNNING,)
+        )
     )
-    assert await stored_checkpoints(store, "r_cp") == [(2, "approval", head), (3, "error", 7)]
+    final = replace(checkpoint_of("r_end", 2, "error"), session_mark=7)
+    error = {"code": "model_error", "message": "the model failed"}
+    with observed(store) as statements:
+        await store.write(
+            lambda conn: CheckpointRepository.add_final_in(
+                conn, final, status=RunStatus.FAILED, error=error, keep_previous=True
+            )
+        )
+    assert await stored_checkpoints(store, "r_end") == [(1, "turn", 0), (2, "error", 7)]
+    run = await RunRepository(store).get("r_end")
+    assert run is not None and run.status is RunStatus.FAILED and run.error == error
+    assert run.checkpoint_version == 2
+    if store.backend == "postgresql":
+        assert len(statements) == 1
+    # Ended, it takes no other final state.
+    with pytest.raises(StaleWrite):
+        await store.write(
+            lambda conn: CheckpointRepository.add_final_in(
+                conn, checkpoint_of("r_end", 3, "completed"), status=RunStatus.COMPLETED
+            )
+        )
+    assert [v for v, _, _ in await stored_checkpoints(store, "r_end")] == [1, 2]
 
 
 async def test_a_stale_checkpoint_stores_nothing(store: Store) -> None:
@@ -582,7 +610,12 @@ async def test_a_stale_checkpoint_stores_nothing(store: Store) -> None:
     (thread_id,) = [(await ThreadRepository(store).create(tenant="acme", owner="a")).thread_id]
     await insert_running_run(store, "r_stale", thread_id)
     await store.write(
-        lambda conn: CheckpointRepository.add_final_in(conn, checkpoint_of("r_stale", 1))
+        lambda conn: CheckpointRepository.save_in(
+            conn,
+            checkpoint_of("r_stale", 1),
+            status=RunStatus.RUNNING,
+            expected=(RunStatus.RUNNING,),
+        )
     )
     for checkpoint, status, expected in (
         # Version 1 is stored already.
