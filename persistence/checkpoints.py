@@ -205,23 +205,20 @@ def _at_once(move: Update) -> Prepared:
     """`_advance` as one statement on PostgreSQL: the move, the insert (its `session_mark`
     read from the session in the statement when `b_mark` is null), and the prune of older
     versions, each only if the move found the run where expected. One round trip where there
-    were four, each a turn of a busy loop for the event log's writer (docs/benchmarks.md,
-    "PostgreSQL"); the run's row is locked first, as by the statements it replaces."""
+    were four (five at a run's end), each a turn of a busy loop for the event log's writer
+    (docs/benchmarks.md, "PostgreSQL"); the run's row is locked first, as by the statements it
+    replaces."""
     moved = move.returning(runs.c.run_id).cte("moved")
     head = SessionMarks.head_of(bindparam("b_session", type_=String))
+    given = [c for c in checkpoints.c if c.name not in ("run_id", "session_mark")]
     values = select(
         moved.c.run_id,
-        *(
-            bindparam(f"b_{column.name}", type_=column.type)
-            for column in checkpoints.c
-            if column.name not in ("run_id", "session_mark")
-        ),
+        *(bindparam(f"b_{column.name}", type_=column.type) for column in given),
         func.coalesce(bindparam("b_mark", type_=Integer), head, 0),
     )
-    columns = [c.name for c in checkpoints.c if c.name not in ("run_id", "session_mark")]
     inserted = (
         insert(checkpoints)
-        .from_select(["run_id", *columns, "session_mark"], values)
+        .from_select(["run_id", *(c.name for c in given), "session_mark"], values)
         .returning(checkpoints.c.session_mark)
         .cte("inserted")
     )
