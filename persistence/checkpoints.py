@@ -260,44 +260,51 @@ def _advance(
     """Move the run from `checkpoint.version - 1` to `checkpoint.version` (`advance`, with
     `params`) and insert the checkpoint; `StaleWrite` if the run is elsewhere. `keep`: how
     many of the versions before it stay."""
-    if conn.dialect.name == "postgresql":
-        return _advance_at_once(conn, checkpoint, advance.at_once, params, session_of, keep)
-    if session_of is not None:
-        checkpoint = replace(checkpoint, session_mark=SessionMarks.head_in(conn, session_of))
-    version = {"b_run": checkpoint.run_id, "b_version": checkpoint.version}
-    moved = advance.move.rowcount(conn, {**params, **version, "b_previous": checkpoint.version - 1})
-    if moved != 1:
-        raise StaleWrite(f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}")
-    _INSERT.rowcount(conn, _row(checkpoint))
+    moving = {
+        **params,
+        "b_run": checkpoint.run_id,
+        "b_version": checkpoint.version,
+        "b_previous": checkpoint.version - 1,
+    }
     # Nothing resumes from an older version once this one is durable (a continuation, a
     # recovery and a decision's binding check all read the run's current version), and each
     # older state repeats the conversation so far: dropped in the same transaction.
-    _PRUNE.rowcount(conn, {**version, "b_version": checkpoint.version - keep})
+    keep_from = checkpoint.version - keep
+    if conn.dialect.name == "postgresql":
+        return _advance_at_once(conn, checkpoint, advance.at_once, moving, session_of, keep_from)
+    if session_of is not None:
+        checkpoint = replace(checkpoint, session_mark=SessionMarks.head_in(conn, session_of))
+    if advance.move.rowcount(conn, moving) != 1:
+        raise _stale(checkpoint)
+    _INSERT.rowcount(conn, _row(checkpoint))
+    _PRUNE.rowcount(conn, {"b_run": checkpoint.run_id, "b_version": keep_from})
     return checkpoint
+
+
+def _stale(checkpoint: CheckpointRecord) -> StaleWrite:
+    return StaleWrite(f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}")
 
 
 def _advance_at_once(
     conn: Connection,
     checkpoint: CheckpointRecord,
     statement: Prepared,
-    params: dict[str, Any],
+    moving: dict[str, Any],
     session_of: str | None,
-    keep: int,
+    keep_from: int,
 ) -> CheckpointRecord:
     """`_advance` in one statement (`_at_once`)."""
     row = _row(checkpoint)
     rows = statement.rows(
         conn,
         {
-            **params,
-            **{f"b_{key}": value for key, value in row.items() if key != "session_mark"},
-            "b_run": checkpoint.run_id,
-            "b_previous": checkpoint.version - 1,
-            "b_keep_from": checkpoint.version - keep,
+            **moving,
+            **{f"b_{k}": v for k, v in row.items() if k not in ("run_id", "session_mark")},
+            "b_keep_from": keep_from,
             "b_session": session_of,
             "b_mark": None if session_of is not None else checkpoint.session_mark,
         },
     )
     if not rows:
-        raise StaleWrite(f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}")
+        raise _stale(checkpoint)
     return replace(checkpoint, session_mark=int(rows[0][0]))

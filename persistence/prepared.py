@@ -194,7 +194,7 @@ def run_statements(conn: Connection, statements: Sequence[str]) -> None:
     statements at once), on SQLite one call each."""
     if isinstance(conn.connection.dbapi_connection, sqlite3.Connection):
         for sql in statements:
-            _run(conn, sql, (), many=False)
+            run_sql(conn, sql)
         return
     _run(conn, "; ".join(statements), None, many=False)
 
