@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
+from enum import Enum
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -18,6 +19,7 @@ from sqlalchemy.sql.dml import Update
 
 from persistence.clock import as_utc, utcnow
 from persistence.errors import StaleWrite
+from persistence.leases import Lease, LeaseLost, lost_in
 from persistence.prepared import Prepared
 from persistence.run_status import RunStatus, check_moves, moves_into
 from persistence.runs import EXPECTED_STATUS
@@ -85,6 +87,8 @@ class CheckpointRepository:
         status: RunStatus,
         expected: Collection[RunStatus],
         session_of: str | None = None,
+        lease: Lease | None = None,
+        release: bool = False,
     ) -> CheckpointRecord:
         """Store `checkpoint` as the run's next version and move the run's status, atomically;
         returns what was stored.
@@ -97,11 +101,17 @@ class CheckpointRepository:
         read in this transaction: right for a state taken after the stream ended, when nothing
         writes to the session any more, and one round trip fewer than reading it before.
 
+        With `lease`, the move is fenced by it: made only while `lease` is the run's current
+        lease, else `LeaseLost` (nothing stored); `release` frees it in the same step. The
+        move locks the run's row, so nobody takes the lease over before the commit.
+
         Raises `IllegalRunTransition` if a move from one of `expected` to `status` is not
         allowed.
         """
         check_moves(expected, status)
-        return _advance(conn, checkpoint, _ADVANCE, _status_params(status, expected), session_of)
+        fence = _Fence.of(lease, release=release)
+        params = _status_params(status, expected)
+        return _advance(conn, checkpoint, _ADVANCES[False, fence], params, session_of, lease)
 
     @staticmethod
     def add_final_in(
@@ -112,21 +122,22 @@ class CheckpointRepository:
         error: dict[str, Any] | None = None,
         session_of: str | None = None,
         keep_previous: bool = False,
+        lease: Lease | None = None,
     ) -> CheckpointRecord:
         """End the run with the state it ended with: move it to its final `status` (from
         any status that may move there, recording `error`) and store `checkpoint` as its next
         version, in one step, under the same rule as `save_in`: never over a newer checkpoint
         (`StaleWrite`, nothing changed). `session_of` as in `save_in`. `keep_previous`: the
         checkpoint before this one stays (a failed run's last boundary, which a retry goes on
-        from).
+        from). `lease`: the step is fenced by the run's lease and frees it (`save_in`'s
+        `release`).
         """
         params = _status_params(status, moves_into(status))
-        advance = _ADVANCE
         if error is not None:
-            advance = _ADVANCE_WITH_ERROR
             params["b_error"] = error
+        advance = _ADVANCES[error is not None, _Fence.of(lease, release=True)]
         keep = 1 if keep_previous else 0
-        return _advance(conn, checkpoint, advance, params, session_of, keep=keep)
+        return _advance(conn, checkpoint, advance, params, session_of, lease, keep=keep)
 
     async def latest_resumable(self, run_id: str) -> CheckpointRecord | None:
         """The run's newest checkpoint that is not a final state: where a retry goes on."""
@@ -168,22 +179,44 @@ _LATEST_RESUMABLE = Prepared(
 )
 
 
-# A run's move to its next checkpoint version, from the one before and from one of the
-# expected statuses, to its new status (and, ending failed, its error).
-_MOVE = (
-    update(runs)
-    .where(
+class _Fence(Enum):
+    """What a checkpoint's move does with the run's lease."""
+
+    NONE = "none"  # nothing: the caller fenced the write, or it has no lease
+    HELD = "held"  # made only while the lease is the run's current one
+    FREED = "freed"  # that, and the lease is released with the move
+
+    @classmethod
+    def of(cls, lease: Lease | None, *, release: bool) -> _Fence:
+        if lease is None:
+            return cls.NONE
+        return cls.FREED if release else cls.HELD
+
+
+def _move(with_error: bool, fence: _Fence) -> Update:
+    """A run's move to its next checkpoint version, from the one before and from one of the
+    expected statuses, to its new status (and, ending failed, its error)."""
+    statement = update(runs).where(
         runs.c.run_id == bindparam("b_run"),
         runs.c.checkpoint_version == bindparam("b_previous"),
         EXPECTED_STATUS.of(runs.c.status),
     )
-    .values(
-        checkpoint_version=bindparam("b_version"),
-        status=bindparam("b_status"),
-        updated_at=bindparam("b_now"),
-    )
-)
-_MOVE_WITH_ERROR = _MOVE.values(error=bindparam("b_error", type_=runs.c.error.type))
+    values: dict[str, Any] = {
+        "checkpoint_version": bindparam("b_version"),
+        "status": bindparam("b_status"),
+        "updated_at": bindparam("b_now"),
+    }
+    if with_error:
+        values["error"] = bindparam("b_error", type_=runs.c.error.type)
+    if fence is not _Fence.NONE:
+        # The lease as `LeaseRepository.fence_in` checks it: the same owner and token.
+        statement = statement.where(
+            runs.c.lease_owner == bindparam("b_lease_owner"),
+            runs.c.lease_token == bindparam("b_lease_token"),
+        )
+    if fence is _Fence.FREED:
+        values.update(lease_owner=None, lease_expires_at=None)
+    return statement.values(**values)
 
 
 def _status_params(status: RunStatus, expected: Collection[RunStatus]) -> dict[str, Any]:
@@ -238,8 +271,14 @@ def _at_once(move: Update) -> Prepared:
     )
 
 
-_ADVANCE = _Advance(Prepared(_MOVE), _at_once(_MOVE))
-_ADVANCE_WITH_ERROR = _Advance(Prepared(_MOVE_WITH_ERROR), _at_once(_MOVE_WITH_ERROR))
+# Built once each: whether the move records an error, and what it does with the lease.
+_ADVANCES = {
+    (with_error, fence): _Advance(
+        Prepared(_move(with_error, fence)), _at_once(_move(with_error, fence))
+    )
+    for with_error in (False, True)
+    for fence in _Fence
+}
 _INSERT = Prepared(checkpoints.insert(), keys=[field.name for field in fields(CheckpointRecord)])
 _PRUNE = Prepared(
     delete(checkpoints).where(
@@ -255,33 +294,44 @@ def _advance(
     advance: _Advance,
     params: dict[str, Any],
     session_of: str | None,
+    lease: Lease | None,
     keep: int = 0,
 ) -> CheckpointRecord:
     """Move the run from `checkpoint.version - 1` to `checkpoint.version` (`advance`, with
-    `params`) and insert the checkpoint; `StaleWrite` if the run is elsewhere. `keep`: how
-    many of the versions before it stay."""
+    `params`, fenced by `lease` if it has one) and insert the checkpoint; `StaleWrite` if the
+    run is elsewhere, `LeaseLost` if `lease` no longer holds. `keep`: how many of the
+    versions before it stay."""
     moving = {
         **params,
         "b_run": checkpoint.run_id,
         "b_version": checkpoint.version,
         "b_previous": checkpoint.version - 1,
     }
+    if lease is not None:
+        moving.update(b_lease_owner=lease.owner, b_lease_token=lease.token)
     # Nothing resumes from an older version once this one is durable (a continuation, a
     # recovery and a decision's binding check all read the run's current version), and each
     # older state repeats the conversation so far: dropped in the same transaction.
     keep_from = checkpoint.version - keep
     if conn.dialect.name == "postgresql":
-        return _advance_at_once(conn, checkpoint, advance.at_once, moving, session_of, keep_from)
+        stored = _advance_at_once(conn, checkpoint, advance.at_once, moving, session_of, keep_from)
+        if stored is None:
+            raise _refused(conn, checkpoint, lease)
+        return stored
     if session_of is not None:
         checkpoint = replace(checkpoint, session_mark=SessionMarks.head_in(conn, session_of))
     if advance.move.rowcount(conn, moving) != 1:
-        raise _stale(checkpoint)
+        raise _refused(conn, checkpoint, lease)
     _INSERT.rowcount(conn, _row(checkpoint))
     _PRUNE.rowcount(conn, {"b_run": checkpoint.run_id, "b_version": keep_from})
     return checkpoint
 
 
-def _stale(checkpoint: CheckpointRecord) -> StaleWrite:
+def _refused(conn: Connection, checkpoint: CheckpointRecord, lease: Lease | None) -> Exception:
+    """Why a move found nothing to move: a lost lease comes first, as a fence read before the
+    move would have found it; otherwise the run is not where the move expected it."""
+    if lease is not None and lost_in(conn, {lease}):
+        return LeaseLost(lease.run_id)
     return StaleWrite(f"run {checkpoint.run_id} is not at checkpoint {checkpoint.version - 1}")
 
 
@@ -292,8 +342,8 @@ def _advance_at_once(
     moving: dict[str, Any],
     session_of: str | None,
     keep_from: int,
-) -> CheckpointRecord:
-    """`_advance` in one statement (`_at_once`)."""
+) -> CheckpointRecord | None:
+    """`_advance` in one statement (`_at_once`); None if the move found nothing to move."""
     row = _row(checkpoint)
     rows = statement.rows(
         conn,
@@ -305,6 +355,4 @@ def _advance_at_once(
             "b_mark": None if session_of is not None else checkpoint.session_mark,
         },
     )
-    if not rows:
-        raise _stale(checkpoint)
-    return replace(checkpoint, session_mark=int(rows[0][0]))
+    return replace(checkpoint, session_mark=int(rows[0][0])) if rows else None

@@ -15,7 +15,7 @@ from sqlalchemy import bindparam, select, text, update
 from sqlalchemy.engine import Connection
 
 from gateway.protocol.error_codes import CodedError
-from persistence.leases import Lease, LeaseLost, lost_in
+from persistence.leases import FencedBy, Lease, LeaseLost, lost_in
 from persistence.prepared import Prepared, PreparedIn
 from persistence.tables import events, threads
 
@@ -243,8 +243,12 @@ def commit_in(
     work: Callable[[Connection], T] | None,
     announce: Announce | None = None,
 ) -> tuple[T | None, list[EventRecord]]:
-    """Every lease of `batch` must hold (else `LeaseLost`), then `work`, then the events."""
-    lost = lost_in(conn, leases_of(batch))
+    """Every lease of `batch` must hold (else `LeaseLost`), then `work`, then the events. A
+    lease the work is fenced by (`FencedBy`) is left to the work."""
+    leases = leases_of(batch)
+    if isinstance(work, FencedBy):
+        leases.discard(work.lease)
+    lost = lost_in(conn, leases)
     if lost:
         raise LeaseLost(next(iter(lost)).run_id)
     result = work(conn) if work is not None else None

@@ -12,7 +12,7 @@ from sqlalchemy import Select, bindparam, select, text, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
-from persistence.leases import Lease, LeaseHolder
+from persistence.leases import TAKEABLE, TAKEN, Lease, LeaseHolder, taking_params
 from persistence.prepared import OneOf, Prepared
 
 # Re-exported: callers read the active and terminal sets along with the repository.
@@ -267,6 +267,30 @@ class RunRepository:
         row = statement.record(conn, _swap_params(run_id, to, expected, None, None))
         return RunRecord.from_row(row) if row else None
 
+    @staticmethod
+    def take_lease_moving_in(
+        conn: Connection,
+        run_id: str,
+        to: RunStatus,
+        *,
+        expected: Iterable[RunStatus],
+        owner: str,
+        ttl_s: float,
+        incarnation: str | None,
+    ) -> tuple[Lease, RunRecord] | None:
+        """Take the run's lease (as `LeaseRepository.acquire_in`) and swap its status (as
+        `transition_returning_in`) in one statement: the lease and the run as it left them, or
+        None when either step would refuse (taken one after the other, they tell which). A
+        continuation's start: one round trip where there were two."""
+        params = {
+            **_swap_params(run_id, to, expected, None, None),
+            **taking_params(run_id, owner, ttl_s, incarnation),
+        }
+        row = _TAKE_MOVING.record(conn, params)
+        if not row:
+            return None
+        return Lease(run_id, owner, int(row["lease_token"])), RunRecord.from_row(row)
+
 
 def _swap_params(
     run_id: str,
@@ -327,6 +351,12 @@ _TRANSITIONS = {
     for e in (False, True)
     for r in (False, True)
 }
+_TAKE_MOVING = Prepared(
+    update(runs)
+    .where(runs.c.run_id == bindparam("b_run"), EXPECTED_STATUS.of(runs.c.status), TAKEABLE)
+    .values(**TAKEN, status=bindparam("b_status"), updated_at=bindparam("b_now"))
+    .returning(*runs.c)
+)
 # The active-run predicate as the partial index on thread_id states it (a literal IN list
 # would be rendered anew at every execution).
 _ACTIVE_ON_THREAD = Prepared(

@@ -199,7 +199,21 @@ class Continuer:
         run_id, thread_id, mark = run.run_id, run.thread_id, checkpoint.session_mark
         unbound_reason = "not bound to its call: the checkpoint's call differs"
 
-        def mark_running(conn: Connection) -> tuple[Lease, RunRecord]:
+        def take_and_run(conn: Connection) -> tuple[Lease, RunRecord]:
+            if lease is None:
+                taken = RunRepository.take_lease_moving_in(
+                    conn,
+                    run_id,
+                    RunStatus.RUNNING,
+                    expected=CONTINUING,
+                    owner=ctx.instance_id,
+                    ttl_s=ctx.lease_ttl_s,
+                    incarnation=ctx.incarnation,
+                )
+                if taken is not None:
+                    return taken
+            # The caller holds the lease, or the one statement refused: step by step, to
+            # tell which refusal it was.
             held = lease or LeaseRepository.acquire_in(
                 conn, run_id, ctx.instance_id, ctx.lease_ttl_s, ctx.incarnation
             )
@@ -210,6 +224,10 @@ class Continuer:
             )
             if current is None:
                 raise StaleWrite(run_id)
+            return held, current
+
+        def mark_running(conn: Connection) -> tuple[Lease, RunRecord]:
+            held, current = take_and_run(conn)
             InputRepository.consume_in(conn, staged_ids)
             ApprovalRepository.supersede_in(conn, unbound, reason=unbound_reason)
             # Whatever is still pending belongs to a pause this continuation leaves behind

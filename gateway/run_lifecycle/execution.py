@@ -68,7 +68,7 @@ from persistence.clock import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.events import NewEvent
 from persistence.ids import new_id
-from persistence.leases import Lease, LeaseLost, LeaseRepository
+from persistence.leases import Lease, LeaseLost, LeaseRepository, fenced
 from persistence.ledger import OperationRepository
 from persistence.run_status import RunStatus, moves_into
 from persistence.runs import RunRecord, RunRepository
@@ -490,13 +490,12 @@ class SegmentRunner:
         lease = segment.lease
 
         def store(conn: Connection) -> None:
-            if lease is not None:
-                LeaseRepository.fence_in(conn, lease)
             CheckpointRepository.save_in(
                 conn,
                 checkpoint,
                 status=RunStatus.RUNNING,
                 expected=(RunStatus.RUNNING,),
+                lease=lease,
             )
 
         await self._commit(segment, (), store, checkpoint)
@@ -684,19 +683,23 @@ class SegmentRunner:
         thread_id, lease = segment.run.thread_id, segment.lease
 
         def store(conn: Connection) -> CheckpointRecord:
+            # A paused run holds no lease: whichever process wins the continuation does.
             stored = CheckpointRepository.save_in(
-                conn, checkpoint, status=status, expected=moves_into(status), session_of=thread_id
+                conn,
+                checkpoint,
+                status=status,
+                expected=moves_into(status),
+                session_of=thread_id,
+                lease=lease,
+                release=True,
             )
             if records:
                 ApprovalRepository.insert_in(conn, records)
             for entry in audit:
                 AuditRepository.insert_in(conn, entry)
-            if lease is not None:
-                # A paused run holds no lease: whichever process wins the continuation does.
-                LeaseRepository.release_in(conn, lease)
             return stored
 
-        return await self._commit(segment, events, store, checkpoint)
+        return await self._commit(segment, events, fenced(lease, store), checkpoint)
 
     async def _complete(
         self, segment: Segment, translator: StreamTranslator, result: RunResultStreaming
@@ -812,7 +815,7 @@ class SegmentRunner:
             # (docs/protocol.md §4 `run.retry`).
             failed = status is RunStatus.FAILED
             if checkpoint is not None:
-                # The final status with the final state, in one step.
+                # The final status with the final state and the lease's release, in one step.
                 CheckpointRepository.add_final_in(
                     conn,
                     checkpoint,
@@ -820,6 +823,7 @@ class SegmentRunner:
                     error=error,
                     session_of=run.thread_id,
                     keep_previous=failed,
+                    lease=lease,
                 )
             else:
                 moved = RunRepository.transition_in(
@@ -829,14 +833,15 @@ class SegmentRunner:
                     raise StaleWrite(run.run_id)
                 if not failed:
                     CheckpointRepository.drop_in(conn, run.run_id)
-            if lease is not None:
-                LeaseRepository.release_in(conn, lease)
+                if lease is not None:
+                    LeaseRepository.release_in(conn, lease)
             if status is RunStatus.CANCELLED:
                 ApprovalRepository.supersede_pending_in(conn, run.run_id)
             if audit is not None:
                 AuditRepository.insert_in(conn, audit)
 
-        await self._commit(segment, events, transition, checkpoint)
+        work = fenced(lease, transition) if checkpoint is not None else transition
+        await self._commit(segment, events, work, checkpoint)
         await self._on_finished(run, status)
 
 

@@ -31,7 +31,7 @@ from persistence.clock import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.events import FEW_THREADS, NewEvent
 from persistence.instances import Incarnation, InstanceClaims, InstanceInUse
-from persistence.leases import Lease, LeaseLost, LeaseRepository
+from persistence.leases import FencedBy, Lease, LeaseLost, LeaseRepository
 from persistence.retention import RetentionRepository
 from persistence.runs import RunRepository, RunStatus
 from persistence.session_marks import SessionMarks
@@ -340,6 +340,47 @@ async def test_lease_takeover(store: Store) -> None:
     assert await leases.renew(taken, ttl_s=30)
 
 
+async def test_a_continuation_takes_the_lease_and_the_status_in_one_statement(
+    store: Store,
+) -> None:
+    """`take_lease_moving_in` takes the lease where `acquire_in` would and swaps the status
+    where `transition_returning_in` would, both or neither: a live holder elsewhere, or a
+    run not in an expected status, leaves the run as it was."""
+    (thread_id,) = await new_threads(store, 1)
+    await insert_running_run(store, "r_take", thread_id)
+    leases = LeaseRepository(store)
+    held = await leases.acquire("r_take", "gw-a", ttl_s=30)
+    assert held is not None
+
+    def take(owner: str, expected: RunStatus) -> object:
+        return store.write(
+            lambda conn: RunRepository.take_lease_moving_in(
+                conn,
+                "r_take",
+                RunStatus.WAITING_FOR_REVIEW,
+                expected=(expected,),
+                owner=owner,
+                ttl_s=30,
+                incarnation=None,
+            )
+        )
+
+    with observed(store) as statements:
+        assert await take("gw-b", RunStatus.RUNNING) is None  # gw-a's lease is live
+    assert len([s for s in statements if "runs" in s]) == 1
+    await expire_lease(store, "r_take")
+    assert await take("gw-b", RunStatus.RESUMING) is None  # the run is running
+    run = await RunRepository(store).get("r_take")
+    assert run is not None and run.status is RunStatus.RUNNING
+    taken = await take("gw-b", RunStatus.RUNNING)
+    assert isinstance(taken, tuple)
+    lease, moved = taken
+    # The refused takes changed no token.
+    assert lease == Lease("r_take", "gw-b", held.token + 1)
+    assert moved.status is RunStatus.WAITING_FOR_REVIEW and moved.run_id == "r_take"
+    assert await leases.renew_all([held, lease], ttl_s=30) == {lease}
+
+
 async def test_an_instance_id_has_one_live_incarnation(store: Store) -> None:
     claims = InstanceClaims(store)
     first, second = Incarnation.new("gw-x"), Incarnation.new("gw-x")
@@ -602,6 +643,84 @@ async def test_a_run_ends_with_its_final_state_in_one_step(store: Store) -> None
             )
         )
     assert [v for v, _, _ in await stored_checkpoints(store, "r_end")] == [1, 2]
+
+
+async def test_a_checkpoint_fenced_by_the_lease_refuses_a_lost_one_and_frees_a_held_one(
+    store: Store,
+) -> None:
+    """Given the run's lease, a checkpoint's move is its own fence: after a takeover it is
+    `LeaseLost` and nothing changes, even where the run is also stale (the fence comes
+    first, as a read before the move would have found); held, it moves the run and, when it
+    releases, frees the lease in the same step. An atomic commit of the run's events that
+    does it (`FencedBy`) skips its own fencing read: on PostgreSQL a pause is then its move
+    and its events, two statements."""
+    (thread_id,) = await new_threads(store, 1)
+    await insert_running_run(store, "r_fm", thread_id)
+    leases = LeaseRepository(store)
+    old = await leases.acquire("r_fm", "gw-a", ttl_s=30)
+    assert old is not None
+    await expire_lease(store, "r_fm")
+    new = await leases.acquire("r_fm", "gw-b", ttl_s=30)
+    assert new is not None
+    for checkpoint in (checkpoint_of("r_fm", 1), checkpoint_of("r_fm", 5)):
+        with pytest.raises(LeaseLost):
+            await store.write(
+                lambda conn, c=checkpoint: CheckpointRepository.save_in(
+                    conn, c, status=RunStatus.RUNNING, expected=(RunStatus.RUNNING,), lease=old
+                )
+            )
+    with pytest.raises(LeaseLost):
+        await store.write(
+            lambda conn: CheckpointRepository.add_final_in(
+                conn, checkpoint_of("r_fm", 1, "completed"), status=RunStatus.COMPLETED, lease=old
+            )
+        )
+    assert await stored_checkpoints(store, "r_fm") == []
+    # Held, but stale: `StaleWrite`, and the lease stays.
+    with pytest.raises(StaleWrite):
+        await store.write(
+            lambda conn: CheckpointRepository.save_in(
+                conn,
+                checkpoint_of("r_fm", 5),
+                status=RunStatus.RUNNING,
+                expected=(RunStatus.RUNNING,),
+                lease=new,
+                release=True,
+            )
+        )
+    await store.write(
+        lambda conn: CheckpointRepository.save_in(
+            conn,
+            checkpoint_of("r_fm", 1),
+            status=RunStatus.RUNNING,
+            expected=(RunStatus.RUNNING,),
+            lease=new,
+        )
+    )
+    assert await leases.renew_all([old, new], ttl_s=30) == {new}
+
+    def pause(conn: Connection) -> CheckpointRecord:
+        return CheckpointRepository.save_in(
+            conn,
+            checkpoint_of("r_fm", 2, "approval"),
+            status=RunStatus.WAITING_FOR_REVIEW,
+            expected=(RunStatus.RUNNING,),
+            lease=new,
+            release=True,
+        )
+
+    with observed(store) as statements:
+        stored, records = await store.commit([event(thread_id, 1, new)], FencedBy(new, pause))
+    assert stored.version == 2 and [r.seq for r in records] == [1]
+    if store.backend == "postgresql":
+        assert len(statements) == 2, statements
+    run = await RunRepository(store).get("r_fm")
+    assert run is not None and run.status is RunStatus.WAITING_FOR_REVIEW
+    # Freed: another process takes it at once, and the old holder's next write is refused.
+    assert await leases.acquire("r_fm", "gw-c", ttl_s=30) is not None
+    with pytest.raises(LeaseLost):
+        await store.commit([event(thread_id, 2, new)], None)
+    assert await seqs(store, thread_id) == [1]
 
 
 async def test_a_stale_checkpoint_stores_nothing(store: Store) -> None:
