@@ -162,7 +162,10 @@ class PreparedIn:
     the order given (keep it sorted where the statement locks rows). An IN list that repeats
     its last value returns no row twice."""
 
-    SIZES = (8, 32, 128, 512)
+    # Powers of two: a call fills at most twice the slots it needs. Each unused slot still
+    # costs a parameter to bind and compare (the event log's fencing read and heads, 44 threads
+    # in 128 slots: a ninth of a batch's commit on SQLite, docs/benchmarks.md).
+    SIZES = (8, 16, 32, 64, 128, 256, 512)
 
     def __init__(self, name: str, build: Callable[[OneOf], Executable]) -> None:
         self._one_ofs = [OneOf(name, size) for size in self.SIZES]
