@@ -20,7 +20,8 @@ import os
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import defaultdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ async def measure(threads: int, batches: int, database_url: str) -> dict[str, An
     from persistence.schema import migrate
     from persistence.threads import ThreadRepository
 
-    spent: Counter[str] = Counter()
+    spent: defaultdict[str, float] = defaultdict(float)
     run = prepared._run
 
     def timed_run(conn: Any, sql: str, params: Any, *, many: bool) -> Any:
@@ -73,7 +74,7 @@ async def measure(threads: int, batches: int, database_url: str) -> dict[str, An
                 created_at=now,
                 updated_at=now,
             )
-            await store.write(lambda conn, r=record: RunRepository.insert_in(conn, r))
+            await store.write(partial(RunRepository.insert_in, record=record))
             lease = await LeaseRepository(store).acquire(f"r{n}", "bench", ttl_s=3600)
             events.append(NewEvent(thread.thread_id, f"r{n}", "message.delta", TS, DELTA, lease))
         for _ in range(WARMUP_BATCHES):
@@ -86,7 +87,7 @@ async def measure(threads: int, batches: int, database_url: str) -> dict[str, An
                 raise RuntimeError("a batch was not stored whole")
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     finally:
-        prepared._run = run  # type: ignore[assignment]
+        prepared._run = run
         await store.close()
     timed = sum(spent.values())
     return {
@@ -96,7 +97,8 @@ async def measure(threads: int, batches: int, database_url: str) -> dict[str, An
         "cpu_us_per_event": round(cpu * 1e6 / batches / threads, 2),
         "wall_us_per_batch": round(wall * 1e6 / batches, 1),
         "statement_us_per_batch": {
-            sql: round(seconds * 1e6 / batches, 1) for sql, seconds in spent.most_common()
+            sql: round(seconds * 1e6 / batches, 1)
+            for sql, seconds in sorted(spent.items(), key=lambda item: -item[1])
         },
         "statements_share_of_wall": round(timed / wall, 3),
     }
