@@ -309,8 +309,8 @@ def _run_asyncpg(
 ) -> _AsyncpgResult:
     """The statement on asyncpg's own connection, as SQLAlchemy's asyncpg cursor runs it (in
     the transaction SQLAlchemy began, on the statements it prepared and caches), without the
-    execution context SQLAlchemy builds around each call. Runs inside the Store's `run_sync`,
-    whose greenlet `await_only` suspends. asyncpg's errors come out as the DBAPI errors
+    execution context SQLAlchemy builds around each call. Runs inside the Store's greenlet,
+    which `await_only` suspends. asyncpg's errors come out as the DBAPI errors
     SQLAlchemy's cursor would raise."""
     try:
         return await_only(

@@ -10,7 +10,7 @@ chosen from the database URL by `open_store` (persistence/backends.py):
   loop's own thread whenever they can (lanes), because SQLite's work is tens of microseconds
   and any thread hop costs more than that under load.
 - PostgreSQL (`persistence/postgres/`): the same functions through asyncpg, each transaction
-  on a pooled connection (SQLAlchemy's `run_sync` drives the synchronous code over the async
+  on a pooled connection (a SQLAlchemy greenlet drives the synchronous code over the async
   driver).
 
 Statement observers (the tests' storage faults, SQL tracing) listen on `statement_engines()`:

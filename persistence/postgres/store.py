@@ -1,7 +1,7 @@
 """The Store on PostgreSQL, through asyncpg.
 
 Each write is one transaction on a pooled connection; the repositories' synchronous functions
-run inside it through SQLAlchemy's `run_sync` (a greenlet that turns each statement into an
+run inside it in a greenlet (SQLAlchemy's `greenlet_spawn`, which turns each statement into an
 await on asyncpg), so they are the same functions, with the same statements, as on SQLite.
 Concurrency is PostgreSQL's own: rows are locked by the statements that change them, fencing
 reads lock the runs they check (`FOR SHARE`), and every statement that locks several rows of a
@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, event
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DisconnectionError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.util import greenlet_spawn
 
 from persistence.store import DatabaseConfigError, Store, Work, storage_errors
 
@@ -70,6 +71,23 @@ def _close_hidden_transaction(dbapi_connection: Any, _record: Any, _state: Any) 
     releases them; the pool replaces it at its next checkout (`_refuse_unusable`)."""
     if not dbapi_connection.driver_connection.is_closed() and _hidden_transaction(dbapi_connection):
         dbapi_connection.driver_connection.terminate()
+
+
+def _checked_out(engine: Engine, work: Work[T], transaction: bool, opened: list[Connection]) -> T:
+    """`work` on a connection of `engine` checked out for it (in a transaction if asked),
+    inside the caller's greenlet. The connection is in `opened` while it is out: a failure
+    leaves it there for the caller to close."""
+    conn = engine.connect()
+    opened.append(conn)
+    if transaction:
+        conn.begin()
+        result = work(conn)
+        conn.commit()
+    else:
+        result = work(conn)
+    opened.clear()
+    conn.close()
+    return result
 
 
 class PostgresStore(Store):
@@ -135,25 +153,25 @@ class PostgresStore(Store):
     async def _run(self, engine: AsyncEngine, work: Work[T], *, transaction: bool) -> T:
         """`work` on a pooled connection of `engine`, in a transaction if asked.
 
-        SQLAlchemy's `async with` closes a connection in a task of its own, which a
-        cancellation cannot abandon halfway: two more turns of the event loop for every
-        store call, and under load (200 runs starting) a turn is tens of milliseconds. Once
-        `work` has succeeded and its transaction committed, nothing is left to roll back and
-        closing never waits (the connection goes back to the pool without a round trip), so
-        it runs right here; after a failure it runs SQLAlchemy's way."""
+        Checkout, `BEGIN`, `work`, `COMMIT` and the return to the pool run in one greenlet
+        (`_checked_out`): through `AsyncConnection` each is a greenlet of its own, and the
+        five cost some 60-120 µs of CPU a call beyond the driver's (docs/benchmarks.md,
+        "PostgreSQL"). After a failure or a cancellation, the connection still out is closed
+        SQLAlchemy's way, in a task of its own that a cancellation cannot abandon halfway
+        (it rolls back whatever is open); once `work` has succeeded and committed, nothing
+        is left to roll back and the connection goes back to the pool without a round trip."""
+        opened: list[Connection] = []
         with storage_errors():
-            conn = await engine.connect()
             try:
-                if transaction:
-                    async with conn.begin():
-                        result = await conn.run_sync(work)
-                else:
-                    result = await conn.run_sync(work)
+                return await greenlet_spawn(
+                    _checked_out, engine.sync_engine, work, transaction, opened
+                )
             except BaseException as exc:
-                await conn.__aexit__(type(exc), exc, exc.__traceback__)
+                if opened:
+                    await AsyncConnection(engine, opened[0]).__aexit__(
+                        type(exc), exc, exc.__traceback__
+                    )
                 raise
-            await conn.close()
-            return result
 
     async def close(self) -> None:
         await self._engine.dispose()
