@@ -209,7 +209,8 @@ def _move(with_error: bool, fence: _Fence) -> Update:
     if with_error:
         values["error"] = bindparam("b_error", type_=runs.c.error.type)
     if fence is not _Fence.NONE:
-        # The lease as `LeaseRepository.fence_in` checks it: the same owner and token.
+        # The lease as the event log's fencing read checks it (`held_of_in`): the same owner
+        # and token.
         statement = statement.where(
             runs.c.lease_owner == bindparam("b_lease_owner"),
             runs.c.lease_token == bindparam("b_lease_token"),

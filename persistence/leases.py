@@ -1,9 +1,10 @@
 """Run leases: which gateway process executes a run, with a fencing token.
 
 A process acquires a run's lease before streaming it and renews it while it does. Every log
-append and checkpoint for the run carries the (owner, token) it was granted; `fence_in` makes the
-write fail once another process has taken the lease over, so a process that lost its lease
-(paused for too long, partitioned) can never write into a run someone else now executes.
+append and checkpoint for the run carries the (owner, token) it was granted; the event log's
+fencing read (`held_of_in`) and a checkpoint's move given the lease make the write fail once
+another process has taken the lease over, so a process that lost its lease (paused for too
+long, partitioned) can never write into a run someone else now executes.
 """
 
 from __future__ import annotations
@@ -174,12 +175,6 @@ class LeaseRepository:
                 )
                 held.update(Lease(run_id, owner, int(token)) for run_id, token in rows)
         return held
-
-    @staticmethod
-    def fence_in(conn: Connection, lease: Lease) -> None:
-        """Inside a write transaction: fail unless `lease` is still the run's current lease."""
-        if lost_in(conn, {lease}):
-            raise LeaseLost(lease.run_id)
 
     @staticmethod
     def release_in(conn: Connection, lease: Lease) -> None:

@@ -452,11 +452,9 @@ class SegmentRunner:
         """Rules decided every call of the pause: their decisions and audit entries, in one
         transaction, before the run goes on with them."""
         events, entries, _ = self._rule_events(segment, result.interruptions, decided)
-        lease = segment.lease
 
+        # The events carry the run's lease: the commit fences them, and this with them.
         def store(conn: Connection) -> None:
-            if lease is not None:
-                LeaseRepository.fence_in(conn, lease)
             for entry in entries:
                 AuditRepository.insert_in(conn, entry)
 
