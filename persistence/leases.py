@@ -9,11 +9,12 @@ long, partitioned) can never write into a run someone else now executes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Generic, TypeVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from sqlalchemy import and_, bindparam, or_, select, tuple_, update
 from sqlalchemy.engine import Connection
@@ -218,11 +219,13 @@ TAKEABLE = or_(
     ),
 )
 # What taking it writes: the holder, its expiry and the next token.
-TAKEN = {
-    "lease_owner": bindparam("b_owner"),
-    "lease_expires_at": bindparam("b_expires"),
-    "lease_token": runs.c.lease_token + 1,
-}
+TAKEN: Mapping[str, Any] = MappingProxyType(
+    {
+        "lease_owner": bindparam("b_owner"),
+        "lease_expires_at": bindparam("b_expires"),
+        "lease_token": runs.c.lease_token + 1,
+    }
+)
 _ACQUIRE = Prepared(
     update(runs)
     .where(runs.c.run_id == bindparam("b_run"), TAKEABLE)

@@ -154,12 +154,12 @@ class PostgresStore(Store):
         """`work` on a pooled connection of `engine`, in a transaction if asked.
 
         Checkout, `BEGIN`, `work`, `COMMIT` and the return to the pool run in one greenlet
-        (`_checked_out`): through `AsyncConnection` each is a greenlet of its own, and the
-        five cost some 60-120 µs of CPU a call beyond the driver's (docs/benchmarks.md,
-        "PostgreSQL"). After a failure or a cancellation, the connection still out is closed
-        SQLAlchemy's way, in a task of its own that a cancellation cannot abandon halfway
-        (it rolls back whatever is open); once `work` has succeeded and committed, nothing
-        is left to roll back and the connection goes back to the pool without a round trip."""
+        (`_checked_out`): through `AsyncConnection` each was a greenlet of its own, and the
+        four more cost 40-140 µs of CPU a call (docs/benchmarks.md, "PostgreSQL"). After a
+        failure or a cancellation, the connection still out is closed SQLAlchemy's way, in
+        a task of its own that a cancellation cannot abandon halfway (it rolls back whatever
+        is open); once `work` has succeeded and committed, nothing is left to roll back and
+        the connection goes back to the pool without a round trip."""
         opened: list[Connection] = []
         with storage_errors():
             try:
