@@ -212,6 +212,38 @@ def emit(line: dict[str, Any], out: Path | None = None) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+async def running_run_on_new_thread(store: Any, run_id: str) -> str:
+    """A `running` run, with no lease yet, on a thread of its own in `store`: the thread id.
+    For the parts that drive the Store alone (`bench.fenced_batch`, `bench.store_call`)."""
+    from functools import partial
+
+    from persistence.clock import utcnow
+    from persistence.run_status import RunStatus
+    from persistence.runs import RunRecord, RunRepository
+    from persistence.threads import ThreadRepository
+
+    thread = await ThreadRepository(store).create(tenant="bench", owner="alice")
+    now = utcnow()
+    record = RunRecord(
+        run_id=run_id,
+        thread_id=thread.thread_id,
+        tenant="bench",
+        owner="alice",
+        status=RunStatus.RUNNING,
+        agent="assistant",
+        graph_version="1",
+        on_disconnect="continue",
+        input="hi",
+        checkpoint_version=0,
+        session_mark=0,
+        error=None,
+        created_at=now,
+        updated_at=now,
+    )
+    await store.write(partial(RunRepository.insert_in, record=record))
+    return thread.thread_id
+
+
 def _postgres_admin_dsn() -> str:
     """The maintenance database's URL as asyncpg takes it (no SQLAlchemy driver suffix)."""
     url = make_url(os.environ.get(POSTGRES_URL_ENV) or POSTGRES_URL_DEFAULT)

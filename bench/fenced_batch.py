@@ -21,7 +21,6 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +31,11 @@ WARMUP_BATCHES = 100
 
 async def measure(threads: int, batches: int, database_url: str) -> dict[str, Any]:
     import persistence.prepared as prepared
+    from bench.common import running_run_on_new_thread
     from persistence.backends import open_store
-    from persistence.clock import utcnow
     from persistence.events import NewEvent
     from persistence.leases import LeaseRepository
-    from persistence.run_status import RunStatus
-    from persistence.runs import RunRecord, RunRepository
     from persistence.schema import migrate
-    from persistence.threads import ThreadRepository
 
     spent: defaultdict[str, float] = defaultdict(float)
     run = prepared._run
@@ -54,29 +50,11 @@ async def measure(threads: int, batches: int, database_url: str) -> dict[str, An
     store = open_store(database_url)
     try:
         await migrate(store)
-        now = utcnow()
         events: list[Any] = []
         for n in range(threads):
-            thread = await ThreadRepository(store).create(tenant="bench", owner="alice")
-            record = RunRecord(
-                run_id=f"r{n}",
-                thread_id=thread.thread_id,
-                tenant="bench",
-                owner="alice",
-                status=RunStatus.RUNNING,
-                agent="assistant",
-                graph_version="1",
-                on_disconnect="continue",
-                input="hi",
-                checkpoint_version=0,
-                session_mark=0,
-                error=None,
-                created_at=now,
-                updated_at=now,
-            )
-            await store.write(partial(RunRepository.insert_in, record=record))
+            thread_id = await running_run_on_new_thread(store, f"r{n}")
             lease = await LeaseRepository(store).acquire(f"r{n}", "bench", ttl_s=3600)
-            events.append(NewEvent(thread.thread_id, f"r{n}", "message.delta", TS, DELTA, lease))
+            events.append(NewEvent(thread_id, f"r{n}", "message.delta", TS, DELTA, lease))
         for _ in range(WARMUP_BATCHES):
             await store.append(events)
         prepared._run = timed_run  # type: ignore[assignment]

@@ -48,36 +48,17 @@ async def measure(database_url: str, calls: int) -> dict[str, Any]:
     from sqlalchemy import event
     from sqlalchemy.engine import make_url
 
+    from bench.common import running_run_on_new_thread
     from persistence.backends import open_store
-    from persistence.clock import utcnow
     from persistence.run_status import RunStatus
-    from persistence.runs import RunRecord, RunRepository
+    from persistence.runs import RunRepository
     from persistence.schema import migrate
-    from persistence.threads import ThreadRepository
 
     store = open_store(database_url)
     figures: dict[str, Any] = {}
     try:
         await migrate(store)
-        thread = await ThreadRepository(store).create(tenant="bench", owner="alice")
-        now = utcnow()
-        record = RunRecord(
-            run_id="r1",
-            thread_id=thread.thread_id,
-            tenant="bench",
-            owner="alice",
-            status=RunStatus.RUNNING,
-            agent="assistant",
-            graph_version="1",
-            on_disconnect="continue",
-            input="hi",
-            checkpoint_version=0,
-            session_mark=0,
-            error=None,
-            created_at=now,
-            updated_at=now,
-        )
-        await store.write(partial(RunRepository.insert_in, record=record))
+        await running_run_on_new_thread(store, "r1")
 
         def swap(conn: Any, times: int = 1) -> None:
             for _ in range(times):

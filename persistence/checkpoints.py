@@ -272,11 +272,13 @@ def _at_once(move: Update) -> Prepared:
     )
 
 
+def _advance_of(move: Update) -> _Advance:
+    return _Advance(Prepared(move), _at_once(move))
+
+
 # Built once each: whether the move records an error, and what it does with the lease.
 _ADVANCES = {
-    (with_error, fence): _Advance(
-        Prepared(_move(with_error, fence)), _at_once(_move(with_error, fence))
-    )
+    (with_error, fence): _advance_of(_move(with_error, fence))
     for with_error in (False, True)
     for fence in _Fence
 }

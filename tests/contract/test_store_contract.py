@@ -33,7 +33,7 @@ from persistence.events import FEW_THREADS, NewEvent
 from persistence.instances import Incarnation, InstanceClaims, InstanceInUse
 from persistence.leases import FencedBy, Lease, LeaseLost, LeaseRepository
 from persistence.retention import RetentionRepository
-from persistence.runs import RunRepository, RunStatus
+from persistence.runs import RunRecord, RunRepository, RunStatus
 from persistence.session_marks import SessionMarks
 from persistence.sessions import GatewaySession
 from persistence.store import DatabaseConfigError, Store
@@ -160,16 +160,24 @@ async def test_a_batch_naming_a_missing_thread_stores_nothing(store: Store) -> N
 # -- fencing, atomic commits, compare-and-swap ---------------------------------------------
 
 
-async def test_fencing_refuses_a_lost_lease(store: Store) -> None:
+async def taken_over(store: Store, run_id: str) -> tuple[str, Lease, Lease]:
+    """A running run on a new thread whose lease gw-a held, then gw-b took over once it
+    expired (gw-a stalled): the thread, gw-a's lost lease and gw-b's."""
     (thread_id,) = await new_threads(store, 1)
-    await insert_running_run(store, "r_fenced", thread_id)
+    await insert_running_run(store, run_id, thread_id)
     leases = LeaseRepository(store)
-    old = await leases.acquire("r_fenced", "gw-a", ttl_s=30)
+    old = await leases.acquire(run_id, "gw-a", ttl_s=30)
     assert old is not None
-    # gw-a stalls past its expiry; gw-b takes the run over.
-    await expire_lease(store, "r_fenced")
-    new = await leases.acquire("r_fenced", "gw-b", ttl_s=30)
-    assert new is not None and new.token > old.token
+    await expire_lease(store, run_id)
+    new = await leases.acquire(run_id, "gw-b", ttl_s=30)
+    assert new is not None
+    return thread_id, old, new
+
+
+async def test_fencing_refuses_a_lost_lease(store: Store) -> None:
+    thread_id, old, new = await taken_over(store, "r_fenced")
+    leases = LeaseRepository(store)
+    assert new.token > old.token
     records, lost = await store.append(
         [event(thread_id, 1, old), event(thread_id, 2, new), event(thread_id, 3)]
     )
@@ -352,12 +360,12 @@ async def test_a_continuation_takes_the_lease_and_the_status_in_one_statement(
     held = await leases.acquire("r_take", "gw-a", ttl_s=30)
     assert held is not None
 
-    def take(owner: str, expected: RunStatus) -> object:
-        return store.write(
-            lambda conn: RunRepository.take_lease_moving_in(
-                conn,
-                "r_take",
-                RunStatus.WAITING_FOR_REVIEW,
+    async def take(owner: str, expected: RunStatus) -> tuple[Lease, RunRecord] | None:
+        return await store.write(
+            partial(
+                RunRepository.take_lease_moving_in,
+                run_id="r_take",
+                to=RunStatus.WAITING_FOR_REVIEW,
                 expected=(expected,),
                 owner=owner,
                 ttl_s=30,
@@ -373,7 +381,7 @@ async def test_a_continuation_takes_the_lease_and_the_status_in_one_statement(
     run = await RunRepository(store).get("r_take")
     assert run is not None and run.status is RunStatus.RUNNING
     taken = await take("gw-b", RunStatus.RUNNING)
-    assert isinstance(taken, tuple)
+    assert taken is not None
     lease, moved = taken
     # The refused takes changed no token.
     assert lease == Lease("r_take", "gw-b", held.token + 1)
@@ -654,14 +662,8 @@ async def test_a_checkpoint_fenced_by_the_lease_refuses_a_lost_one_and_frees_a_h
     releases, frees the lease in the same step. An atomic commit of the run's events that
     does it (`FencedBy`) skips its own fencing read: on PostgreSQL a pause is then its move
     and its events, two statements."""
-    (thread_id,) = await new_threads(store, 1)
-    await insert_running_run(store, "r_fm", thread_id)
+    thread_id, old, new = await taken_over(store, "r_fm")
     leases = LeaseRepository(store)
-    old = await leases.acquire("r_fm", "gw-a", ttl_s=30)
-    assert old is not None
-    await expire_lease(store, "r_fm")
-    new = await leases.acquire("r_fm", "gw-b", ttl_s=30)
-    assert new is not None
     for checkpoint in (checkpoint_of("r_fm", 1), checkpoint_of("r_fm", 5)):
         with pytest.raises(LeaseLost):
             await store.write(
