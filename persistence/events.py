@@ -237,14 +237,26 @@ def append_fenced_in(
     return records, lost
 
 
+class WithEvents(NamedTuple):
+    """What an atomic commit's work returns when it decides, in its transaction, to store
+    more events after the commit's own: `result` is then the commit's result. The events carry
+    no lease (the work fences whatever it writes itself). A decision that leaves nothing
+    pending starts the continuation in its own transaction this way, and so stores
+    `run.resumed` only when it did (gateway/run_lifecycle/decisions.py)."""
+
+    result: object
+    events: Sequence[NewEvent]
+
+
 def commit_in(
     conn: Connection,
     batch: Sequence[NewEvent],
     work: Callable[[Connection], T] | None,
     announce: Announce | None = None,
 ) -> tuple[T | None, list[EventRecord]]:
-    """Every lease of `batch` must hold (else `LeaseLost`), then `work`, then the events. A
-    lease the work is fenced by (`FencedBy`) is left to the work."""
+    """Every lease of `batch` must hold (else `LeaseLost`), then `work`, then the events (and
+    those the work added, `WithEvents`). A lease the work is fenced by (`FencedBy`) is left to
+    the work."""
     leases = leases_of(batch)
     if isinstance(work, FencedBy):
         leases.discard(work.lease)
@@ -252,6 +264,11 @@ def commit_in(
     if lost:
         raise LeaseLost(next(iter(lost)).run_id)
     result = work(conn) if work is not None else None
+    if isinstance(result, WithEvents):
+        if leases_of(result.events):
+            raise ValueError("events added by an atomic commit's work carry no lease")
+        batch = [*batch, *result.events]
+        result = result.result  # type: ignore[assignment]
     records = append_in(conn, batch)
     if announce is not None and records:
         announce(conn, records)

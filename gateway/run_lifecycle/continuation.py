@@ -6,8 +6,10 @@ decisions and the staged input, and starts a new segment. Each run has at most o
 won by a compare-and-swap pinned to the checkpoint version (`waiting_for_review -> resuming`,
 `suspended -> resuming`, or the recovery's `recovering`), and it runs under the thread's lock.
 The decision that leaves nothing pending makes the first of these in its own transaction
-(`claim_if_decided_in`), so a continuation after decisions commits once, not twice, before
-`run.resumed`.
+(`claim_if_decided_in`) and, prepared before it (`prepare_after_decision`), starts the
+continuation there too (`start_after_decision_in`): `approval.decided` and `run.resumed` are one
+commit. Only staged input (which the SDK may refuse, so it is applied before anything is
+stored) leaves the continuation a transaction of its own.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from agents.items import ToolApprovalItem
@@ -24,6 +27,9 @@ from agents.run_state import RunState
 from sqlalchemy.engine import Connection
 
 from gateway.agents.edited_arguments import edits_of
+from gateway.agents.registry import AgentGraph
+from gateway.agents.run_caller import RunCaller, caller_of, latest_decision
+from gateway.event_log.writer import EventLog
 from gateway.protocol.error_codes import conflict
 from gateway.protocol.frames import EventType
 from gateway.run_lifecycle.approval_binding import binding_problem, by_call_id
@@ -33,6 +39,7 @@ from gateway.storage.health import log_failure
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.checkpoints import CheckpointRecord
 from persistence.errors import StaleWrite
+from persistence.events import NewEvent
 from persistence.inputs import Disposition, InputRepository, PendingInput
 from persistence.leases import Lease, LeaseLost, LeaseRepository
 from persistence.run_status import RunStatus
@@ -156,113 +163,232 @@ class Continuer:
         if checkpoint is None:
             raise conflict("the run has no checkpoint")
         graph = ctx.graph_for_checkpoint(run, checkpoint)
-        agent = ctx.agent(graph)
         # Usually restored already, for the decisions' binding checks
         # (gateway/run_lifecycle/restored_checkpoints.py).
         state = await ctx.restored.take(checkpoint, graph)
-        by_call = by_call_id(state.get_interruptions())
-        known_calls: dict[str, str] = {}
-        # Approved, but not for the call as it stands in the checkpoint: never applied.
-        unbound: list[str] = []
-        decided: list[tuple[ApprovalRecord, ToolApprovalItem]] = []
-        for approval in approvals:
-            item = by_call.get(approval.call_id)
-            if item is None:
-                continue
-            known_calls[approval.call_id] = approval.tool_name
-            if approval.status is ApprovalStatus.APPROVED:
-                problem = binding_problem(approval, item)
-                if problem is not None:
-                    # Left undecided, the call pauses the run again with a fresh approval.
-                    log.warning("approval %s not applied: %s", approval.approval_id, problem)
-                    unbound.append(approval.approval_id)
-                    continue
-            if approval.status in APPLIED:
-                decided.append((approval, item))
+        calls = by_call_id(state.get_interruptions())
+        decisions = sort_decisions(calls, approvals)
         if staged is None:
             staged = await self._staged(run)
-        prepare: Callable[[], None] | None = partial(apply_decisions, state, decided, staged)
+        prepare: Callable[[], None] | None = partial(
+            apply_decisions, state, decisions.decided, staged
+        )
         if staged:
             # The SDK may refuse input (docs/architecture.md "SDK behaviours"): refused here, before
             # anything is stored, the run stays as it was.
-            apply_decisions(state, decided, staged)
+            apply_decisions(state, decisions.decided, staged)
             prepare = None
         # Before anything is stored, like the staged input: a context the graph's deserializer
         # cannot rebuild leaves the run as it was.
         caller = await ctx.caller(run, approvals)
         context = graph.resumed_context(checkpoint.state, caller)
-        # Decisions alone are never refused: the segment applies them as it starts, so
-        # `run.resumed` is stored and sent without waiting for them (it would, ~1 ms each).
-        data: dict[str, Any] = {"checkpoint_version": checkpoint.version}
+        start = Resumption(run, checkpoint, graph, state, calls, caller, context)
         staged_ids = [p.input_id for p in staged]
-        superseded: list[str] = []
-        run_id, thread_id, mark = run.run_id, run.thread_id, checkpoint.session_mark
-        unbound_reason = "not bound to its call: the checkpoint's call differs"
 
         def take_and_run(conn: Connection) -> tuple[Lease, RunRecord]:
             if lease is None:
-                taken = RunRepository.take_lease_moving_in(
-                    conn,
-                    run_id,
-                    RunStatus.RUNNING,
-                    expected=CONTINUING,
-                    owner=ctx.instance_id,
-                    ttl_s=ctx.lease_ttl_s,
-                    incarnation=ctx.incarnation,
-                )
+                taken = self._take_in(conn, run)
                 if taken is not None:
                     return taken
             # The caller holds the lease, or the one statement refused: step by step, to
             # tell which refusal it was.
             held = lease or LeaseRepository.acquire_in(
-                conn, run_id, ctx.instance_id, ctx.lease_ttl_s, ctx.incarnation
+                conn, run.run_id, ctx.instance_id, ctx.lease_ttl_s, ctx.incarnation
             )
             if held is None:
-                raise LeaseLost(run_id)  # another live process executes this run
+                raise LeaseLost(run.run_id)  # another live process executes this run
             current = RunRepository.transition_returning_in(
-                conn, run_id, RunStatus.RUNNING, expected=CONTINUING
+                conn, run.run_id, RunStatus.RUNNING, expected=CONTINUING
             )
             if current is None:
-                raise StaleWrite(run_id)
+                raise StaleWrite(run.run_id)
             return held, current
 
-        def mark_running(conn: Connection) -> tuple[Lease, RunRecord]:
-            held, current = take_and_run(conn)
-            InputRepository.consume_in(conn, staged_ids)
-            ApprovalRepository.supersede_in(conn, unbound, reason=unbound_reason)
-            # Whatever is still pending belongs to a pause this continuation leaves behind
-            # (a recovery from a newer checkpoint): nobody can decide it any more.
-            superseded.extend(ApprovalRepository.supersede_pending_in(conn, run_id))
-            # History written after the checkpoint belongs to a lost attempt (crash recovery).
-            SessionMarks.trim_in(conn, thread_id, mark)
-            return held, current
+        def mark_running(conn: Connection) -> Started:
+            return started_in(conn, start, *take_and_run(conn), decisions, staged_ids)
 
-        (held, current), _ = await ctx.log.commit(
-            [ctx.log.new_event(run.thread_id, run.run_id, announce, data, lease)],
-            mark_running,
-            agent=run.agent,
+        started, _ = await ctx.log.commit(
+            [start.announcement(ctx.log, announce, lease)], mark_running, agent=run.agent
         )
-        if superseded:
-            ctx.bus.publish_inbox(run.tenant, removed=superseded)
         logged: frozenset[str] = frozenset()
         if announce is EventType.RUN_RECOVERED:
             outputs = await ctx.events.for_run(run.thread_id, run.run_id, (EventType.TOOL_OUTPUT,))
             logged = frozenset(orjson.loads(e.data).get("call_id") for e in outputs)
+        self.launch(start, started, prepare, logged)
+
+    def prepare_after_decision(
+        self, run: RunRecord, checkpoint: CheckpointRecord, state: RunState[Any, Any], reviewer: str
+    ) -> Resumption | None:
+        """The continuation a decision by `reviewer` starts if it leaves nothing pending, made
+        before the decision is recorded so its transaction can start it too
+        (`start_after_decision_in`); None when the graph cannot rebuild its context (the
+        continuation then runs on its own, meets the same error there, and says so)."""
+        ctx = self._ctx
+        graph = ctx.graph_for_checkpoint(run, checkpoint)
+        caller = caller_of(run, reviewer)
+        try:
+            context = graph.resumed_context(checkpoint.state, caller)
+        except Exception:
+            return None
+        return Resumption(
+            run, checkpoint, graph, state, by_call_id(state.get_interruptions()), caller, context
+        )
+
+    def start_after_decision_in(
+        self, conn: Connection, start: Resumption, known: PauseInputs
+    ) -> Started | None:
+        """In the transaction of the decision that claimed the continuation (`claim_in`),
+        after it: start `start` there too, from the pause's approvals and input as that
+        transaction read them. None, with nothing written, when `start` does not fit them
+        (staged input, which the SDK may refuse, is applied before anything is stored; a
+        later decision by someone else makes another caller) or the lease is not free: the
+        continuation then starts on its own (`continue_when_decided`)."""
+        approvals, staged = known
+        latest = latest_decision(approvals)
+        if staged or latest is None or latest.reviewer != start.caller.decided_by:
+            return None
+        taken = self._take_in(conn, start.run)
+        if taken is None:
+            return None
+        return started_in(conn, start, *taken, sort_decisions(start.calls, approvals), [])
+
+    def launch(
+        self,
+        start: Resumption,
+        started: Started,
+        prepare: Callable[[], None] | None,
+        logged_outputs: frozenset[str] = frozenset(),
+    ) -> None:
+        """Stream the continuation `started` in its transaction."""
+        ctx = self._ctx
+        if started.superseded:
+            ctx.bus.publish_inbox(start.run.tenant, removed=started.superseded)
+        decided = started.decisions.decided
         ctx.launch(
             Segment(
-                run=current,
-                graph=graph,
-                agent=agent,
-                start=state,
-                caller=caller,
-                context=context,
-                known_calls=known_calls,
-                logged_outputs=logged,
-                lease=held,
+                run=started.run,
+                graph=start.graph,
+                agent=ctx.agent(start.graph),
+                start=start.state,
+                caller=start.caller,
+                context=start.context,
+                known_calls=started.decisions.known_calls,
+                logged_outputs=logged_outputs,
+                lease=started.lease,
                 prepare=prepare,
                 edits=approved_edits(a for a, _ in decided),
             )
         )
+
+    def launch_after_decision(self, start: Resumption, started: Started) -> None:
+        """Stream the continuation a decision's transaction started
+        (`start_after_decision_in`). The state the decisions' binding checks looked at is
+        the continuation's from here on; nothing else may look at it."""
+        self._ctx.restored.forget(start.checkpoint)
+        self.launch(
+            start, started, partial(apply_decisions, start.state, started.decisions.decided, [])
+        )
+
+    def _take_in(self, conn: Connection, run: RunRecord) -> tuple[Lease, RunRecord] | None:
+        """The run's lease taken and its status moved to `running`, in one statement; None
+        when either would be refused (nothing written)."""
+        ctx = self._ctx
+        return RunRepository.take_lease_moving_in(
+            conn,
+            run.run_id,
+            RunStatus.RUNNING,
+            expected=CONTINUING,
+            owner=ctx.instance_id,
+            ttl_s=ctx.lease_ttl_s,
+            incarnation=ctx.incarnation,
+        )
+
+
+class SortedDecisions(NamedTuple):
+    """A pause's decisions against the calls of its checkpoint."""
+
+    # call id -> tool name of every call an approval of the pause is for
+    known_calls: dict[str, str]
+    # approved, but not for the call as it stands in the checkpoint: never applied
+    unbound: list[str]
+    # the decisions the continuation applies, with their calls
+    decided: list[tuple[ApprovalRecord, ToolApprovalItem]]
+
+
+def sort_decisions(
+    calls: Mapping[str, ToolApprovalItem], approvals: Iterable[ApprovalRecord]
+) -> SortedDecisions:
+    """Sort the pause's `approvals` against its checkpoint's pending `calls` (by call id)."""
+    sorted_ = SortedDecisions({}, [], [])
+    for approval in approvals:
+        item = calls.get(approval.call_id)
+        if item is None:
+            continue
+        sorted_.known_calls[approval.call_id] = approval.tool_name
+        if approval.status is ApprovalStatus.APPROVED:
+            problem = binding_problem(approval, item)
+            if problem is not None:
+                # Left undecided, the call pauses the run again with a fresh approval.
+                log.warning("approval %s not applied: %s", approval.approval_id, problem)
+                sorted_.unbound.append(approval.approval_id)
+                continue
+        if approval.status in APPLIED:
+            sorted_.decided.append((approval, item))
+    return sorted_
+
+
+@dataclass(frozen=True)
+class Resumption:
+    """A continuation made up to its transaction: the checkpoint restored, who the run runs
+    for and with which context, everything that may refuse before anything is stored."""
+
+    run: RunRecord
+    checkpoint: CheckpointRecord
+    graph: AgentGraph
+    state: RunState[Any, Any]
+    # the checkpoint's calls waiting for a decision, by call id
+    calls: Mapping[str, ToolApprovalItem]
+    caller: RunCaller
+    context: Any
+
+    def announcement(
+        self, log: EventLog, announce: EventType, lease: Lease | None = None
+    ) -> NewEvent:
+        """The event that says the run goes on (`run.resumed`, `run.recovered`)."""
+        data = {"checkpoint_version": self.checkpoint.version}
+        return log.new_event(self.run.thread_id, self.run.run_id, announce, data, lease)
+
+
+class Started(NamedTuple):
+    """A continuation as its transaction left it."""
+
+    lease: Lease
+    run: RunRecord
+    decisions: SortedDecisions
+    # the run's approvals left pending, superseded (out of the reviewers' inbox)
+    superseded: list[str]
+
+
+UNBOUND_REASON = "not bound to its call: the checkpoint's call differs"
+
+
+def started_in(
+    conn: Connection,
+    start: Resumption,
+    lease: Lease,
+    run: RunRecord,
+    decisions: SortedDecisions,
+    staged_ids: list[int],
+) -> Started:
+    """What a continuation writes once it holds the run's `lease` and the run is running."""
+    InputRepository.consume_in(conn, staged_ids)
+    ApprovalRepository.supersede_in(conn, decisions.unbound, reason=UNBOUND_REASON)
+    # Whatever is still pending belongs to a pause this continuation leaves behind (a
+    # recovery from a newer checkpoint): nobody can decide it any more.
+    superseded = ApprovalRepository.supersede_pending_in(conn, run.run_id)
+    # History written after the checkpoint belongs to a lost attempt (crash recovery).
+    SessionMarks.trim_in(conn, run.thread_id, start.checkpoint.session_mark)
+    return Started(lease, run, decisions, superseded)
 
 
 def approved_edits(approvals: Iterable[ApprovalRecord]) -> Mapping[str, str]:

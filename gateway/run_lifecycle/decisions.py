@@ -15,12 +15,12 @@ import asyncio
 import logging
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
+from agents.run_state import RunState
 from sqlalchemy.engine import Connection
 
 from gateway.agents.edited_arguments import checked_edit
-from gateway.agents.registry import AgentGraph
 from gateway.auth.access import AccessDenied
 from gateway.auth.audit_trail import AuditAction, decision_entry, system_entry
 from gateway.protocol.error_codes import ErrorCode, GatewayError, conflict, not_found
@@ -28,7 +28,12 @@ from gateway.protocol.frames import EventType, utc_ts
 from gateway.protocol.identity import Principal
 from gateway.run_lifecycle.approval_binding import arguments_digest, binding_problem, by_call_id
 from gateway.run_lifecycle.context import RunContext, thread_ref
-from gateway.run_lifecycle.continuation import Continuer, PauseInputs, claim_if_decided_in
+from gateway.run_lifecycle.continuation import (
+    Continuer,
+    PauseInputs,
+    Started,
+    claim_if_decided_in,
+)
 from gateway.run_lifecycle.review_rules import check_decider, review_context
 from gateway.run_lifecycle.sensitive_arguments import masked_call_data
 from gateway.storage.health import log_failure
@@ -37,6 +42,7 @@ from persistence.audit import AuditRepository
 from persistence.checkpoints import CheckpointRecord
 from persistence.clock import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
+from persistence.events import WithEvents
 from persistence.run_status import RunStatus
 from persistence.runs import RunRecord
 from persistence.threads import ThreadRecord
@@ -70,6 +76,17 @@ def settled_message(approval: ApprovalRecord) -> str:
         detail = approval.reason or "the run moved on or was cancelled"
         return f"approval was superseded: {detail}"
     return f"approval already {approval.status.value}"
+
+
+class Recorded(NamedTuple):
+    """What a decision's transaction read and did after recording it."""
+
+    # the pause's approvals and staged input, as read after the decision's own write
+    known: PauseInputs
+    # whether it claimed the continuation (nothing was left pending)
+    claimed: bool
+    # the continuation, when the transaction started it as well
+    started: Started | None
 
 
 class Decisions:
@@ -155,7 +172,7 @@ class Decisions:
         async with ctx.lock(thread.thread_id):
             # Read again under the lock: a decision or an expiry may have landed meanwhile.
             approval, run, thread = await ctx.approval_for(principal, approval_id)
-            approval = await self._check_decidable(run, approval)
+            approval, checkpoint, state = await self._check_decidable(run, approval)
             status = ApprovalStatus.APPROVED if decision == "approve" else ApprovalStatus.REJECTED
             now = utcnow()
 
@@ -179,7 +196,7 @@ class Decisions:
             # Each also reads what a continuation needs, after its own write: of concurrent
             # deciders, the last to commit sees every decision, claims the continuation and
             # continues the run.
-            def record(conn: Connection) -> tuple[PauseInputs, bool]:
+            def record(conn: Connection) -> Recorded | WithEvents:
                 if not ApprovalRepository.decide_in(
                     conn,
                     approval_id,
@@ -193,7 +210,12 @@ class Decisions:
                     raise StaleWrite(approval_id)
                 # Same transaction: the trail holds exactly the decisions that took effect.
                 AuditRepository.insert_in(conn, entry)
-                return claim_if_decided_in(conn, run)
+                known, claimed = claim_if_decided_in(conn, run)
+                started = None
+                if claimed and start is not None:
+                    started = self._continuer.start_after_decision_in(conn, start, known)
+                recorded = Recorded(known, claimed, started)
+                return recorded if started is None else WithEvents(recorded, resumed)
 
             event = ctx.log.new_event(
                 run.thread_id,
@@ -208,8 +230,15 @@ class Decisions:
                     **self._edit_data(run, approval, arguments),
                 },
             )
+            # Made before the decision is recorded, so that if it leaves nothing pending its
+            # transaction starts the continuation too: one transaction (and WAL flush) fewer
+            # before `run.resumed`.
+            start = self._continuer.prepare_after_decision(run, checkpoint, state, principal.user)
+            resumed = (
+                [start.announcement(ctx.log, EventType.RUN_RESUMED)] if start is not None else []
+            )
             try:
-                (known, claimed), _ = await ctx.log.commit([event], record)
+                recorded, _ = await ctx.log.commit([event], record, agent=run.agent)
             except StaleWrite:
                 raise conflict("approval was already decided") from None
             if ctx.metrics is not None:
@@ -225,8 +254,12 @@ class Decisions:
                 decided_at=now,
                 edited_arguments=arguments,
             )
+            if recorded.started is not None:
+                assert start is not None
+                self._continuer.launch_after_decision(start, recorded.started)
+                return decided
         # The decision is durable; the reviewer's ack need not wait for the restore.
-        self._continue_soon(run, known, claimed=claimed)
+        self._continue_soon(run, recorded.known, claimed=recorded.claimed)
         return decided
 
     def _check_edit(
@@ -301,9 +334,10 @@ class Decisions:
 
     async def _check_decidable(
         self, run: RunRecord, approval: ApprovalRecord | None
-    ) -> ApprovalRecord:
+    ) -> tuple[ApprovalRecord, CheckpointRecord, RunState[Any, Any]]:
         """The approval (as just read under the thread lock), if a decision may be recorded on
-        it now (caller holds the thread lock).
+        it now (caller holds the thread lock), with the checkpoint it pauses and its state as
+        restored for the binding check.
 
         Otherwise raises `conflict`, after settling what the refusal found: an approval left
         pending by a run that moved on, or whose call in the checkpoint is not the one that
@@ -334,12 +368,14 @@ class Decisions:
         # Refuse before recording anything: a decision on a run that cannot be restored
         # would otherwise leave it stuck half-decided.
         graph = ctx.graph_for_checkpoint(run, checkpoint)
-        problem = (
-            "the run's checkpoint is not the one the approval was requested at"
-            if checkpoint.version != approval.checkpoint_version
-            else await self._binding_problem(graph, checkpoint, approval)
-        )
-        if problem is not None:
+        state: RunState[Any, Any] | None = None
+        problem: str | None = "the run's checkpoint is not the one the approval was requested at"
+        if checkpoint.version == approval.checkpoint_version:
+            # The restore is kept for the next decision and the continuation, which reuse it.
+            state = await ctx.restored.peek(checkpoint, graph)
+            calls = by_call_id(state.get_interruptions())
+            problem = binding_problem(approval, calls.get(approval.call_id))
+        if state is None or problem is not None:
             log.warning("approval %s refused and superseded: %s", approval_id, problem)
             await self._supersede(run, [approval_id], f"not bound to its call: {problem}")
             # Without it the pause may be fully decided: the continuation then meets the
@@ -347,17 +383,7 @@ class Decisions:
             # call as it really is.
             self._continue_soon(run)
             raise conflict(f"approval was superseded: {problem}")
-        return approval
-
-    async def _binding_problem(
-        self, graph: AgentGraph, checkpoint: CheckpointRecord, approval: ApprovalRecord
-    ) -> str | None:
-        """Restore the checkpoint and compare its call with what the approval displayed.
-
-        The restore is kept for the next decision and the continuation, which reuse it."""
-        state = await self._ctx.restored.peek(checkpoint, graph)
-        calls = by_call_id(state.get_interruptions())
-        return binding_problem(approval, calls.get(approval.call_id))
+        return approval, checkpoint, state
 
     async def _supersede(self, run: RunRecord, approval_ids: list[str], reason: str) -> None:
         removed: list[str] = []

@@ -105,6 +105,11 @@ class RestoredStates:
                 return state
         return await restore_state(checkpoint, graph, self._agent_for(graph))
 
+    def forget(self, checkpoint: CheckpointRecord) -> None:
+        """The state `peek` gave was taken after all, by a continuation its decision's
+        transaction started (gateway/run_lifecycle/decisions.py): no longer here to look at."""
+        self._entries.pop((checkpoint.run_id, checkpoint.version), None)
+
     def _usable(self, key: tuple[str, int], graph: AgentGraph) -> _Entry | None:
         entry = self._entries.get(key)
         # Restored against another build of the graph (the registry changed): not this one.

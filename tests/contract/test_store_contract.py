@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import timedelta
 from functools import partial
@@ -29,14 +29,14 @@ from persistence.backends import open_store
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
 from persistence.clock import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
-from persistence.events import FEW_THREADS, NewEvent
+from persistence.events import FEW_THREADS, NewEvent, WithEvents
 from persistence.instances import Incarnation, InstanceClaims, InstanceInUse
 from persistence.leases import FencedBy, Lease, LeaseLost, LeaseRepository
 from persistence.retention import RetentionRepository
 from persistence.runs import RunRecord, RunRepository, RunStatus
 from persistence.session_marks import SessionMarks
 from persistence.sessions import GatewaySession
-from persistence.store import DatabaseConfigError, Store
+from persistence.store import DatabaseConfigError, Part, PartStored, Store
 from persistence.tables import checkpoints, events, runs, threads
 from persistence.threads import ThreadRepository
 from persistence.uncounted_cancels import UncountedCancels
@@ -215,6 +215,39 @@ async def test_an_atomic_commit_rolls_back_whole(store: Store) -> None:
     # And the store goes on working.
     _, stored = await store.commit([event(thread_id)], None)
     assert [r.seq for r in stored] == [1]
+
+
+async def test_an_atomic_commits_work_may_add_events_after_its_own(store: Store) -> None:
+    """Work returning `WithEvents` decides in its transaction to store more events: they
+    follow the commit's own, and its result is the commit's. Alone or as one part of a
+    grouped transaction alike. Events so added that carry a lease are refused, nothing
+    stored (the work fences what it writes itself)."""
+    (thread_id,) = await new_threads(store, 1)
+
+    def adding(count: int, lease: object = None) -> Callable[[Connection], WithEvents]:
+        def work(conn: Connection) -> WithEvents:
+            return WithEvents("added", [event(thread_id, 10 + n, lease) for n in range(count)])
+
+        return work
+
+    result, stored = await store.commit([event(thread_id, 1)], adding(2))
+    assert result == "added"
+    assert [(r.seq, r.data) for r in stored] == [(1, '{"n":1}'), (2, '{"n":10}'), (3, '{"n":11}')]
+    outcomes = await store.commit_parts(
+        [
+            Part([event(thread_id, 2)], adding(1), None, atomic=True),
+            Part([event(thread_id, 3)], None, None, atomic=False),
+        ]
+    )
+    first, second = outcomes
+    assert isinstance(first, PartStored) and isinstance(second, PartStored)
+    assert first.result == "added"
+    assert [r.data for r in first.records] == ['{"n":2}', '{"n":10}']
+    assert [r.seq for r in second.records] == [6]
+    lease = Lease("r_any", "gw-a", 1)
+    with pytest.raises(ValueError, match="carry no lease"):
+        await store.commit([event(thread_id, 4)], adding(1, lease))
+    assert await seqs(store, thread_id) == [1, 2, 3, 4, 5, 6]
 
 
 def insert_duplicate_run(conn: object, thread_id: str) -> None:

@@ -139,6 +139,68 @@ async def test_concurrent_last_decisions_continue_the_run_exactly_once(
         assert seqs == list(range(1, len(seqs) + 1))
 
 
+@pytest.mark.both_backends
+async def test_the_last_decision_starts_the_continuation_in_its_own_transaction(
+    database_url: str,
+) -> None:
+    """The decision that leaves nothing pending stores `approval.decided` and `run.resumed`
+    in one statement of one transaction (it took the lease and moved the run to `running`
+    there); an earlier decision of the same pause stores only its own. With input staged on
+    the paused run the continuation is a transaction of its own (the input is applied before
+    anything is stored), and the run goes on alike: one `run.resumed`, the approved call run
+    once."""
+    effects = EffectLog()
+    async with (
+        faulty_gateway(settings_for(database_url), registry(effects, calls=2)) as fg,
+        clients(fg.gateway) as connect,
+    ):
+        alice, bob = await connect("alice", "user"), await connect("bob", "reviewer")
+        inserts: list[str] = []
+
+        def observe(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+            if "INSERT INTO events" in statement:
+                inserts.append(repr(parameters))
+
+        engines = list(fg.services.store.statement_engines())
+        for engine in engines:
+            event.listen(engine, "before_cursor_execute", observe)
+        try:
+            for staged in (False, True):
+                ack = await pause(alice, f"pay twice, staged {staged}")
+                first, second = requested(alice, ack["run_id"])
+                if staged:
+                    sent = await alice.request(
+                        "run.input", thread_id=ack["thread_id"], input="thanks"
+                    )
+                    assert sent["disposition"] == "staged"
+                inserts.clear()
+                await bob.request(
+                    "approval.decide", approval_id=first["approval_id"], decision="approve"
+                )
+                (alone,) = inserts
+                assert "approval.decided" in alone and "run.resumed" not in alone
+                await bob.request(
+                    "approval.decide", approval_id=second["approval_id"], decision="reject"
+                )
+                # The staged input is a new turn of the gated model: the run pauses again.
+                settled = "run.paused" if staged else "run.completed"
+                paused_at = max(e["seq"] for e in alice.events_of(ack["thread_id"]))
+                await alice.wait_for(
+                    lambda f, s=settled, a=paused_at: f.get("event") == s and f["seq"] > a
+                )
+                (resumed,) = [i for i in inserts if "run.resumed" in i]
+                assert ("approval.decided" in resumed) is not staged
+                names = kinds(alice, ack["thread_id"])
+                assert names.count("run.resumed") == 1
+                at = names.index("run.resumed")
+                assert names[at - 1] == "approval.decided"
+        finally:
+            for engine in engines:
+                event.remove(engine, "before_cursor_execute", observe)
+    assert effects.count("charge") == 2
+    assert fg.faults.hits == 0
+
+
 async def test_the_decision_ack_shows_the_row_as_stored(
     gateway_factory: Any, db_path: Path
 ) -> None:

@@ -414,12 +414,13 @@ async def test_session_write_failure_mid_turn_does_not_fail_the_run(database_url
 # -- 2. the decision cannot be recorded ----------------------------------------------------
 
 
-# The decision's own writes, or the last write of its transaction: the run's claim to continue
-# (`resuming`), made there once nothing is left pending. Either way the whole decision is undone.
+# The decision's own writes, or the last writes of its transaction: the run's claim to continue
+# (`resuming`), made there once nothing is left pending, and the continuation's start (the
+# run's lease, `running`), made there too. Either way the whole decision is undone.
 @pytest.mark.parametrize(
     "failing",
-    [writes_to("approvals", "events"), writes_to("runs")],
-    ids=["decision-writes", "continuation-claim"],
+    [writes_to("approvals", "events"), writes_to("runs"), lease_takes],
+    ids=["decision-writes", "continuation-claim", "continuation-start"],
 )
 async def test_decision_during_storage_failure_is_unavailable_and_changes_nothing(
     database_url: str, failing: Predicate
@@ -497,7 +498,10 @@ async def test_continuation_after_recorded_decision_survives_storage_blip(
 ) -> None:
     """The decision is stored (with the run's claim to continue, `resuming`), then the
     continuation's own first write (taking the run's lease, in the transaction that logs
-    `run.resumed`) fails.
+    `run.resumed`) fails. Input staged on the paused run makes the continuation a transaction
+    of its own (the SDK may refuse the input, so it is applied before anything is stored);
+    without it the decision's transaction starts the continuation as well, and a failure
+    there undoes the decision (the `continuation-start` case above).
 
     The reviewer already has an `approved` ack and the pause has no pending approval left, so
     no further decision will come: once storage is back the gateway itself must continue the
@@ -517,6 +521,8 @@ async def test_continuation_after_recorded_decision_survives_storage_blip(
         requested = await alice.wait_event("approval.requested")
         approval_id = requested["data"]["approval_id"]
         await alice.wait_event("run.paused")
+        staged = await alice.request("run.input", thread_id=thread_id, input="thanks")
+        assert staged["disposition"] == "staged"
 
         faults.fail(lease_takes)  # the decision's own writes still go through
         decided = await bob.request("approval.decide", approval_id=approval_id, decision="approve")
@@ -530,6 +536,7 @@ async def test_continuation_after_recorded_decision_survives_storage_blip(
         seen = names(events)
         assert seen.count("approval.decided") == 1
         assert seen.count("run.resumed") == 1
+        assert seen.index("approval.decided") < seen.index("run.resumed")
         assert FINAL in final_text(events, run_id)
         assert_dense(events)
         assert effects.count("charge") == 1
