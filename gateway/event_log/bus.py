@@ -75,6 +75,9 @@ class EventBus:
         # The newest seq published here per watched thread: the log watch wakes subscribers
         # only for growth beyond it (events another process wrote).
         self._published: dict[str, int] = {}
+        # How many commits' events this process has published, on any thread: unchanged
+        # between two moments, nothing was stored here in between (`RunManager` start).
+        self.publications = 0
 
     def on_watchers_changed(self, listener: WatchListener) -> None:
         self._watch_listeners.append(listener)
@@ -159,6 +162,7 @@ class EventBus:
         """Hand events committed at `committed` to the thread's listeners (and tell the other
         processes the thread's new head); an empty batch is a bare wake-up ("the log may have
         grown": listeners read it from the table)."""
+        self.publications += 1
         if events and self._relay.shared:
             self._relay.publish({"kind": "wake", "threads": {thread_id: events[-1].seq}})
         if any(event.type in LISTED_EVENTS for event in events):
@@ -170,6 +174,13 @@ class EventBus:
             self._published[thread_id] = max(self._published.get(thread_id, 0), events[-1].seq)
         for listener in list(listeners):
             listener(events, committed)
+
+    def published_up_to(self, thread_id: str, seq: int) -> None:
+        """The thread's events up to `seq` were published here before its listeners came (a
+        run start's own commit, which its caller's subscription was handed): the log watch
+        wakes them only for growth beyond that."""
+        if thread_id in self._threads:
+            self._published[thread_id] = max(self._published.get(thread_id, 0), seq)
 
     def wake(self, thread_id: str, head: int) -> None:
         """Another process stored events of `thread_id` up to `head`: wake its listeners unless

@@ -78,12 +78,16 @@ class Subscription:
         if metrics is not None:
             metrics.subscriptions.inc()
 
-    def start(self, initial: Sequence[LoggedEvent] = ()) -> None:
+    def start(self, initial: Sequence[LoggedEvent] = (), *, caught_up: bool = False) -> None:
         """Start following the log. `initial`: stored events the caller already has (a run
         start's own commit), sent at once as a read of the log would, so the first frames go
-        out without waiting for one; the pump then reads from wherever they ended."""
+        out without waiting for one; the pump then reads from wherever they ended, unless
+        `caught_up` says they are all the log has and all of them were sent: the subscription
+        is live at once, and reads the log only when a commit it was told of leaves a gap."""
+        sent_all = True
         for event in initial:
             if event.seq != self.last_seq + 1 or (self._reveal is not None and needs_reveal(event)):
+                sent_all = False
                 break
             if self._omit and event.type in self._omit:
                 self.last_seq = event.seq
@@ -92,9 +96,15 @@ class Subscription:
                 event.frame if self._sent_seq == self.last_seq else self._after_omitted(event.frame)
             )
             if not self._send_live(frame, 0.0):
+                sent_all = False
                 break
             self.last_seq = self._sent_seq = event.seq
-        self._task = asyncio.create_task(self._pump(), name=f"subscription-{self.thread_id}")
+        self._live = caught_up and sent_all and bool(initial)
+        if self._live:
+            self._bus.published_up_to(self.thread_id, self.last_seq)
+        self._task = asyncio.create_task(
+            self._pump(live=self._live), name=f"subscription-{self.thread_id}"
+        )
 
     def close(self) -> None:
         if self._metrics is not None:
@@ -134,7 +144,10 @@ class Subscription:
                 return
             self.last_seq = self._sent_seq = event.seq
 
-    async def _pump(self) -> None:
+    async def _pump(self, *, live: bool = False) -> None:
+        if live:
+            await self._wakeup.wait()
+            self._live = False
         while True:
             # Cleared before reading: an event published while the read is in flight sets it
             # again, so going live below cannot miss it.

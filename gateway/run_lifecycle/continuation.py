@@ -204,17 +204,17 @@ class Continuer:
                 raise StaleWrite(run.run_id)
             return held, current
 
-        def mark_running(conn: Connection) -> Started:
-            return started_in(conn, start, *take_and_run(conn), decisions, staged_ids)
+        def mark_running(conn: Connection) -> Continued:
+            return continued_in(conn, start, *take_and_run(conn), decisions, staged_ids)
 
-        started, _ = await ctx.log.commit(
+        continued, _ = await ctx.log.commit(
             [start.announcement(ctx.log, announce, lease)], mark_running, agent=run.agent
         )
         logged: frozenset[str] = frozenset()
         if announce is EventType.RUN_RECOVERED:
             outputs = await ctx.events.for_run(run.thread_id, run.run_id, (EventType.TOOL_OUTPUT,))
             logged = frozenset(orjson.loads(e.data).get("call_id") for e in outputs)
-        self.launch(start, started, prepare, logged)
+        self.launch(start, continued, prepare, logged)
 
     def prepare_after_decision(
         self, run: RunRecord, checkpoint: CheckpointRecord, state: RunState[Any, Any], reviewer: str
@@ -236,7 +236,7 @@ class Continuer:
 
     def start_after_decision_in(
         self, conn: Connection, start: Resumption, known: PauseInputs
-    ) -> Started | None:
+    ) -> Continued | None:
         """In the transaction of the decision that claimed the continuation (`claim_in`),
         after it: start `start` there too, from the pause's approvals and input as that
         transaction read them. None, with nothing written, when `start` does not fit them
@@ -250,43 +250,43 @@ class Continuer:
         taken = self._take_in(conn, start.run)
         if taken is None:
             return None
-        return started_in(conn, start, *taken, sort_decisions(start.calls, approvals), [])
+        return continued_in(conn, start, *taken, sort_decisions(start.calls, approvals), [])
 
     def launch(
         self,
         start: Resumption,
-        started: Started,
+        continued: Continued,
         prepare: Callable[[], None] | None,
         logged_outputs: frozenset[str] = frozenset(),
     ) -> None:
-        """Stream the continuation `started` in its transaction."""
+        """Stream the continuation as its transaction left it (`continued`)."""
         ctx = self._ctx
-        if started.superseded:
-            ctx.bus.publish_inbox(start.run.tenant, removed=started.superseded)
-        decided = started.decisions.decided
+        if continued.superseded:
+            ctx.bus.publish_inbox(start.run.tenant, removed=continued.superseded)
+        decided = continued.decisions.decided
         ctx.launch(
             Segment(
-                run=started.run,
+                run=continued.run,
                 graph=start.graph,
                 agent=ctx.agent(start.graph),
                 start=start.state,
                 caller=start.caller,
                 context=start.context,
-                known_calls=started.decisions.known_calls,
+                known_calls=continued.decisions.known_calls,
                 logged_outputs=logged_outputs,
-                lease=started.lease,
+                lease=continued.lease,
                 prepare=prepare,
                 edits=approved_edits(a for a, _ in decided),
             )
         )
 
-    def launch_after_decision(self, start: Resumption, started: Started) -> None:
+    def launch_after_decision(self, start: Resumption, continued: Continued) -> None:
         """Stream the continuation a decision's transaction started
         (`start_after_decision_in`). The state the decisions' binding checks looked at is
         the continuation's from here on; nothing else may look at it."""
         self._ctx.restored.forget(start.checkpoint)
         self.launch(
-            start, started, partial(apply_decisions, start.state, started.decisions.decided, [])
+            start, continued, partial(apply_decisions, start.state, continued.decisions.decided, [])
         )
 
     def _take_in(self, conn: Connection, run: RunRecord) -> tuple[Lease, RunRecord] | None:
@@ -359,7 +359,7 @@ class Resumption:
         return log.new_event(self.run.thread_id, self.run.run_id, announce, data, lease)
 
 
-class Started(NamedTuple):
+class Continued(NamedTuple):
     """A continuation as its transaction left it."""
 
     lease: Lease
@@ -372,14 +372,14 @@ class Started(NamedTuple):
 UNBOUND_REASON = "not bound to its call: the checkpoint's call differs"
 
 
-def started_in(
+def continued_in(
     conn: Connection,
     start: Resumption,
     lease: Lease,
     run: RunRecord,
     decisions: SortedDecisions,
     staged_ids: list[int],
-) -> Started:
+) -> Continued:
     """What a continuation writes once it holds the run's `lease` and the run is running."""
     InputRepository.consume_in(conn, staged_ids)
     ApprovalRepository.supersede_in(conn, decisions.unbound, reason=UNBOUND_REASON)
@@ -388,7 +388,7 @@ def started_in(
     superseded = ApprovalRepository.supersede_pending_in(conn, run.run_id)
     # History written after the checkpoint belongs to a lost attempt (crash recovery).
     SessionMarks.trim_in(conn, run.thread_id, start.checkpoint.session_mark)
-    return Started(lease, run, decisions, superseded)
+    return Continued(lease, run, decisions, superseded)
 
 
 def approved_edits(approvals: Iterable[ApprovalRecord]) -> Mapping[str, str]:

@@ -29,9 +29,9 @@ from gateway.protocol.identity import Principal
 from gateway.run_lifecycle.approval_binding import arguments_digest, binding_problem, by_call_id
 from gateway.run_lifecycle.context import RunContext, thread_ref
 from gateway.run_lifecycle.continuation import (
+    Continued,
     Continuer,
     PauseInputs,
-    Started,
     claim_if_decided_in,
 )
 from gateway.run_lifecycle.review_rules import check_decider, review_context
@@ -86,7 +86,7 @@ class Recorded(NamedTuple):
     # whether it claimed the continuation (nothing was left pending)
     claimed: bool
     # the continuation, when the transaction started it as well
-    started: Started | None
+    continued: Continued | None
 
 
 class Decisions:
@@ -211,11 +211,11 @@ class Decisions:
                 # Same transaction: the trail holds exactly the decisions that took effect.
                 AuditRepository.insert_in(conn, entry)
                 known, claimed = claim_if_decided_in(conn, run)
-                started = None
+                continued = None
                 if claimed and start is not None:
-                    started = self._continuer.start_after_decision_in(conn, start, known)
-                recorded = Recorded(known, claimed, started)
-                return recorded if started is None else WithEvents(recorded, resumed)
+                    continued = self._continuer.start_after_decision_in(conn, start, known)
+                recorded = Recorded(known, claimed, continued)
+                return recorded if continued is None else WithEvents(recorded, resumed)
 
             event = ctx.log.new_event(
                 run.thread_id,
@@ -254,9 +254,9 @@ class Decisions:
                 decided_at=now,
                 edited_arguments=arguments,
             )
-            if recorded.started is not None:
+            if recorded.continued is not None:
                 assert start is not None
-                self._continuer.launch_after_decision(start, recorded.started)
+                self._continuer.launch_after_decision(start, recorded.continued)
                 return decided
         # The decision is durable; the reviewer's ack need not wait for the restore.
         self._continue_soon(run, recorded.known, claimed=recorded.claimed)

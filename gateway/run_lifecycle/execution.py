@@ -109,6 +109,9 @@ class Segment:
     # call id -> edited arguments (JSON) of calls approved with an edit, for the tools to run
     # with (gateway/agents/edited_arguments.py).
     edits: Mapping[str, str] = field(default_factory=dict)
+    # The run's first commit created its thread: the thread's session holds nothing yet,
+    # so the SDK's read of its history at the start is answered without reading it.
+    thread_created: bool = False
     # The state taken at a turn's tool outputs, stored as a turn checkpoint once the next
     # model call starts (the session mark is right only then), or when that call fails.
     unsaved_turn: str | None = None
@@ -224,8 +227,9 @@ class SegmentRunner:
         # It is also the template every run's session is copied from (`session`).
         self._sessions = GatewaySession("gateway-start-up", store=store)
 
-    def session(self, thread_id: str) -> GatewaySession:
-        return self._sessions.for_session(thread_id)
+    def session(self, thread_id: str, *, empty: bool = False) -> GatewaySession:
+        """The thread's session; `empty`: known to hold nothing yet (`Segment.thread_created`)."""
+        return self._sessions.for_session(thread_id, empty=empty)
 
     async def drive(self, segment: Segment, execution: Execution) -> None:
         run = segment.run
@@ -259,11 +263,12 @@ class SegmentRunner:
             # Calls rules decided in this segment: one asking again is left to a person, so a
             # call the SDK keeps re-interrupting cannot loop here.
             ruled: set[str] = set()
+            fresh = segment.thread_created
             while True:
                 result = Runner.run_streamed(
                     segment.agent,
                     start,
-                    session=self.session(run.thread_id),
+                    session=self.session(run.thread_id, empty=fresh),
                     run_config=run_config(
                         settings, segment.caller, provider=self._provider, tracing=self._tracing
                     ),
@@ -278,6 +283,7 @@ class SegmentRunner:
                     context=segment.context,
                 )
                 execution.result = result
+                fresh = False
                 if segment.lease is not None:
                     self._leases.hold(segment.lease, partial(_stop_on_lost_lease, run, result))
                 await self._stream(segment, result, translator, spans)

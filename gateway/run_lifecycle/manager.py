@@ -347,6 +347,7 @@ class RunManager:
                 caller=run_caller,
                 context=graph.new_context(run_caller),
                 lease=lease,
+                thread_created=created is not None,
             )
         )
         first_seq = logged[0].seq
@@ -358,6 +359,7 @@ class RunManager:
             thread=known,
             events=logged,
             supersedes=supersedes.run_id if supersedes is not None else None,
+            quiet_since=self._ctx.bus.publications if created is not None else None,
         )
 
     async def regenerate(

@@ -24,6 +24,11 @@ class Started:
     retries: str | None = None
     # That run's checkpoint the retry goes on from; None: from its input.
     checkpoint_version: int | None = None
+    # When the run's first commit created the thread: the bus's publication count right
+    # after it. While the count is unchanged, `events` are all the thread has (nothing was
+    # stored here since, and no other process knows the thread yet), so a subscription made
+    # then needs no read of the log to catch up.
+    quiet_since: int | None = None
 
     def answer(self) -> dict[str, Any]:
         """What the request that started the run is answered with (its `ack`, its HTTP body)."""

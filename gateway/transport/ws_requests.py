@@ -142,6 +142,7 @@ class ClientRequests:
             quiet=True,
             known=started.thread,
             initial=started.events,
+            quiet_since=started.quiet_since,
         )
 
     def _admit_run(self, principal: Principal, thread_id: str | None) -> Callable[[], None]:

@@ -76,9 +76,12 @@ class Watches:
         quiet: bool = False,
         known: ThreadRecord | None = None,
         initial: Sequence[LoggedEvent] = (),
+        quiet_since: int | None = None,
     ) -> None:
         """`known`: the thread as this process just wrote it; `initial`: stored events from
-        `after_seq + 1` on, delivered before the subscription reads the log."""
+        `after_seq + 1` on, delivered before the subscription reads the log; `quiet_since`:
+        the bus's publication count at which `initial` was all the thread had
+        (`Started.quiet_since`): if it still is, the subscription reads nothing."""
         if not quiet and thread_id not in self._subscriptions:
             # Run starts checked this before starting (`admit_run`).
             self.check_subscription_slot()
@@ -105,7 +108,7 @@ class Watches:
             omit=self._session.omitted_events,
         )
         self._subscriptions[thread_id] = subscription
-        subscription.start(initial)
+        subscription.start(initial, caught_up=quiet_since == self._services.bus.publications)
         assert subscription.task is not None
         subscription.task.add_done_callback(self._subscription_ended)
 

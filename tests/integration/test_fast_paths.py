@@ -19,6 +19,7 @@ from gateway.agents.registry import AgentRegistry
 from gateway.run_lifecycle.execution import approval_view
 from persistence.approvals import ApprovalRepository
 from persistence.backends import open_store
+from persistence.sessions import GatewaySession
 from tests.support.agents import EffectLog
 from tests.support.approvals import http_decide, requester_and_reviewer
 from tests.support.client import Client, clients, final_text
@@ -88,6 +89,51 @@ async def test_a_run_start_answers_ack_subscribed_then_its_first_event(
         # The epoch announced is the thread's own.
         epoch = sql(gw_db(gw), "SELECT epoch FROM threads WHERE thread_id = ?", (ack["thread_id"],))
         assert subscribed["epoch"] == epoch[0][0]
+
+
+@pytest.mark.both_backends
+async def test_a_run_start_on_a_new_thread_reads_nothing_of_its_log_or_history(
+    database_url: str,
+) -> None:
+    """The caller of a run that created its thread is subscribed from the run's first commit,
+    which is all the thread has: the subscription goes live without reading the log, and
+    still gets every event, in order, as a subscriber reading from the cursor does. The
+    thread's session is known to be empty: the SDK's read of its history is answered without
+    reading it, and the run's items are stored as always. (The log watch is off: its poll
+    can find this process's own commits before they are published, and wake any subscription
+    for them; tests/unit/test_subscription_start.py shows it has nothing to wake this one
+    for at the start.)"""
+    settings = settings_for(database_url, log_watch_interval_s=0)
+    async with (
+        faulty_gateway(settings, registry(EffectLog())) as fg,
+        clients(fg.gateway) as connect,
+    ):
+        alice, carol = await connect("alice", "user"), await connect("carol", "reviewer")
+        pages: list[str] = []
+
+        def observe(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            if "FROM events" in statement and "events.seq >" in statement:
+                pages.append(statement)
+            if statement.startswith("SELECT agent_messages.message_data"):
+                pages.append(statement)
+
+        engines = list(fg.services.store.statement_engines())
+        for engine in engines:
+            event.listen(engine, "before_cursor_execute", observe)
+        try:
+            ack = await pause(alice, "pay 7")
+        finally:
+            for engine in engines:
+                event.remove(engine, "before_cursor_execute", observe)
+        assert pages == []
+        seen = [(e["seq"], e["event"]) for e in alice.events_of(ack["thread_id"])]
+        # The same thread read from its start by another subscriber.
+        await carol.request("thread.subscribe", thread_id=ack["thread_id"], after_seq=0)
+        await carol.wait_for(lambda f: f.get("event") == "run.paused")
+        assert [(e["seq"], e["event"]) for e in carol.events_of(ack["thread_id"])] == seen
+        assert [seq for seq, _ in seen] == list(range(1, len(seen) + 1))
+        history = await GatewaySession(ack["thread_id"], store=fg.services.store).get_items()
+        assert [item.get("content") for item in history][:1] == ["pay 7"]
 
 
 def gw_db(gw: Any) -> Path:

@@ -110,3 +110,20 @@ async def test_twins_of_one_session_keep_to_their_own_ids(store: Store, db_path:
     assert [sid for sid, _ in stored(db_path)] == ["t_a", "t_b", "t_a"]
     sdk = SQLAlchemySession("t_a", engine=store.engine)
     assert await sdk.get_items() == [item(1), item(3)]
+
+
+async def test_a_session_known_empty_reads_nothing_until_its_first_append(store: Store) -> None:
+    """A run that created its thread knows the thread's session holds nothing: its history is
+    answered without a read until the run appends, and read as always from then on."""
+    template = GatewaySession("template", store=store)
+    fresh = template.for_session("t_new", empty=True)
+    with observed(store) as statements:
+        assert await fresh.get_items() == []
+        assert await fresh.get_items(limit=3) == []
+    assert statements == []
+    await fresh.add_items([item(1)])
+    with observed(store) as statements:
+        assert await fresh.get_items() == [item(1)]
+    assert statements
+    # Twins made without it read, whatever they were copied from.
+    assert await template.for_session("t_new").get_items() == [item(1)]
