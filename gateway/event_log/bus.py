@@ -72,8 +72,8 @@ class EventBus:
         self._inboxes: dict[str, set[InboxListener]] = {}
         self._thread_lists: set[ThreadsListener] = set()
         self._watch_listeners: list[WatchListener] = []
-        # The newest seq published here per watched thread: the log watch wakes subscribers
-        # only for growth beyond it (events another process wrote).
+        # The newest seq committed and published here per watched thread: the log watch
+        # wakes subscribers only for growth beyond it (events another process wrote).
         self._published: dict[str, int] = {}
         # How many commits' events this process has published, on any thread: unchanged
         # between two moments, nothing was stored here in between (`RunManager` start).
@@ -175,12 +175,18 @@ class EventBus:
         for listener in list(listeners):
             listener(events, committed)
 
-    def published_up_to(self, thread_id: str, seq: int) -> None:
-        """The thread's events up to `seq` were published here before its listeners came (a
-        run start's own commit, which its caller's subscription was handed): the log watch
-        wakes them only for growth beyond that."""
-        if thread_id in self._threads:
-            self._published[thread_id] = max(self._published.get(thread_id, 0), seq)
+    def committed_here(self, events: Sequence[LoggedEvent]) -> None:
+        """These events were committed by this process, and its listeners hear of them from
+        it: from the event log on the loop's next turn (streamed events are published then),
+        or from the subscription they were handed to (a run start's own commit). The log
+        watch's and the relay's wake-ups up to their seqs then wake nobody; a poll would
+        otherwise find this process's own commit before its events are published, and send
+        every subscription of the batch's threads to read the table for nothing."""
+        published = self._published
+        for event in events:
+            thread_id = event.thread_id
+            if thread_id in self._threads and event.seq > published.get(thread_id, 0):
+                published[thread_id] = event.seq
 
     def wake(self, thread_id: str, head: int) -> None:
         """Another process stored events of `thread_id` up to `head`: wake its listeners unless

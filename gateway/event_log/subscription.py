@@ -101,7 +101,7 @@ class Subscription:
             self.last_seq = self._sent_seq = event.seq
         self._live = caught_up and sent_all and bool(initial)
         if self._live:
-            self._bus.published_up_to(self.thread_id, self.last_seq)
+            self._bus.committed_here(initial)
         self._task = asyncio.create_task(
             self._pump(live=self._live), name=f"subscription-{self.thread_id}"
         )

@@ -506,6 +506,7 @@ class EventLog:
         committed = time.perf_counter()
         if next_turn or self._unpublished:
             self._unpublished += 1
+            self._bus.committed_here(logged)
             asyncio.get_running_loop().call_soon(self._publish_waited, logged, committed)
         else:
             self._publish(logged, committed)

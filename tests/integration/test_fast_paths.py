@@ -99,11 +99,10 @@ async def test_a_run_start_on_a_new_thread_reads_nothing_of_its_log_or_history(
     which is all the thread has: the subscription goes live without reading the log, and
     still gets every event, in order, as a subscriber reading from the cursor does. The
     thread's session is known to be empty: the SDK's read of its history is answered without
-    reading it, and the run's items are stored as always. (The log watch is off: its poll
-    can find this process's own commits before they are published, and wake any subscription
-    for them; tests/unit/test_subscription_start.py shows it has nothing to wake this one
-    for at the start.)"""
-    settings = settings_for(database_url, log_watch_interval_s=0)
+    reading it, and the run's items are stored as always. The log watch polls meanwhile
+    (every 10 ms here): it finds this process's own commits, some before their events are
+    published, and has nothing to wake the subscription for."""
+    settings = settings_for(database_url, log_watch_interval_s=0.01)
     async with (
         faulty_gateway(settings, registry(EffectLog())) as fg,
         clients(fg.gateway) as connect,
@@ -122,6 +121,7 @@ async def test_a_run_start_on_a_new_thread_reads_nothing_of_its_log_or_history(
             event.listen(engine, "before_cursor_execute", observe)
         try:
             ack = await pause(alice, "pay 7")
+            await asyncio.sleep(0.1)
         finally:
             for engine in engines:
                 event.remove(engine, "before_cursor_execute", observe)

@@ -98,3 +98,19 @@ async def test_not_caught_up_it_reads_the_log_once_to_catch_up(
     await turns()
     assert seqs == [1, 2] and reads.count == 1
     subscription.close()
+
+
+async def test_wake_ups_for_what_this_process_committed_wake_nobody(
+    log_and_thread: tuple[EventLog, str, EventBus],
+) -> None:
+    """A head the log watch (or the relay) reports that this process committed itself wakes
+    no listener: they hear of those events from this process. Beyond it, they are woken."""
+    _, thread_id, bus = log_and_thread
+    woken: list[int] = []
+    bus.subscribe(thread_id, lambda events, _committed: woken.append(len(events)))
+    committed = LoggedEvent(thread_id, 5, "r_1", "tool.called", "ts", "{}")
+    bus.committed_here([committed])
+    bus.wake(thread_id, 5)
+    assert woken == []
+    bus.wake(thread_id, 6)
+    assert woken == [0]
