@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -39,6 +41,9 @@ from persistence.runs import RunRecord, RunRepository
 from persistence.session_marks import SessionMarks
 from persistence.store import Store
 from persistence.threads import ThreadRecord, ThreadRepository
+
+# Approvals whose thread a process remembers (`RunContext.requested`): some 250 bytes each.
+KNOWN_APPROVALS = 10_000
 
 
 def thread_ref(thread: ThreadRecord) -> ThreadRef:
@@ -84,6 +89,10 @@ class RunContext:
         self.segments = segments
         self._agents: dict[tuple[str, str, int], Any] = {}
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        # approval id -> its thread, for approvals this process requested (the newest
+        # `KNOWN_APPROVALS`): a decision on one takes the thread's lock at once and reads the
+        # approval only under it. An approval's thread never changes, so an entry never lies.
+        self._approval_threads: OrderedDict[str, str] = OrderedDict()
         # Checkpoints restored once for a pause's decisions and its continuation.
         self.restored = RestoredStates(self.agent, self.spawn)
 
@@ -93,6 +102,18 @@ class RunContext:
             lock = asyncio.Lock()
             self._locks[thread_id] = lock
         return lock
+
+    def requested(self, approvals: Iterable[Mapping[str, Any]]) -> None:
+        """Remember the threads of approvals this process just requested (their views)."""
+        known = self._approval_threads
+        for view in approvals:
+            known[view["approval_id"]] = view["thread_id"]
+        while len(known) > KNOWN_APPROVALS:
+            known.popitem(last=False)
+
+    def approval_thread(self, approval_id: str) -> str | None:
+        """The thread of an approval this process requested lately, if it is remembered."""
+        return self._approval_threads.get(approval_id)
 
     def spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
         """A background task that starts with no log fields: whatever started it (a run

@@ -142,9 +142,7 @@ class Decisions:
         are all vetted before the first is recorded. (`decide` checks everything again under
         the thread's lock.)"""
         approval, run, thread = await self._ctx.approval_for(principal, approval_id)
-        self._check_review_rules(principal, thread, run, approval, decision)
-        if arguments is not None:
-            self._check_edit(run, approval, decision, arguments)
+        self._check_request(principal, approval, run, thread, decision, arguments)
         if approval.status is not ApprovalStatus.PENDING:
             raise conflict(settled_message(approval))
         if run.checkpoint_version != approval.checkpoint_version or run.status.terminal:
@@ -165,13 +163,16 @@ class Decisions:
         reviewers edit (gateway/agents/edited_arguments.py); checked against the tool's JSON
         schema before anything is recorded."""
         ctx = self._ctx
-        approval, run, thread = await ctx.approval_for(principal, approval_id)
-        self._check_review_rules(principal, thread, run, approval, decision)
-        if arguments is not None:
-            self._check_edit(run, approval, decision, arguments)
-        async with ctx.lock(thread.thread_id):
-            # Read again under the lock: a decision or an expiry may have landed meanwhile.
+        thread_id = ctx.approval_thread(approval_id)
+        if thread_id is None:
+            # Read to know which thread's lock to take, refusing what can be refused before.
             approval, run, thread = await ctx.approval_for(principal, approval_id)
+            self._check_request(principal, approval, run, thread, decision, arguments)
+            thread_id = thread.thread_id
+        async with ctx.lock(thread_id):
+            # Read (again) under the lock: a decision or an expiry may have landed meanwhile.
+            approval, run, thread = await ctx.approval_for(principal, approval_id)
+            self._check_request(principal, approval, run, thread, decision, arguments)
             approval, checkpoint, state = await self._check_decidable(run, approval)
             status = ApprovalStatus.APPROVED if decision == "approve" else ApprovalStatus.REJECTED
             now = utcnow()
@@ -261,6 +262,21 @@ class Decisions:
         # The decision is durable; the reviewer's ack need not wait for the restore.
         self._continue_soon(run, recorded.known, claimed=recorded.claimed)
         return decided
+
+    def _check_request(
+        self,
+        principal: Principal,
+        approval: ApprovalRecord,
+        run: RunRecord,
+        thread: ThreadRecord,
+        decision: str,
+        arguments: dict[str, Any] | None,
+    ) -> None:
+        """Whether `principal` may make this decision, with these edited `arguments`
+        (`AccessDenied`, `bad_request`): nothing is recorded before it passes."""
+        self._check_review_rules(principal, thread, run, approval, decision)
+        if arguments is not None:
+            self._check_edit(run, approval, decision, arguments)
 
     def _check_edit(
         self, run: RunRecord, approval: ApprovalRecord, decision: str, arguments: Any

@@ -632,6 +632,7 @@ class RunManager:
             self._ctx.restored.prepare(checkpoint, graph)
 
     def _inbox_added(self, tenant: str, views: list[dict[str, Any]]) -> None:
+        self._ctx.requested(views)
         self._ctx.bus.publish_inbox(tenant, added=views)
 
     def _remote_inbox(self, tenant: str, added: list[str], removed: list[str]) -> None:

@@ -27,6 +27,7 @@ from tests.support.faults import faulty_gateway
 from tests.support.gated import gated_graph
 from tests.support.gateway import test_settings as settings_for
 from tests.support.sqlite_file import sql
+from tests.support.storage import observed
 
 
 def registry(effects: EffectLog, calls: int = 1) -> AgentRegistry:
@@ -245,6 +246,49 @@ async def test_the_last_decision_starts_the_continuation_in_its_own_transaction(
                 event.remove(engine, "before_cursor_execute", observe)
     assert effects.count("charge") == 2
     assert fg.faults.hits == 0
+
+
+@pytest.mark.both_backends
+async def test_a_decision_reads_its_approval_once_where_it_was_requested(
+    database_url: str,
+) -> None:
+    """The process that requested an approval knows its thread: a decision on it takes the
+    thread's lock at once and reads the approval only under it. Another process (here the
+    gateway started again on the same database) reads it first to find the thread, and again
+    under the lock; the decision is the same."""
+    effects = EffectLog()
+
+    def approval_reads(statements: list[str]) -> int:
+        return sum(
+            s.startswith("SELECT approvals.approval_id AS a_approval_id") for s in statements
+        )
+
+    async with (
+        faulty_gateway(settings_for(database_url), registry(effects, calls=2)) as fg,
+        clients(fg.gateway) as connect,
+    ):
+        alice, bob = await connect("alice", "user"), await connect("bob", "reviewer")
+        ack = await pause(alice, "pay twice")
+        first, second = requested(alice, ack["run_id"])
+        with observed(fg.services.store) as statements:
+            await bob.request(
+                "approval.decide", approval_id=first["approval_id"], decision="approve"
+            )
+        assert approval_reads(statements) == 1
+    async with (
+        faulty_gateway(settings_for(database_url), registry(effects, calls=2)) as fg,
+        clients(fg.gateway) as connect,
+    ):
+        alice, bob = await connect("alice", "user"), await connect("bob", "reviewer")
+        await alice.request("thread.subscribe", thread_id=ack["thread_id"], after_seq=0)
+        with observed(fg.services.store) as statements:
+            decided = await bob.request(
+                "approval.decide", approval_id=second["approval_id"], decision="reject"
+            )
+        assert approval_reads(statements) == 2
+        assert decided["approval"]["status"] == "rejected"
+        await completed(alice, ack["run_id"])
+    assert effects.count("charge") == 1
 
 
 async def test_the_decision_ack_shows_the_row_as_stored(
