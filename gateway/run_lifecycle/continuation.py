@@ -217,22 +217,18 @@ class Continuer:
         self.launch(start, continued, prepare, logged)
 
     def prepare_after_decision(
-        self, run: RunRecord, checkpoint: CheckpointRecord, state: RunState[Any, Any], reviewer: str
+        self, run: RunRecord, pause: Pause, reviewer: str
     ) -> Resumption | None:
         """The continuation a decision by `reviewer` starts if it leaves nothing pending, made
         before the decision is recorded so its transaction can start it too
         (`start_after_decision_in`); None when the graph cannot rebuild its context (the
         continuation then runs on its own, meets the same error there, and says so)."""
-        ctx = self._ctx
-        graph = ctx.graph_for_checkpoint(run, checkpoint)
         caller = caller_of(run, reviewer)
         try:
-            context = graph.resumed_context(checkpoint.state, caller)
+            context = pause.graph.resumed_context(pause.checkpoint.state, caller)
         except Exception:
             return None
-        return Resumption(
-            run, checkpoint, graph, state, by_call_id(state.get_interruptions()), caller, context
-        )
+        return Resumption(run, *pause, caller, context)
 
     def start_after_decision_in(
         self, conn: Connection, start: Resumption, known: PauseInputs
@@ -335,6 +331,16 @@ def sort_decisions(
         if approval.status in APPLIED:
             sorted_.decided.append((approval, item))
     return sorted_
+
+
+class Pause(NamedTuple):
+    """A run's pause as its decisions see it: the checkpoint, restored against the graph."""
+
+    checkpoint: CheckpointRecord
+    graph: AgentGraph
+    state: RunState[Any, Any]
+    # the checkpoint's calls waiting for a decision, by call id
+    calls: Mapping[str, ToolApprovalItem]
 
 
 @dataclass(frozen=True)

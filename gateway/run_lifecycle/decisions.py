@@ -31,6 +31,7 @@ from gateway.run_lifecycle.context import RunContext, thread_ref
 from gateway.run_lifecycle.continuation import (
     Continued,
     Continuer,
+    Pause,
     PauseInputs,
     claim_if_decided_in,
 )
@@ -39,7 +40,6 @@ from gateway.run_lifecycle.sensitive_arguments import masked_call_data
 from gateway.storage.health import log_failure
 from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
 from persistence.audit import AuditRepository
-from persistence.checkpoints import CheckpointRecord
 from persistence.clock import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.events import WithEvents
@@ -173,7 +173,7 @@ class Decisions:
             # Read (again) under the lock: a decision or an expiry may have landed meanwhile.
             approval, run, thread = await ctx.approval_for(principal, approval_id)
             self._check_request(principal, approval, run, thread, decision, arguments)
-            approval, checkpoint, state = await self._check_decidable(run, approval)
+            approval, pause = await self._check_decidable(run, approval)
             status = ApprovalStatus.APPROVED if decision == "approve" else ApprovalStatus.REJECTED
             now = utcnow()
 
@@ -234,7 +234,7 @@ class Decisions:
             # Made before the decision is recorded, so that if it leaves nothing pending its
             # transaction starts the continuation too: one transaction (and WAL flush) fewer
             # before `run.resumed`.
-            start = self._continuer.prepare_after_decision(run, checkpoint, state, principal.user)
+            start = self._continuer.prepare_after_decision(run, pause, principal.user)
             resumed = (
                 [start.announcement(ctx.log, EventType.RUN_RESUMED)] if start is not None else []
             )
@@ -350,10 +350,10 @@ class Decisions:
 
     async def _check_decidable(
         self, run: RunRecord, approval: ApprovalRecord | None
-    ) -> tuple[ApprovalRecord, CheckpointRecord, RunState[Any, Any]]:
+    ) -> tuple[ApprovalRecord, Pause]:
         """The approval (as just read under the thread lock), if a decision may be recorded on
-        it now (caller holds the thread lock), with the checkpoint it pauses and its state as
-        restored for the binding check.
+        it now (caller holds the thread lock), with the pause it belongs to as restored for
+        the binding check.
 
         Otherwise raises `conflict`, after settling what the refusal found: an approval left
         pending by a run that moved on, or whose call in the checkpoint is not the one that
@@ -399,7 +399,7 @@ class Decisions:
             # call as it really is.
             self._continue_soon(run)
             raise conflict(f"approval was superseded: {problem}")
-        return approval, checkpoint, state
+        return approval, Pause(checkpoint, graph, state, calls)
 
     async def _supersede(self, run: RunRecord, approval_ids: list[str], reason: str) -> None:
         removed: list[str] = []
