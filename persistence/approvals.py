@@ -9,7 +9,7 @@ from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import JSON, Label, Select, Table, and_, bindparam, func, select, update
+from sqlalchemy import JSON, Label, Select, Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
@@ -146,6 +146,23 @@ class ApprovalRepository:
         rows = _OF_CHECKPOINT.records(conn, {"b_run": run_id, "b_version": checkpoint_version})
         return [ApprovalRecord.from_row(row) for row in rows]
 
+    @staticmethod
+    def of_pause_in(
+        conn: Connection, run_id: str, checkpoint_version: int
+    ) -> tuple[list[ApprovalRecord], list[str]]:
+        """The approvals of the run's pause at `checkpoint_version` (as `for_checkpoint_in`),
+        and the ids of its pending approvals of any other checkpoint (a pause a continuation
+        from this one leaves behind), in one read."""
+        rows = _OF_PAUSE.records(conn, {"b_run": run_id, "b_version": checkpoint_version})
+        pause, elsewhere = [], []
+        for row in rows:
+            record = ApprovalRecord.from_row(row)
+            if record.checkpoint_version == checkpoint_version:
+                pause.append(record)
+            else:
+                elsewhere.append(record.approval_id)
+        return pause, sorted(elsewhere)
+
     async def latest_decision(self, run_id: str) -> ApprovalRecord | None:
         """The run's most recently decided approval (approved, rejected or expired)."""
 
@@ -257,12 +274,20 @@ class ApprovalRepository:
         return ids
 
     @staticmethod
-    def supersede_pending_in(conn: Connection, run_id: str) -> list[str]:
-        """Mark every pending approval of the run superseded; returns their ids."""
-        ids = [approval_id for (approval_id,) in _PENDING_OF_RUN.rows(conn, {"b_run": run_id})]
+    def supersede_pending_in(
+        conn: Connection, run_id: str, pending: list[str] | None = None
+    ) -> list[str]:
+        """Mark every pending approval of the run superseded; returns their ids. `pending`:
+        those ids in id order, when the caller's transaction read them already."""
+        if pending is None:
+            pending = [
+                approval_id for (approval_id,) in _PENDING_OF_RUN.rows(conn, {"b_run": run_id})
+            ]
         now = utcnow()
-        _SUPERSEDE.many(conn, [{"b_approval": approval_id, "b_now": now} for approval_id in ids])
-        return ids
+        _SUPERSEDE.many(
+            conn, [{"b_approval": approval_id, "b_now": now} for approval_id in pending]
+        )
+        return pending
 
 
 # A new approval's row: every field of the record (`ApprovalRecord.values`).
@@ -351,6 +376,19 @@ _OF_CHECKPOINT = Prepared(
     .where(
         approvals.c.run_id == bindparam("b_run"),
         approvals.c.checkpoint_version == bindparam("b_version"),
+    )
+    .order_by(approvals.c.requested_at, approvals.c.approval_id)
+)
+
+# A pause's approvals, with the run's pending ones of other checkpoints.
+_OF_PAUSE = Prepared(
+    select(approvals)
+    .where(
+        approvals.c.run_id == bindparam("b_run"),
+        or_(
+            approvals.c.checkpoint_version == bindparam("b_version"),
+            approvals.c.status == ApprovalStatus.PENDING.value,
+        ),
     )
     .order_by(approvals.c.requested_at, approvals.c.approval_id)
 )

@@ -6,9 +6,9 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import Select, bindparam, select, text, update
+from sqlalchemy import Integer, Select, bindparam, func, select, text, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
@@ -19,6 +19,7 @@ from persistence.prepared import OneOf, Prepared
 from persistence.run_status import ACTIVE as ACTIVE
 from persistence.run_status import TERMINAL as TERMINAL
 from persistence.run_status import RunStatus, check_moves
+from persistence.session_marks import SessionMarks
 from persistence.tables import ACTIVE_RUN_SQL, approvals, runs
 
 if TYPE_CHECKING:
@@ -277,16 +278,34 @@ class RunRepository:
         owner: str,
         ttl_s: float,
         incarnation: str | None,
+        checkpoint_version: int | None = None,
+        through: RunStatus | None = None,
+        trim_session_after: int | None = None,
     ) -> tuple[Lease, RunRecord] | None:
         """Take the run's lease (as `LeaseRepository.acquire_in`) and swap its status (as
         `transition_returning_in`) in one statement: the lease and the run as it left them, or
         None when either step would refuse (taken one after the other, they tell which). A
-        continuation's start: one round trip where there were two."""
+        continuation's start: one round trip where there were two.
+
+        `checkpoint_version`: only from that version. `through`: two swaps in one, from
+        `expected` to `through` and from there to `to`, each checked as a move of its own;
+        no other transaction can see the run in `through` (a decision's claim of the
+        continuation and the start it makes: one round trip where there were three).
+        `trim_session_after`: once taken, the run's thread's session loses its messages after
+        that mark (`SessionMarks.trim_in`), on PostgreSQL in the same statement."""
         params = {
-            **_swap_params(run_id, to, expected, None, None),
+            **_swap_params(run_id, to, expected, checkpoint_version, None, through=through),
             **taking_params(run_id, owner, ttl_s, incarnation),
         }
-        row = _TAKE_MOVING.record(conn, params)
+        takes = _TAKES_MOVING[checkpoint_version is not None]
+        if trim_session_after is None:
+            row = takes.alone.record(conn, params)
+        elif conn.dialect.name == "postgresql":
+            row = takes.trimming.record(conn, {**params, "b_mark": trim_session_after})
+        else:
+            row = takes.alone.record(conn, params)
+            if row:
+                SessionMarks.trim_in(conn, row["thread_id"], trim_session_after)
         if not row:
             return None
         return Lease(run_id, owner, int(row["lease_token"])), RunRecord.from_row(row)
@@ -298,11 +317,16 @@ def _swap_params(
     expected: Iterable[RunStatus],
     checkpoint_version: int | None,
     error: dict[str, Any] | None,
+    through: RunStatus | None = None,
 ) -> dict[str, Any]:
-    """A status compare-and-swap's parameters, once the move is found allowed (else
-    `IllegalRunTransition`)."""
+    """A status compare-and-swap's parameters, once the move (by way of `through`, if given)
+    is found allowed (else `IllegalRunTransition`)."""
     expected = tuple(expected)
-    check_moves(expected, to)
+    if through is not None:
+        check_moves(expected, through)
+        check_moves((through,), to)
+    else:
+        check_moves(expected, to)
     return {
         "b_run": run_id,
         **EXPECTED_STATUS.params([s.value for s in expected]),
@@ -351,12 +375,37 @@ _TRANSITIONS = {
     for e in (False, True)
     for r in (False, True)
 }
-_TAKE_MOVING = Prepared(
-    update(runs)
-    .where(runs.c.run_id == bindparam("b_run"), EXPECTED_STATUS.of(runs.c.status), TAKEABLE)
-    .values(**TAKEN, status=bindparam("b_status"), updated_at=bindparam("b_now"))
-    .returning(*runs.c)
-)
+
+
+class _TakeMoving(NamedTuple):
+    """The lease taken with a status swap: alone, and with the trim of the run's session
+    after `b_mark` in the same statement (PostgreSQL), made only if the take was."""
+
+    alone: Prepared
+    trimming: Prepared
+
+
+def _take_moving(at_version: bool) -> _TakeMoving:
+    """`_TakeMoving`, only at a checkpoint version if `at_version`."""
+    statement = update(runs).where(
+        runs.c.run_id == bindparam("b_run"), EXPECTED_STATUS.of(runs.c.status), TAKEABLE
+    )
+    if at_version:
+        statement = statement.where(runs.c.checkpoint_version == bindparam("b_version"))
+    take = statement.values(
+        **TAKEN, status=bindparam("b_status"), updated_at=bindparam("b_now")
+    ).returning(*runs.c)
+    moved = take.cte("moved")
+    trimmed = SessionMarks.trim_of(
+        select(moved.c.thread_id).scalar_subquery(), bindparam("b_mark", type_=Integer)
+    ).cte("trimmed")
+    # `trimmed` is named in the result so that it is part of the statement at all.
+    removed = select(func.count()).select_from(trimmed).scalar_subquery().label("b_trimmed")
+    return _TakeMoving(Prepared(take), Prepared(select(moved, removed)))
+
+
+# By whether the swap also checks the checkpoint version.
+_TAKES_MOVING = {at_version: _take_moving(at_version) for at_version in (False, True)}
 # The active-run predicate as the partial index on thread_id states it (a literal IN list
 # would be rendered anew at every execution).
 _ACTIVE_ON_THREAD = Prepared(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, bindparam, delete, func, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.dml import ReturningDelete
 from sqlalchemy.sql.elements import ColumnElement
 
 from persistence.prepared import Prepared
@@ -53,6 +54,18 @@ class SessionMarks:
             select(func.max(_messages.c.id))
             .where(_messages.c.session_id == session_id)
             .scalar_subquery()
+        )
+
+    @staticmethod
+    def trim_of(
+        session_id: ColumnElement[str], mark: ColumnElement[int]
+    ) -> ReturningDelete[tuple[int]]:
+        """`trim_in` as an expression, for a statement that trims as it does something else
+        (each removed message's id returned)."""
+        return (
+            delete(_messages)
+            .where(_messages.c.session_id == session_id, _messages.c.id > mark)
+            .returning(_messages.c.id)
         )
 
     @staticmethod

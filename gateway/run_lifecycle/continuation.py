@@ -5,11 +5,12 @@ made for the pause's decisions, gateway/run_lifecycle/restored_checkpoints.py), 
 decisions and the staged input, and starts a new segment. Each run has at most one at a time: it is
 won by a compare-and-swap pinned to the checkpoint version (`waiting_for_review -> resuming`,
 `suspended -> resuming`, or the recovery's `recovering`), and it runs under the thread's lock.
-The decision that leaves nothing pending makes the first of these in its own transaction
-(`claim_if_decided_in`) and, prepared before it (`prepare_after_decision`), starts the
-continuation there too (`start_after_decision_in`): `approval.decided` and `run.resumed` are one
-commit. Only staged input (which the SDK may refuse, so it is applied before anything is
-stored) leaves the continuation a transaction of its own.
+The decision that leaves nothing pending makes the first of these in its own transaction and,
+prepared before it (`prepare_after_decision`), starts the continuation there too, the claim,
+the lease and the move to `running` in one statement (`claim_after_decision_in`):
+`approval.decided` and `run.resumed` are one commit. Only staged input (which the SDK may
+refuse, so it is applied before anything is stored) leaves the continuation a transaction of
+its own.
 """
 
 from __future__ import annotations
@@ -48,8 +49,18 @@ from persistence.session_marks import SessionMarks
 
 log = logging.getLogger(__name__)
 
-# What a continuation after decisions applies: the pause's approvals and the run's staged input.
-PauseInputs = tuple[list[ApprovalRecord], list[PendingInput]]
+
+class PauseInputs(NamedTuple):
+    """A paused run's inputs as one transaction read them: what a continuation after its
+    decisions applies, and what it leaves behind."""
+
+    # the approvals of the pause (its checkpoint's)
+    approvals: list[ApprovalRecord]
+    # the run's staged input
+    staged: list[PendingInput]
+    # the ids of the run's pending approvals of any other checkpoint (superseded by it)
+    pending_elsewhere: list[str]
+
 
 RESUMABLE_FROM = (RunStatus.WAITING_FOR_REVIEW,)
 # Decisions a continuation applies to its call (superseded ones leave the call to ask again).
@@ -97,7 +108,7 @@ class Continuer:
         ctx = self._ctx
         if known is None:
             known = await ctx.store.read(partial(pause_inputs_in, run=run))
-        approvals, staged = known
+        approvals, staged, _ = known
         if not claimed:
             if not all_decided(approvals):
                 return
@@ -221,7 +232,7 @@ class Continuer:
     ) -> Resumption | None:
         """The continuation a decision by `reviewer` starts if it leaves nothing pending, made
         before the decision is recorded so its transaction can start it too
-        (`start_after_decision_in`); None when the graph cannot rebuild its context (the
+        (`claim_after_decision_in`); None when the graph cannot rebuild its context (the
         continuation then runs on its own, meets the same error there, and says so)."""
         caller = caller_of(run, reviewer)
         try:
@@ -230,23 +241,42 @@ class Continuer:
             return None
         return Resumption(run, *pause, caller, context)
 
-    def start_after_decision_in(
-        self, conn: Connection, start: Resumption, known: PauseInputs
-    ) -> Continued | None:
-        """In the transaction of the decision that claimed the continuation (`claim_in`),
-        after it: start `start` there too, from the pause's approvals and input as that
-        transaction read them. None, with nothing written, when `start` does not fit them
-        (staged input, which the SDK may refuse, is applied before anything is stored; a
-        later decision by someone else makes another caller) or the lease is not free: the
-        continuation then starts on its own (`continue_when_decided`)."""
-        approvals, staged = known
-        latest = latest_decision(approvals)
-        if staged or latest is None or latest.reviewer != start.caller.decided_by:
-            return None
-        taken = self._take_in(conn, start.run)
-        if taken is None:
-            return None
-        return continued_in(conn, start, *taken, sort_decisions(start.calls, approvals), [])
+    def claim_after_decision_in(
+        self, conn: Connection, run: RunRecord, start: Resumption | None
+    ) -> tuple[PauseInputs, bool, Continued | None]:
+        """After a decision's write, in its transaction: the pause's inputs; whether this
+        transaction claimed the continuation (nothing is left pending and it won the
+        compare-and-swap out of `waiting_for_review` at the pause's version); and the
+        continuation, when the transaction started it too. Of concurrent deciders only the
+        last to commit sees nothing pending, and only once.
+
+        `start` (made before the transaction, `prepare_after_decision`) is started there when
+        it fits what the transaction read: the claim, the lease and the move to `running` in
+        one statement. Otherwise, with the lease not free, or staged input (which the SDK may
+        refuse, so it is applied before anything is stored), or a later decision by someone
+        else (another caller), the transaction only claims, and the continuation starts on its
+        own (`continue_when_decided`)."""
+        known = pause_inputs_in(conn, run)
+        if not all_decided(known.approvals):
+            return known, False, None
+        latest = latest_decision(known.approvals)
+        fits = (
+            start is not None
+            and not known.staged
+            and latest is not None
+            and latest.reviewer == start.caller.decided_by
+        )
+        if fits:
+            assert start is not None
+            taken = self._take_in(conn, run, claiming=start.checkpoint)
+            if taken is not None:
+                decisions = sort_decisions(start.calls, known.approvals)
+                continued = continued_in(
+                    conn, start, *taken, decisions, [], known.pending_elsewhere, trimmed=True
+                )
+                return known, True, continued
+        # Refused, if by another claim, the claim alone is refused too.
+        return known, claim_in(conn, run), None
 
     def launch(
         self,
@@ -278,22 +308,29 @@ class Continuer:
 
     def launch_after_decision(self, start: Resumption, continued: Continued) -> None:
         """Stream the continuation a decision's transaction started
-        (`start_after_decision_in`). The state the decisions' binding checks looked at is
+        (`claim_after_decision_in`). The state the decisions' binding checks looked at is
         the continuation's from here on; nothing else may look at it."""
         self._ctx.restored.forget(start.checkpoint)
         self.launch(
             start, continued, partial(apply_decisions, start.state, continued.decisions.decided, [])
         )
 
-    def _take_in(self, conn: Connection, run: RunRecord) -> tuple[Lease, RunRecord] | None:
+    def _take_in(
+        self, conn: Connection, run: RunRecord, *, claiming: CheckpointRecord | None = None
+    ) -> tuple[Lease, RunRecord] | None:
         """The run's lease taken and its status moved to `running`, in one statement; None
-        when either would be refused (nothing written)."""
+        when either would be refused (nothing written). `claiming`: the pause's checkpoint,
+        to claim the continuation there as `claim_in` would, rather than after a claim made
+        before, and trim the session back to the checkpoint's mark (`continued_in`)."""
         ctx = self._ctx
         return RunRepository.take_lease_moving_in(
             conn,
             run.run_id,
             RunStatus.RUNNING,
-            expected=CONTINUING,
+            expected=RESUMABLE_FROM if claiming else CONTINUING,
+            through=RunStatus.RESUMING if claiming else None,
+            checkpoint_version=run.checkpoint_version if claiming else None,
+            trim_session_after=claiming.session_mark if claiming else None,
             owner=ctx.instance_id,
             ttl_s=ctx.lease_ttl_s,
             incarnation=ctx.incarnation,
@@ -385,15 +422,21 @@ def continued_in(
     run: RunRecord,
     decisions: SortedDecisions,
     staged_ids: list[int],
+    pending_elsewhere: list[str] | None = None,
+    *,
+    trimmed: bool = False,
 ) -> Continued:
-    """What a continuation writes once it holds the run's `lease` and the run is running."""
+    """What a continuation writes once it holds the run's `lease` and the run is running.
+    `pending_elsewhere`: the run's pending approvals, when its transaction read them already
+    (`PauseInputs`); `trimmed`: the session was trimmed with the lease's take."""
     InputRepository.consume_in(conn, staged_ids)
     ApprovalRepository.supersede_in(conn, decisions.unbound, reason=UNBOUND_REASON)
     # Whatever is still pending belongs to a pause this continuation leaves behind (a
     # recovery from a newer checkpoint): nobody can decide it any more.
-    superseded = ApprovalRepository.supersede_pending_in(conn, run.run_id)
+    superseded = ApprovalRepository.supersede_pending_in(conn, run.run_id, pending_elsewhere)
     # History written after the checkpoint belongs to a lost attempt (crash recovery).
-    SessionMarks.trim_in(conn, run.thread_id, start.checkpoint.session_mark)
+    if not trimmed:
+        SessionMarks.trim_in(conn, run.thread_id, start.checkpoint.session_mark)
     return Continued(lease, run, decisions, superseded)
 
 
@@ -409,12 +452,12 @@ def approved_edits(approvals: Iterable[ApprovalRecord]) -> Mapping[str, str]:
 
 
 def pause_inputs_in(conn: Connection, run: RunRecord) -> PauseInputs:
-    """The approvals of the run's current pause and its staged input, in `conn`'s transaction."""
-    approvals = ApprovalRepository.for_checkpoint_in(conn, run.run_id, run.checkpoint_version)
+    """The inputs of the run's current pause, in `conn`'s transaction."""
+    approvals, elsewhere = ApprovalRepository.of_pause_in(conn, run.run_id, run.checkpoint_version)
     staged = InputRepository.open_in(
         conn, thread_id=run.thread_id, disposition=Disposition.STAGED, run_id=run.run_id
     )
-    return approvals, staged
+    return PauseInputs(approvals, staged, elsewhere)
 
 
 def all_decided(approvals: list[ApprovalRecord]) -> bool:
@@ -431,14 +474,6 @@ def claim_in(conn: Connection, run: RunRecord) -> bool:
         expected=RESUMABLE_FROM,
         checkpoint_version=run.checkpoint_version,
     )
-
-
-def claim_if_decided_in(conn: Connection, run: RunRecord) -> tuple[PauseInputs, bool]:
-    """After a decision's write, in its transaction: the pause's inputs, and whether this
-    transaction claimed the continuation (nothing is left pending and it won `claim_in`).
-    Of concurrent deciders only the last to commit sees nothing pending, and only once."""
-    inputs = pause_inputs_in(conn, run)
-    return inputs, all_decided(inputs[0]) and claim_in(conn, run)
 
 
 def apply_decisions(

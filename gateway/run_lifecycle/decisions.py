@@ -33,7 +33,6 @@ from gateway.run_lifecycle.continuation import (
     Continuer,
     Pause,
     PauseInputs,
-    claim_if_decided_in,
 )
 from gateway.run_lifecycle.review_rules import check_decider, review_context
 from gateway.run_lifecycle.sensitive_arguments import masked_call_data
@@ -211,12 +210,8 @@ class Decisions:
                     raise StaleWrite(approval_id)
                 # Same transaction: the trail holds exactly the decisions that took effect.
                 AuditRepository.insert_in(conn, entry)
-                known, claimed = claim_if_decided_in(conn, run)
-                continued = None
-                if claimed and start is not None:
-                    continued = self._continuer.start_after_decision_in(conn, start, known)
-                recorded = Recorded(known, claimed, continued)
-                return recorded if continued is None else WithEvents(recorded, resumed)
+                recorded = Recorded(*self._continuer.claim_after_decision_in(conn, run, start))
+                return recorded if recorded.continued is None else WithEvents(recorded, resumed)
 
             event = ctx.log.new_event(
                 run.thread_id,

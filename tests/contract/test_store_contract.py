@@ -33,6 +33,7 @@ from persistence.events import FEW_THREADS, NewEvent, WithEvents
 from persistence.instances import Incarnation, InstanceClaims, InstanceInUse
 from persistence.leases import FencedBy, Lease, LeaseLost, LeaseRepository
 from persistence.retention import RetentionRepository
+from persistence.run_status import IllegalRunTransition
 from persistence.runs import RunRecord, RunRepository, RunStatus
 from persistence.session_marks import SessionMarks
 from persistence.sessions import GatewaySession
@@ -420,6 +421,105 @@ async def test_a_continuation_takes_the_lease_and_the_status_in_one_statement(
     assert lease == Lease("r_take", "gw-b", held.token + 1)
     assert moved.status is RunStatus.WAITING_FOR_REVIEW and moved.run_id == "r_take"
     assert await leases.renew_all([held, lease], ttl_s=30) == {lease}
+
+
+async def test_a_claim_takes_the_continuation_in_one_statement_and_trims_what_follows(
+    store: Store,
+) -> None:
+    """`take_lease_moving_in` `through` a status makes two swaps in one, each checked as a
+    move of its own (a paused run never moves to `running` directly), pinned to the
+    checkpoint version; with `trim_session_after`, the run's session loses its messages after
+    the mark, only if the take is made (PostgreSQL: in the same statement)."""
+    (thread_id,) = await new_threads(store, 1)
+    await insert_running_run(store, "r_claim", thread_id)
+    assert await store.write(
+        partial(
+            RunRepository.transition_in,
+            run_id="r_claim",
+            to=RunStatus.WAITING_FOR_REVIEW,
+            expected=(RunStatus.RUNNING,),
+        )
+    )
+    session = GatewaySession(thread_id, store=store)
+    await session.add_items([{"role": "user", "content": "kept"}])
+    mark = await SessionMarks(store).head(thread_id)
+    await session.add_items([{"role": "assistant", "content": "after the mark"}])
+
+    async def contents() -> list[str]:
+        return [item["content"] for item in await session.get_items()]
+
+    def claim(
+        version: int, through: RunStatus | None = RunStatus.RESUMING
+    ) -> partial[tuple[Lease, RunRecord] | None]:
+        return partial(
+            RunRepository.take_lease_moving_in,
+            run_id="r_claim",
+            to=RunStatus.RUNNING,
+            expected=(RunStatus.WAITING_FOR_REVIEW,),
+            through=through,
+            checkpoint_version=version,
+            trim_session_after=mark,
+            owner="gw-a",
+            ttl_s=30,
+            incarnation=None,
+        )
+
+    with pytest.raises(IllegalRunTransition):
+        await store.write(claim(0, through=None))
+    assert await store.write(claim(1)) is None  # the run is at version 0
+    assert await contents() == ["kept", "after the mark"]
+    with observed(store) as statements:
+        taken = await store.write(claim(0))
+    assert taken is not None
+    lease, moved = taken
+    assert moved.status is RunStatus.RUNNING and lease.owner == "gw-a"
+    changes = [s for s in statements if "runs" in s or "agent_messages" in s]
+    assert len(changes) == (1 if store.backend == "postgresql" else 2)
+    assert await contents() == ["kept"]
+    assert await store.write(claim(0)) is None  # claimed once
+
+
+async def test_a_pauses_approvals_come_with_the_runs_pending_ones_of_other_checkpoints(
+    store: Store,
+) -> None:
+    """`of_pause_in`: the approvals of one checkpoint, decided or not, and the ids of the
+    run's approvals still pending at any other, in one read."""
+    (thread_id,) = await new_threads(store, 1)
+    await insert_running_run(store, "r_pause", thread_id)
+
+    def approval(approval_id: str, version: int, status: ApprovalStatus) -> ApprovalRecord:
+        return ApprovalRecord(
+            approval_id=approval_id,
+            run_id="r_pause",
+            thread_id=thread_id,
+            tenant="t",
+            checkpoint_version=version,
+            call_id=f"call_{approval_id}",
+            tool_name="charge",
+            agent="a",
+            arguments={},
+            arguments_digest="d",
+            status=status,
+            reviewer=None,
+            reason=None,
+            requested_at=utcnow(),
+            decided_at=None,
+        )
+
+    made = [
+        approval("ap_1", 1, ApprovalStatus.SUPERSEDED),
+        approval("ap_2", 1, ApprovalStatus.PENDING),
+        approval("ap_3", 2, ApprovalStatus.APPROVED),
+        approval("ap_4", 2, ApprovalStatus.PENDING),
+        approval("ap_5", 3, ApprovalStatus.PENDING),
+    ]
+    await store.write(lambda conn: ApprovalRepository.insert_in(conn, made))
+    pause, elsewhere = await store.read(
+        partial(ApprovalRepository.of_pause_in, run_id="r_pause", checkpoint_version=2)
+    )
+    assert [a.approval_id for a in pause] == ["ap_3", "ap_4"]
+    assert elsewhere == ["ap_2", "ap_5"]
+    assert pause == await ApprovalRepository(store).for_checkpoint("r_pause", 2)
 
 
 async def test_an_instance_id_has_one_live_incarnation(store: Store) -> None:

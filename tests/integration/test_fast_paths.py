@@ -8,6 +8,7 @@ of the lifecycle while changing nothing of it."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from sqlalchemy import event
 
 from gateway.agents.registry import AgentRegistry
 from gateway.run_lifecycle.execution import approval_view
-from persistence.approvals import ApprovalRepository
+from persistence.approvals import ApprovalRepository, ApprovalStatus
 from persistence.backends import open_store
 from persistence.sessions import GatewaySession
 from tests.support.agents import EffectLog
@@ -246,6 +247,62 @@ async def test_the_last_decision_starts_the_continuation_in_its_own_transaction(
                 event.remove(engine, "before_cursor_execute", observe)
     assert effects.count("charge") == 2
     assert fg.faults.hits == 0
+
+
+@pytest.mark.both_backends
+async def test_the_last_decisions_transaction_leaves_nothing_of_another_attempt_behind(
+    database_url: str,
+) -> None:
+    """The last decision's transaction claims the continuation, takes the run's lease and
+    moves it to `running` in one statement: the run is never stored `resuming`. It still does
+    all a continuation does: a pending approval of another checkpoint of the run (a pause
+    left behind) is superseded, and history written after the pause's session mark (by a
+    process that lost the run) is trimmed, before the continuation's model turn reads it."""
+    effects = EffectLog()
+    async with (
+        faulty_gateway(settings_for(database_url), registry(effects)) as fg,
+        clients(fg.gateway) as connect,
+    ):
+        alice, bob = await connect("alice", "user"), await connect("bob", "reviewer")
+        ack = await pause(alice, "pay 3")
+        (request,) = requested(alice, ack["run_id"])
+        store = fg.services.store
+        approvals = ApprovalRepository(store)
+        mine = await approvals.get(request["approval_id"])
+        assert mine is not None
+        left = replace(
+            mine,
+            approval_id="ap_left_behind",
+            checkpoint_version=mine.checkpoint_version - 1,
+            call_id="call_left_behind",
+        )
+        await store.write(lambda conn: ApprovalRepository.insert_in(conn, [left]))
+        session = GatewaySession(ack["thread_id"], store=store)
+        await session.add_items([{"role": "assistant", "content": "from a lost attempt"}])
+        runs: list[str] = []
+
+        def observe(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+            if "UPDATE runs" in statement:
+                runs.append(f"{statement} {parameters!r}")
+
+        engines = list(store.statement_engines())
+        for engine in engines:
+            event.listen(engine, "before_cursor_execute", observe)
+        try:
+            await bob.request(
+                "approval.decide", approval_id=request["approval_id"], decision="approve"
+            )
+        finally:
+            for engine in engines:
+                event.remove(engine, "before_cursor_execute", observe)
+        (taken,) = runs
+        assert "running" in taken and "resuming" not in taken
+        await completed(alice, ack["run_id"])
+        superseded = await approvals.get("ap_left_behind")
+        assert superseded is not None and superseded.status is ApprovalStatus.SUPERSEDED
+        history = [item.get("content") for item in await session.get_items()]
+        assert "from a lost attempt" not in history and history[0] == "pay 3"
+    assert effects.count("charge") == 1
 
 
 @pytest.mark.both_backends
