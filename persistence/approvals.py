@@ -7,12 +7,14 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from enum import StrEnum
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import JSON, Label, Select, Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.engine import Connection, RowMapping
 
+from persistence.audit import AuditEntry, AuditRepository
 from persistence.clock import as_utc, utcnow
+from persistence.inputs import InputRepository
 from persistence.prepared import Prepared
 from persistence.runs import RunRecord
 from persistence.tables import approvals, runs, threads
@@ -97,6 +99,16 @@ class ApprovalRecord:
         )
 
 
+class PauseApprovals(NamedTuple):
+    """A pause's approvals as one read found them (`ApprovalRepository.of_pause_in`)."""
+
+    approvals: list[ApprovalRecord]
+    # the run's pending approvals of other checkpoints, by id in id order
+    pending_elsewhere: list[str]
+    # whether the run has input staged on its thread
+    staged_input: bool
+
+
 class ApprovalRepository:
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -148,20 +160,25 @@ class ApprovalRepository:
 
     @staticmethod
     def of_pause_in(
-        conn: Connection, run_id: str, checkpoint_version: int
-    ) -> tuple[list[ApprovalRecord], list[str]]:
+        conn: Connection, run_id: str, checkpoint_version: int, thread_id: str
+    ) -> PauseApprovals:
         """The approvals of the run's pause at `checkpoint_version` (as `for_checkpoint_in`),
-        and the ids of its pending approvals of any other checkpoint (a pause a continuation
-        from this one leaves behind), in one read."""
-        rows = _OF_PAUSE.records(conn, {"b_run": run_id, "b_version": checkpoint_version})
+        the ids of its pending approvals of any other checkpoint (a pause a continuation from
+        this one leaves behind), and whether the run has input staged on `thread_id`, in one
+        read."""
+        rows = _OF_PAUSE.records(
+            conn, {"b_run": run_id, "b_version": checkpoint_version, "b_thread": thread_id}
+        )
         pause, elsewhere = [], []
         for row in rows:
+            if row["approval_id"] is None:
+                continue  # no approval: the row says only whether input is staged
             record = ApprovalRecord.from_row(row)
             if record.checkpoint_version == checkpoint_version:
                 pause.append(record)
             else:
                 elsewhere.append(record.approval_id)
-        return pause, sorted(elsewhere)
+        return PauseApprovals(pause, sorted(elsewhere), bool(rows[0]["b_staged"]))
 
     async def latest_decision(self, run_id: str) -> ApprovalRecord | None:
         """The run's most recently decided approval (approved, rejected or expired)."""
@@ -208,8 +225,10 @@ class ApprovalRepository:
         checkpoint_version: int,
         decided_at: datetime,
         edited_arguments: dict[str, Any] | None = None,
+        audit: AuditEntry | None = None,
     ) -> bool:
-        """Record a decision if the approval is still pending at that checkpoint version.
+        """Record a decision if the approval is still pending at that checkpoint version, and
+        then `audit`, its entry in the trail (on PostgreSQL in the same statement).
 
         False when someone else decided first or the run moved on: decided at most once.
         """
@@ -222,6 +241,7 @@ class ApprovalRepository:
             reason=reason,
             decided_at=decided_at,
             edited_arguments=edited_arguments,
+            audit=audit,
         )
 
     async def expired_pending(self, now: datetime, limit: int = 200) -> list[ApprovalRecord]:
@@ -340,7 +360,7 @@ _WITH_RUN_AND_THREAD = Prepared(
     )
     .where(approvals.c.approval_id == bindparam("b_approval"))
 )
-_SETTLE = Prepared(
+_SETTLE_PENDING = (
     update(approvals)
     .where(
         approvals.c.approval_id == bindparam("b_approval"),
@@ -354,6 +374,12 @@ _SETTLE = Prepared(
         decided_at=bindparam("b_decided_at"),
         edited_arguments=bindparam("b_edited", type_=JSON),
     )
+)
+_SETTLE = Prepared(_SETTLE_PENDING)
+# PostgreSQL: the settlement and its audit entry in one statement, the entry inserted only if
+# the approval was settled (its row count says whether).
+_SETTLE_AUDITED = Prepared(
+    AuditRepository.inserted_for(_SETTLE_PENDING.returning(approvals.c.approval_id).cte("settled"))
 )
 # Not prepared: the status list is an expanding IN.
 _LATEST_DECISION = (
@@ -380,15 +406,22 @@ _OF_CHECKPOINT = Prepared(
     .order_by(approvals.c.requested_at, approvals.c.approval_id)
 )
 
-# A pause's approvals, with the run's pending ones of other checkpoints.
+# A pause's approvals, with the run's pending ones of other checkpoints, each row telling
+# whether the run has input staged (one row with no approval when it has none).
+_STAGED = select(InputRepository.staged_of_run().label("b_staged")).subquery("staged")
 _OF_PAUSE = Prepared(
-    select(approvals)
-    .where(
-        approvals.c.run_id == bindparam("b_run"),
-        or_(
-            approvals.c.checkpoint_version == bindparam("b_version"),
-            approvals.c.status == ApprovalStatus.PENDING.value,
-        ),
+    select(_STAGED.c.b_staged, approvals)
+    .select_from(
+        _STAGED.outerjoin(
+            approvals,
+            and_(
+                approvals.c.run_id == bindparam("b_run"),
+                or_(
+                    approvals.c.checkpoint_version == bindparam("b_version"),
+                    approvals.c.status == ApprovalStatus.PENDING.value,
+                ),
+            ),
+        )
     )
     .order_by(approvals.c.requested_at, approvals.c.approval_id)
 )
@@ -410,19 +443,23 @@ def _settle_pending_in(
     reason: str | None,
     decided_at: datetime,
     edited_arguments: dict[str, Any] | None = None,
+    audit: AuditEntry | None = None,
 ) -> bool:
     """Record the outcome only while the approval is pending at that checkpoint version, so a
-    reviewer, a concurrent reviewer and the expiry sweep settle it once between them."""
-    settled = _SETTLE.rowcount(
-        conn,
-        {
-            "b_approval": approval_id,
-            "b_version": checkpoint_version,
-            "b_status": status,
-            "b_reviewer": reviewer,
-            "b_reason": reason,
-            "b_decided_at": decided_at,
-            "b_edited": edited_arguments,
-        },
-    )
-    return settled == 1
+    reviewer, a concurrent reviewer and the expiry sweep settle it once between them; and
+    `audit` if it was recorded."""
+    params = {
+        "b_approval": approval_id,
+        "b_version": checkpoint_version,
+        "b_status": status,
+        "b_reviewer": reviewer,
+        "b_reason": reason,
+        "b_decided_at": decided_at,
+        "b_edited": edited_arguments,
+    }
+    if audit is not None and conn.dialect.name == "postgresql":
+        return _SETTLE_AUDITED.rowcount(conn, {**params, **AuditRepository.params(audit)}) == 1
+    settled = _SETTLE.rowcount(conn, params) == 1
+    if settled and audit is not None:
+        AuditRepository.insert_in(conn, audit)
+    return settled

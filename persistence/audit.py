@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Column, String, insert, select
+from sqlalchemy import CTE, Column, Insert, String, bindparam, insert, select
 from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.clock import as_utc, utcnow
@@ -107,10 +107,8 @@ def _utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-_INSERT = Prepared(
-    insert(audit),
-    keys=["at", "tenant", "actor", "action", "outcome", "target", "source", "details"],
-)
+_KEYS = ["at", "tenant", "actor", "action", "outcome", "target", "source", "details"]
+_INSERT = Prepared(insert(audit), keys=_KEYS)
 
 
 class AuditRepository:
@@ -122,6 +120,22 @@ class AuditRepository:
         """Insert inside the caller's transaction, so the entry commits with what it records."""
         batch = [entries] if isinstance(entries, AuditEntry) else list(entries)
         _INSERT.many(conn, [_row(entry) for entry in batch])
+
+    @staticmethod
+    def inserted_for(source: CTE) -> Insert:
+        """An entry (its values `params(entry)`) inserted once for each row of `source`: the
+        entry recorded in the statement that makes what it records, only if that made
+        anything."""
+        columns = [audit.c[key] for key in _KEYS]
+        values = select(
+            *(bindparam(f"b_audit_{column.name}", type_=column.type) for column in columns)
+        ).select_from(source)
+        return insert(audit).from_select(_KEYS, values)
+
+    @staticmethod
+    def params(entry: AuditEntry) -> dict[str, Any]:
+        """The parameters of `inserted_for`'s statement for `entry`."""
+        return {f"b_audit_{key}": value for key, value in _row(entry).items()}
 
     async def insert(self, entries: AuditEntry | Sequence[AuditEntry]) -> None:
         await self._store.write(partial(self.insert_in, entries=entries))

@@ -7,7 +7,7 @@ from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, bindparam, func, or_, select, update
+from sqlalchemy import Exists, and_, bindparam, exists, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from persistence.clock import utcnow
@@ -98,6 +98,17 @@ class InputRepository:
     ) -> list[PendingInput]:
         return await self._store.read(
             partial(self.open_in, thread_id=thread_id, disposition=disposition, run_id=run_id)
+        )
+
+    @staticmethod
+    def staged_of_run() -> Exists:
+        """Whether the run `b_run` has open input staged on its thread `b_thread`: an
+        expression, for a statement that reads it with something else."""
+        return exists().where(
+            pending_inputs.c.thread_id == bindparam("b_thread"),
+            pending_inputs.c.run_id == bindparam("b_run"),
+            pending_inputs.c.disposition == Disposition.STAGED.value,
+            pending_inputs.c.consumed_at.is_(None),
         )
 
     @staticmethod

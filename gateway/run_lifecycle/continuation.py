@@ -453,11 +453,17 @@ def approved_edits(approvals: Iterable[ApprovalRecord]) -> Mapping[str, str]:
 
 def pause_inputs_in(conn: Connection, run: RunRecord) -> PauseInputs:
     """The inputs of the run's current pause, in `conn`'s transaction."""
-    approvals, elsewhere = ApprovalRepository.of_pause_in(conn, run.run_id, run.checkpoint_version)
-    staged = InputRepository.open_in(
-        conn, thread_id=run.thread_id, disposition=Disposition.STAGED, run_id=run.run_id
+    read = ApprovalRepository.of_pause_in(
+        conn, run.run_id, run.checkpoint_version, thread_id=run.thread_id
     )
-    return PauseInputs(approvals, staged, elsewhere)
+    staged = (
+        InputRepository.open_in(
+            conn, thread_id=run.thread_id, disposition=Disposition.STAGED, run_id=run.run_id
+        )
+        if read.staged_input
+        else []
+    )
+    return PauseInputs(read.approvals, staged, read.pending_elsewhere)
 
 
 def all_decided(approvals: list[ApprovalRecord]) -> bool:

@@ -206,10 +206,10 @@ class Decisions:
                     checkpoint_version=version,
                     decided_at=now,
                     edited_arguments=arguments,
+                    # Same transaction: the trail holds exactly the decisions that took effect.
+                    audit=entry,
                 ):
                     raise StaleWrite(approval_id)
-                # Same transaction: the trail holds exactly the decisions that took effect.
-                AuditRepository.insert_in(conn, entry)
                 recorded = Recorded(*self._continuer.claim_after_decision_in(conn, run, start))
                 return recorded if recorded.continued is None else WithEvents(recorded, resumed)
 

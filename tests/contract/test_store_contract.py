@@ -17,6 +17,7 @@ from dataclasses import replace
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -24,12 +25,19 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from persistence import uncounted_cancels
-from persistence.approvals import ApprovalRecord, ApprovalRepository, ApprovalStatus
+from persistence.approvals import (
+    ApprovalRecord,
+    ApprovalRepository,
+    ApprovalStatus,
+    PauseApprovals,
+)
+from persistence.audit import AuditEntry, AuditQuery, AuditRepository
 from persistence.backends import open_store
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
 from persistence.clock import utcnow
 from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.events import FEW_THREADS, NewEvent, WithEvents
+from persistence.inputs import Disposition, InputRepository
 from persistence.instances import Incarnation, InstanceClaims, InstanceInUse
 from persistence.leases import FencedBy, Lease, LeaseLost, LeaseRepository
 from persistence.retention import RetentionRepository
@@ -59,6 +67,36 @@ TS = "2026-01-01T00:00:00.000Z"
 async def store(database_url: str) -> AsyncIterator[Store]:
     async with migrated_store(database_url) as store:
         yield store
+
+
+def an_approval(
+    approval_id: str,
+    run_id: str,
+    thread_id: str,
+    *,
+    version: int = 1,
+    status: ApprovalStatus = ApprovalStatus.PENDING,
+    tenant: str = "t",
+    arguments: dict[str, Any] | None = None,
+) -> ApprovalRecord:
+    """An approval of the run's checkpoint `version`, for a call of its own."""
+    return ApprovalRecord(
+        approval_id=approval_id,
+        run_id=run_id,
+        thread_id=thread_id,
+        tenant=tenant,
+        checkpoint_version=version,
+        call_id=f"call_{approval_id}",
+        tool_name="charge",
+        agent="assistant",
+        arguments=arguments or {},
+        arguments_digest="d",
+        status=status,
+        reviewer=None,
+        reason=None,
+        requested_at=utcnow().replace(microsecond=0),
+        decided_at=None,
+    )
 
 
 def event(thread_id: str, n: int = 0, lease: object = None) -> NewEvent:
@@ -303,23 +341,7 @@ async def test_an_approval_is_read_with_its_run_and_thread_in_one_statement(
 ) -> None:
     (thread_id,) = await new_threads(store, 1)
     await insert_running_run(store, "r_ap", thread_id)
-    pending = ApprovalRecord(
-        approval_id="ap_1",
-        run_id="r_ap",
-        thread_id=thread_id,
-        tenant="acme",
-        checkpoint_version=1,
-        call_id="call_1",
-        tool_name="charge",
-        agent="assistant",
-        arguments={"amount": 5},
-        arguments_digest="d",
-        status=ApprovalStatus.PENDING,
-        reviewer=None,
-        reason=None,
-        requested_at=utcnow().replace(microsecond=0),
-        decided_at=None,
-    )
+    pending = an_approval("ap_1", "r_ap", thread_id, tenant="acme", arguments={"amount": 5})
     await store.write(lambda conn: ApprovalRepository.insert_in(conn, [pending]))
     with observed(store) as seen:
         found = await store.read(
@@ -482,29 +504,40 @@ async def test_a_claim_takes_the_continuation_in_one_statement_and_trims_what_fo
 async def test_a_pauses_approvals_come_with_the_runs_pending_ones_of_other_checkpoints(
     store: Store,
 ) -> None:
-    """`of_pause_in`: the approvals of one checkpoint, decided or not, and the ids of the
-    run's approvals still pending at any other, in one read."""
+    """`of_pause_in`: the approvals of one checkpoint, decided or not, the ids of the run's
+    approvals still pending at any other, and whether the run has input staged (other runs'
+    input, queued input and consumed input are not), in one read."""
     (thread_id,) = await new_threads(store, 1)
     await insert_running_run(store, "r_pause", thread_id)
 
-    def approval(approval_id: str, version: int, status: ApprovalStatus) -> ApprovalRecord:
-        return ApprovalRecord(
-            approval_id=approval_id,
-            run_id="r_pause",
-            thread_id=thread_id,
-            tenant="t",
-            checkpoint_version=version,
-            call_id=f"call_{approval_id}",
-            tool_name="charge",
-            agent="a",
-            arguments={},
-            arguments_digest="d",
-            status=status,
-            reviewer=None,
-            reason=None,
-            requested_at=utcnow(),
-            decided_at=None,
+    async def read(version: int) -> PauseApprovals:
+        with observed(store) as statements:
+            read = await store.read(
+                partial(
+                    ApprovalRepository.of_pause_in,
+                    run_id="r_pause",
+                    checkpoint_version=version,
+                    thread_id=thread_id,
+                )
+            )
+        assert len([s for s in statements if s.startswith("SELECT")]) == 1
+        return read
+
+    async def stage(run_id: str | None, disposition: Disposition) -> None:
+        await store.write(
+            partial(
+                InputRepository.insert_in,
+                thread_id=thread_id,
+                run_id=run_id,
+                text="more",
+                disposition=disposition,
+            )
         )
+
+    assert await read(2) == PauseApprovals([], [], False)
+
+    def approval(approval_id: str, version: int, status: ApprovalStatus) -> ApprovalRecord:
+        return an_approval(approval_id, "r_pause", thread_id, version=version, status=status)
 
     made = [
         approval("ap_1", 1, ApprovalStatus.SUPERSEDED),
@@ -514,12 +547,62 @@ async def test_a_pauses_approvals_come_with_the_runs_pending_ones_of_other_check
         approval("ap_5", 3, ApprovalStatus.PENDING),
     ]
     await store.write(lambda conn: ApprovalRepository.insert_in(conn, made))
-    pause, elsewhere = await store.read(
-        partial(ApprovalRepository.of_pause_in, run_id="r_pause", checkpoint_version=2)
-    )
+    pause, elsewhere, staged = await read(2)
     assert [a.approval_id for a in pause] == ["ap_3", "ap_4"]
-    assert elsewhere == ["ap_2", "ap_5"]
+    assert elsewhere == ["ap_2", "ap_5"] and not staged
     assert pause == await ApprovalRepository(store).for_checkpoint("r_pause", 2)
+    await stage("r_other", Disposition.STAGED)
+    await stage(None, Disposition.QUEUED)
+    assert not (await read(2)).staged_input
+    await stage("r_pause", Disposition.STAGED)
+    assert (await read(2)).staged_input
+    (staged_input,) = await InputRepository(store).open(
+        thread_id=thread_id, disposition=Disposition.STAGED, run_id="r_pause"
+    )
+    await store.write(partial(InputRepository.consume_in, input_ids=[staged_input.input_id]))
+    assert not (await read(2)).staged_input
+    assert (await read(7)).approvals == []
+
+
+async def test_a_decision_and_its_audit_entry_are_recorded_together_or_not_at_all(
+    store: Store,
+) -> None:
+    """`decide_in` with `audit` records the entry exactly when it records the decision (on
+    PostgreSQL in the decision's own statement): a second decision of the same approval, or
+    one at another checkpoint version, records neither."""
+    (thread_id,) = await new_threads(store, 1)
+    await insert_running_run(store, "r_audit", thread_id)
+    pending = an_approval("ap_audit", "r_audit", thread_id)
+    await store.write(lambda conn: ApprovalRepository.insert_in(conn, [pending]))
+
+    async def decide(version: int, reviewer: str) -> bool:
+        entry = AuditEntry(action="approval.decide", outcome="approve", tenant="t", actor=reviewer)
+        return await store.write(
+            partial(
+                ApprovalRepository.decide_in,
+                approval_id="ap_audit",
+                status=ApprovalStatus.APPROVED,
+                reviewer=reviewer,
+                reason=None,
+                checkpoint_version=version,
+                decided_at=utcnow(),
+                audit=entry,
+            )
+        )
+
+    async def actors() -> list[str | None]:
+        page, _ = await AuditRepository(store).list_entries(AuditQuery(tenant="t"))
+        return [entry.actor for entry in page]
+
+    assert not await decide(2, "bob")
+    with observed(store) as statements:
+        assert await decide(1, "carol")
+    writes = [s for s in statements if s.startswith(("UPDATE", "INSERT", "WITH"))]
+    assert len(writes) == (1 if store.backend == "postgresql" else 2)
+    assert not await decide(1, "dave")
+    assert await actors() == ["carol"]
+    approval = await ApprovalRepository(store).get("ap_audit")
+    assert approval is not None and approval.reviewer == "carol"
 
 
 async def test_an_instance_id_has_one_live_incarnation(store: Store) -> None:

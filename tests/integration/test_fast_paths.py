@@ -254,7 +254,8 @@ async def test_the_last_decisions_transaction_leaves_nothing_of_another_attempt_
     database_url: str,
 ) -> None:
     """The last decision's transaction claims the continuation, takes the run's lease and
-    moves it to `running` in one statement: the run is never stored `resuming`. It still does
+    moves it to `running` in one statement: the run is never stored `resuming`; whether input
+    is staged is read with the pause's approvals. It still does
     all a continuation does: a pending approval of another checkpoint of the run (a pause
     left behind) is superseded, and history written after the pause's session mark (by a
     process that lost the run) is trimmed, before the continuation's model turn reads it."""
@@ -280,10 +281,14 @@ async def test_the_last_decisions_transaction_leaves_nothing_of_another_attempt_
         session = GatewaySession(ack["thread_id"], store=store)
         await session.add_items([{"role": "assistant", "content": "from a lost attempt"}])
         runs: list[str] = []
+        inputs: list[str] = []
 
         def observe(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
             if "UPDATE runs" in statement:
                 runs.append(f"{statement} {parameters!r}")
+            # A run's staged input (its thread's queued input is read when it ends).
+            if "pending_inputs.run_id" in statement and "approvals" not in statement:
+                inputs.append(statement)
 
         engines = list(store.statement_engines())
         for engine in engines:
@@ -297,6 +302,8 @@ async def test_the_last_decisions_transaction_leaves_nothing_of_another_attempt_
                 event.remove(engine, "before_cursor_execute", observe)
         (taken,) = runs
         assert "running" in taken and "resuming" not in taken
+        # Whether input is staged came with the pause's approvals: nothing else was read.
+        assert inputs == []
         await completed(alice, ack["run_id"])
         superseded = await approvals.get("ap_left_behind")
         assert superseded is not None and superseded.status is ApprovalStatus.SUPERSEDED
