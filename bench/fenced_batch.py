@@ -16,13 +16,12 @@ call (`persistence/prepared.py`). No SDK, no socket, no subscriber: what storing
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-import tempfile
 import time
 from collections import defaultdict
-from pathlib import Path
+from functools import partial
 from typing import Any
+
+from bench.in_process import run_part
 
 DELTA = '{"message_id":"m_92e9a48bcd76a98d7e7ffd04","delta":"one word of a story "}'
 TS = "2026-01-01T00:00:00.000Z"
@@ -88,20 +87,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=2000)
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
     args = parser.parse_args()
-    root = os.environ.get("BENCH_GATEWAY_ROOT")
-    if root:
-        sys.path.insert(0, root)
-    import uvloop
-
-    from bench.common import emit, fresh_database, machine_info
-
-    async def run() -> dict[str, Any]:
-        with tempfile.TemporaryDirectory(prefix="gateway-bench-batch-") as folder:
-            async with fresh_database(args.backend, Path(folder), "batch") as url:
-                return await measure(args.threads, args.batches, url)
-
-    figures = uvloop.run(run())
-    emit({"part": "fenced_batch", "backend": args.backend, **figures, "machine": machine_info()})
+    run_part("fenced_batch", args.backend, "batch", partial(measure, args.threads, args.batches))
 
 
 if __name__ == "__main__":

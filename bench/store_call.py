@@ -21,14 +21,12 @@ the synchronous work over the async driver, the prepared statement's parameters.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
+
+from bench.in_process import run_part
 
 WARMUP_CALLS = 300
 
@@ -115,20 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--calls", type=int, default=3000)
     args = parser.parse_args()
-    root = os.environ.get("BENCH_GATEWAY_ROOT")
-    if root:
-        sys.path.insert(0, root)
-    import uvloop
-
-    from bench.common import emit, fresh_database, machine_info
-
-    async def run() -> dict[str, Any]:
-        with tempfile.TemporaryDirectory(prefix="gateway-bench-call-") as folder:
-            async with fresh_database("postgresql", Path(folder), "call") as url:
-                return await measure(url, args.calls)
-
-    figures = uvloop.run(run())
-    emit({"part": "store_call", "backend": "postgresql", **figures, "machine": machine_info()})
+    run_part("store_call", "postgresql", "call", partial(measure, calls=args.calls))
 
 
 if __name__ == "__main__":
