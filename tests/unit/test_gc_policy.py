@@ -1,6 +1,7 @@
 """`SurvivorFreezing` (gateway/server/gc_policy.py) on the interpreter's own collector: what a
 full collection leaves is frozen, so later ones do not walk it; a reference cycle that becomes
-garbage while frozen waits for the thaw, and the full collection after it frees it."""
+garbage while frozen waits for the thaw, and the full collection after it frees it; full
+collections follow each collection of the middle generation while it is installed."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.server.gc_policy import SurvivorFreezing
+from gateway.server.gc_policy import FULL_AFTER_MIDDLE, SurvivorFreezing
 
 
 class Node:
@@ -75,3 +76,18 @@ def test_removed_it_freezes_nothing_more(policy: tuple[SurvivorFreezing, Clock])
     gc.unfreeze()
     gc.collect()
     assert gc.get_freeze_count() == 0
+
+
+def test_full_collections_follow_each_middle_one_while_installed() -> None:
+    """Installed, the policy asks for a full collection after each collection of the middle
+    generation (the first two thresholds kept); removed, it puts the thresholds back."""
+    before = gc.get_threshold()
+    freezing = SurvivorFreezing(60.0)
+    freezing.install()
+    try:
+        assert gc.get_threshold() == (*before[:2], FULL_AFTER_MIDDLE)
+        assert FULL_AFTER_MIDDLE < before[2]
+    finally:
+        freezing.remove()
+        gc.unfreeze()
+    assert gc.get_threshold() == before
