@@ -65,7 +65,9 @@ class ConnectionSettings(SettingsGroup):
             "and caches), so later full collections walk only newer ones: with 10,000 connections "
             "open, each would otherwise stall every socket for 100-400 ms. Frozen objects are "
             "still freed when nothing refers to them; reference cycles among them wait for the "
-            "next thaw, after which one full collection walks everything again. 0: the "
+            "next thaw, after which one full collection walks everything again. With the "
+            "freezing on, a full collection follows each collection of the middle generation "
+            "(CPython waits for ten), so each walks only a few milliseconds' worth. 0: the "
             "collector's own policy (only the start-up heap frozen). docs/benchmarks.md gives "
             "the figures."
         ),
