@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from persistence.audit import AuditEntry, AuditRepository
 from persistence.clock import as_utc, utcnow
-from persistence.inputs import InputRepository
+from persistence.inputs import Disposition, InputRepository
 from persistence.prepared import Prepared
 from persistence.runs import RunRecord
 from persistence.tables import approvals, runs, threads
@@ -167,7 +167,13 @@ class ApprovalRepository:
         this one leaves behind), and whether the run has input staged on `thread_id`, in one
         read."""
         rows = _OF_PAUSE.records(
-            conn, {"b_run": run_id, "b_version": checkpoint_version, "b_thread": thread_id}
+            conn,
+            {
+                "b_run": run_id,
+                "b_version": checkpoint_version,
+                "b_thread": thread_id,
+                "b_disposition": Disposition.STAGED.value,
+            },
         )
         pause, elsewhere = [], []
         for row in rows:
@@ -408,7 +414,7 @@ _OF_CHECKPOINT = Prepared(
 
 # A pause's approvals, with the run's pending ones of other checkpoints, each row telling
 # whether the run has input staged (one row with no approval when it has none).
-_STAGED = select(InputRepository.staged_of_run().label("b_staged")).subquery("staged")
+_STAGED = select(InputRepository.open_of_run().label("b_staged")).subquery("staged")
 _OF_PAUSE = Prepared(
     select(_STAGED.c.b_staged, approvals)
     .select_from(

@@ -101,15 +101,11 @@ class InputRepository:
         )
 
     @staticmethod
-    def staged_of_run() -> Exists:
-        """Whether the run `b_run` has open input staged on its thread `b_thread`: an
-        expression, for a statement that reads it with something else."""
-        return exists().where(
-            pending_inputs.c.thread_id == bindparam("b_thread"),
-            pending_inputs.c.run_id == bindparam("b_run"),
-            pending_inputs.c.disposition == Disposition.STAGED.value,
-            pending_inputs.c.consumed_at.is_(None),
-        )
+    def open_of_run() -> Exists:
+        """Whether the run `b_run` has open input of `b_disposition` on its thread
+        `b_thread` (what `open_in` would find): an expression, for a statement that reads it
+        with something else."""
+        return exists(_OPEN_OF_RUN_ANY.with_only_columns(pending_inputs.c.input_id).order_by(None))
 
     @staticmethod
     def open_in(
@@ -156,4 +152,5 @@ _OPEN_ANY = (
     .order_by(pending_inputs.c.input_id)
 )
 _OPEN = Prepared(_OPEN_ANY)
-_OPEN_OF_RUN = Prepared(_OPEN_ANY.where(pending_inputs.c.run_id == bindparam("b_run")))
+_OPEN_OF_RUN_ANY = _OPEN_ANY.where(pending_inputs.c.run_id == bindparam("b_run"))
+_OPEN_OF_RUN = Prepared(_OPEN_OF_RUN_ANY)

@@ -298,13 +298,11 @@ class RunRepository:
             **taking_params(run_id, owner, ttl_s, incarnation),
         }
         takes = _TAKES_MOVING[checkpoint_version is not None]
-        if trim_session_after is None:
-            row = takes.alone.record(conn, params)
-        elif conn.dialect.name == "postgresql":
+        if trim_session_after is not None and conn.dialect.name == "postgresql":
             row = takes.trimming.record(conn, {**params, "b_mark": trim_session_after})
         else:
             row = takes.alone.record(conn, params)
-            if row:
+            if row and trim_session_after is not None:
                 SessionMarks.trim_in(conn, row["thread_id"], trim_session_after)
         if not row:
             return None

@@ -260,14 +260,12 @@ class Continuer:
         if not all_decided(known.approvals):
             return known, False, None
         latest = latest_decision(known.approvals)
-        fits = (
+        if (
             start is not None
             and not known.staged
             and latest is not None
             and latest.reviewer == start.caller.decided_by
-        )
-        if fits:
-            assert start is not None
+        ):
             taken = self._take_in(conn, run, claiming=start.checkpoint)
             if taken is not None:
                 decisions = sort_decisions(start.calls, known.approvals)
