@@ -6,8 +6,9 @@ One gateway process (`serve`, the connection bound off) on a fresh database. The
 opens `--idle-connections` WebSocket connections, `OPENING_AT_ONCE` at a time, each offering
 permessage-deflate as every browser does (whatever `--compression` says), and on each sends
 `hello` with a real token and waits for `welcome`. Every connection's hello latency (`hello`
-sent to `welcome` received) is kept, measured while the others are still connecting. Once all
-are open and the process has settled, its resident set size (VmRSS, absolute) is read.
+sent to `welcome` received) is kept, measured while the others are still connecting, and so is
+the gateway's CPU time over the opening (a connection's share of it). Once all are open and the
+process has settled, its resident set size (VmRSS, absolute) is read.
 
 Targets: 10,000 connections within 400 MiB of RSS, hello p99 <= 50 ms.
 """
@@ -32,6 +33,7 @@ from bench.common import (
     gateway_process,
     issue_token,
     latency_summary,
+    process_cpu_seconds,
     raise_fd_limit,
     rss_kib,
 )
@@ -73,6 +75,7 @@ async def measure(count: int, backend: Backend) -> dict[str, Any]:
             with gateway_process(workdir, database=database) as gateway:
                 await asyncio.sleep(SETTLE_S)
                 rss_before = rss_kib(gateway.pid)
+                cpu_before = process_cpu_seconds(gateway.pid)
                 begin = time.perf_counter()
                 try:
                     for start in range(0, count, OPENING_AT_ONCE):
@@ -84,6 +87,7 @@ async def measure(count: int, backend: Backend) -> dict[str, Any]:
                             latencies.append(latency)
                             compressed += deflate
                     opening_s = time.perf_counter() - begin
+                    cpu_after = process_cpu_seconds(gateway.pid)
                     await asyncio.sleep(SETTLE_S)
                     rss_after = rss_kib(gateway.pid)
                 finally:
@@ -98,6 +102,12 @@ async def measure(count: int, backend: Backend) -> dict[str, Any]:
         "connections": count,
         "deflate_negotiated": compressed,
         "opening_s": round(opening_s, 1),
+        # The gateway's CPU (user + system) while they opened, a connection's share of it.
+        "gateway_cpu_ms_per_connection": (
+            None
+            if cpu_before is None or cpu_after is None
+            else round((cpu_after - cpu_before) * 1000 / count, 3)
+        ),
         "hello_latency": hello_latency,
         "rss_before_mib": round(rss_before / 1024, 1),
         "rss_after_mib": round(rss_mib, 1),

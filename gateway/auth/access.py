@@ -19,6 +19,9 @@ from enum import StrEnum
 from typing import Any, Literal
 
 import jwt
+from jwt import PyJWK
+from jwt.algorithms import HMACAlgorithm
+from jwt.utils import base64url_encode
 
 from gateway.auth.claims import MISSING, ClaimMapping, claim_at
 from gateway.auth.jwks import KeySource, KeysUnavailable, SigningKey
@@ -106,6 +109,7 @@ class TokenVerifier:
         if leeway_s < 0:
             raise ValueError(f"leeway_s must be >= 0, got {leeway_s}")
         self._secret = secret
+        self._secret_key = None if secret is None else secret_key(secret)
         self._keys = keys
         self._leeway_s = leeway_s
         self._issuer = issuer or None
@@ -133,9 +137,9 @@ class TokenVerifier:
 
     def verify(self, token: str) -> Principal:
         """Verify with the keys at hand (the secret, a JWKS file, or already fetched keys)."""
-        header = _header(token)
+        header = self._jwks_header(token)
         signing = None
-        if self._uses_jwks(header):
+        if header is not None:
             assert self._keys is not None
             signing = self._keys.cached(_kid(header))
         return self._decode(token, header, signing)
@@ -145,9 +149,9 @@ class TokenVerifier:
 
         Raises AuthUnavailable (retryable) when those keys cannot be fetched.
         """
-        header = _header(token)
+        header = self._jwks_header(token)
         signing = None
-        if self._uses_jwks(header):
+        if header is not None:
             assert self._keys is not None
             try:
                 signing = await self._keys.lookup(_kid(header))
@@ -168,19 +172,29 @@ class TokenVerifier:
         if self._keys is not None:
             await self._keys.aclose()
 
-    def _uses_jwks(self, header: dict[str, Any]) -> bool:
+    def _jwks_header(self, token: str) -> dict[str, Any] | None:
+        """The token's header when a JWKS key checks the token; None when the secret does.
+        Without a JWKS the header is not read here: `jwt.decode` reads it anyway, and the
+        second read was a quarter of a token's check."""
+        _check_size(token)
         if self._keys is None:
-            return False
-        return self._secret is None or header.get("alg") != ALGORITHM
+            return None
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.InvalidTokenError:
+            raise AuthError("token is invalid") from None
+        return header if self._secret is None or header.get("alg") != ALGORITHM else None
 
-    def _decode(self, token: str, header: dict[str, Any], signing: SigningKey | None) -> Principal:
-        if self._uses_jwks(header):
+    def _decode(
+        self, token: str, jwks_header: dict[str, Any] | None, signing: SigningKey | None
+    ) -> Principal:
+        if jwks_header is not None:
             if signing is None:
                 raise AuthError("token key id ('kid') is not known")
             key, algorithm = signing.key, signing.algorithm
         else:
-            assert self._secret is not None
-            key, algorithm = self._secret, ALGORITHM
+            assert self._secret_key is not None
+            key, algorithm = self._secret_key, ALGORITHM
         try:
             claims = jwt.decode(
                 token,
@@ -265,15 +279,47 @@ class TokenVerifier:
         return jwt.encode(claims, self._secret, algorithm=ALGORITHM)
 
 
-def _header(token: str) -> dict[str, Any]:
+class _CheckedOnce(HMACAlgorithm):
+    """HS256 with one key, checked when it is made. PyJWT checks an HMAC key on every decode
+    (that it is no PEM, SSH or DER key, nor a JWK's JSON): a fifth of a token's check."""
+
+    def __init__(self, key: bytes) -> None:
+        super().__init__(HMACAlgorithm.SHA256)
+        self.key = super().prepare_key(key)
+
+    def prepare_key(self, key: str | bytes) -> bytes:
+        return self.key if key is self.key else super().prepare_key(key)
+
+
+class _SecretKey(PyJWK):
+    """The secret as PyJWT's key object, whose algorithm checks it once (`_CheckedOnce`).
+    A PyJWK also holds PyJWT to that algorithm, whatever the token's header says."""
+
+    def __init__(self, secret: str) -> None:
+        encoded = base64url_encode(secret.encode()).decode()
+        super().__init__({"kty": "oct", "k": encoded, "alg": ALGORITHM})
+        checked = _CheckedOnce(self.key)
+        self.Algorithm = checked
+        self.key = checked.key
+
+
+def secret_key(secret: str) -> PyJWK:
+    """The HS256 secret as the key tokens are checked with. ValueError when it is shaped like a
+    public key (PEM, SSH or DER) or a JWK: such a secret is how algorithm confusion works."""
+    try:
+        return _SecretKey(secret)
+    except jwt.InvalidKeyError:
+        raise ValueError(
+            "the token secret looks like an asymmetric key (PEM, SSH or DER) or a JWK: HS256 "
+            "needs a random secret (an identity provider's public keys go in a JWKS)"
+        ) from None
+
+
+def _check_size(token: str) -> None:
     if not isinstance(token, str) or not token:
         raise AuthError("token is missing")
     if len(token) > MAX_TOKEN_CHARS:
         raise AuthError("token is too long")
-    try:
-        return jwt.get_unverified_header(token)
-    except jwt.InvalidTokenError:
-        raise AuthError("token is invalid") from None
 
 
 def _kept(claims: Mapping[str, Any], paths: tuple[str, ...]) -> dict[str, Any]:

@@ -24,6 +24,17 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # uvicorn adds an ANSI-coloured copy of some messages to its records: not for a log pipeline.
 JSON_SKIPPED = (*RESERVED_ATTRS, "color_message")
 
+# Libraries whose lines stay at or above a level, whatever the gateway's:
+# - aiosqlite's debug lines print every statement's parameters: conversation text, tool
+#   arguments (sensitive ones included);
+# - websockets' print every frame at debug, contents included, and at info "connection open"
+#   for every connection, which uvicorn's "[accepted]" line says with the peer's address (a
+#   refused handshake has its own line, gateway/server/ws_guard.py).
+LIBRARY_FLOORS: tuple[tuple[str, int], ...] = (
+    ("aiosqlite", logging.INFO),
+    ("websockets", logging.WARNING),
+)
+
 
 class TextWithFields(logging.Formatter):
     """The text format, with the record's ids appended: `... [thread_id=t run_id=r]`."""
@@ -73,9 +84,6 @@ def logging_config(level: str, log_format: LogFormat) -> dict[str, Any]:
         handler["filters"] = ["context_fields"]
     config["loggers"]["uvicorn.error"]["filters"] = ["client_caused_errors"]
     config["root"] = {"handlers": ["gateway"], "level": level.upper()}
-    # aiosqlite's debug lines print every statement's parameters: conversation text, tool
-    # arguments (sensitive ones included). Kept quiet even when the gateway logs at debug.
-    config["loggers"]["aiosqlite"] = {
-        "level": max(logging.INFO, logging.getLevelName(level.upper()))
-    }
+    for name, floor in LIBRARY_FLOORS:
+        config["loggers"][name] = {"level": max(floor, logging.getLevelName(level.upper()))}
     return config

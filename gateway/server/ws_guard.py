@@ -63,10 +63,10 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
         super().__init__(config, **kwargs)
         # uvicorn's own negotiation is off (`ws_per_message_deflate=False`): the connection
         # is made again with the gateway's, as uvicorn makes it otherwise.
+        # On websockets' own logger (uvicorn gives it its own): the gateway's log configuration
+        # keeps its lines at warning (gateway/observability/log_config.py).
         self.conn = ServerProtocol(
-            extensions=config.compression.extension_factories(),
-            max_size=config.ws_max_size,
-            logger=logging.getLogger("uvicorn.error"),
+            extensions=config.compression.extension_factories(), max_size=config.ws_max_size
         )
         # The same state as uvicorn's, without the deques (gateway/server/connection_state.py).
         self.queue = ReceivedMessages()  # type: ignore[assignment]
@@ -80,6 +80,15 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def handle_connect(self, event: Request) -> None:
         super().handle_connect(event)
+        if self.response.status_code != 101:
+            # websockets said this one ("connection rejected") on a logger kept at warning.
+            self.logger.info(
+                '%s:%s - "WebSocket %s" %d %s',
+                *(self.client or ("-", "-")),
+                event.path.partition("?")[0],
+                self.response.status_code,
+                self.response.reason_phrase,
+            )
         # The request's headers, copied into the scope, are read no more, but uvicorn keeps
         # the request, and so does websockets' parser (a local of its generator), for the
         # connection's life: emptied, they no longer hold 2-3 KiB of an idle connection.

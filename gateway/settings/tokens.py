@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Annotated, ClassVar, Self
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
 
+from gateway.auth.access import secret_key
 from gateway.auth.claims import ClaimMapping, parse_role_map
 from gateway.auth.jwks import JwksError, load_jwks_file
 from gateway.protocol.close_codes import CloseCode
@@ -42,7 +43,8 @@ class TokenSettings(SettingsGroup):
             " gateway runs in development mode: it generates a random secret at each start, enables"
             " `POST /v1/dev/token`, logs a warning and listens on loopback only. With only a JWKS "
             "set, HS256 tokens are refused and there are no development tokens. An empty value "
-            "counts as unset. Processes that share a database need the same value."
+            "counts as unset. A value shaped like a public key (PEM, SSH or DER) or a JWK stops "
+            "start-up. Processes that share a database need the same value."
         ),
     )
     jwt_leeway_s: int = Field(
@@ -181,6 +183,14 @@ class TokenSettings(SettingsGroup):
     def _split_origins(cls, value: object) -> object:
         if isinstance(value, str):
             return [item.strip().rstrip("/") for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("secret")
+    @classmethod
+    def _secret_is_no_public_key(cls, value: SecretStr | None) -> SecretStr | None:
+        # Checked now so such a secret stops start-up instead of failing every token later.
+        if value is not None:
+            secret_key(value.get_secret_value())
         return value
 
     @field_validator("jwks_file")

@@ -4,6 +4,7 @@ appended to the text line (docs/operations.md "Logs")."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 from gateway.auth.access import TokenVerifier
 from tests.support.client import Client
 from tests.support.gateway import TEST_SECRET, GatewayProcess, spawn_gateway
+from tests.support.hostile import read_response
 
 REFUND = "refund order 42 for 30 dollars"
 
@@ -71,3 +73,31 @@ async def test_text_lines_end_with_the_ids_they_belong_to(tmp_path: Path) -> Non
     assert any(
         re.search(r"connection accepted \[connection_id=[0-9a-f]{12}\]$", line) for line in lines
     )
+
+
+async def test_a_connection_is_one_line_and_a_refused_handshake_names_its_peer(
+    tmp_path: Path,
+) -> None:
+    gateway = spawn_gateway(tmp_path)
+    try:
+        token = TokenVerifier(TEST_SECRET).issue("alice", "acme", ["user"])
+        client = await Client.connect(gateway.ws_url, token)
+        await client.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+        writer.write(
+            b"GET /v1/ws?token=not-for-the-log HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: short\r\n"
+            b"Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        refused = await read_response(reader, timeout=10)
+        peer = f"127.0.0.1:{writer.get_extra_info('sockname')[1]}"
+        writer.close()
+    finally:
+        gateway.terminate()
+    assert refused.status == 400
+    lines = gateway.log().splitlines()
+    # uvicorn's line says the connection with its peer; websockets' "connection open" is off.
+    assert len([line for line in lines if '"WebSocket /v1/ws" [accepted]' in line]) == 1
+    assert not any("connection open" in line for line in lines)
+    assert any(f'{peer} - "WebSocket /v1/ws" 400 Bad Request' in line for line in lines)
+    assert not any("not-for-the-log" in line for line in lines)

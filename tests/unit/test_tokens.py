@@ -454,3 +454,15 @@ def test_a_verifier_needs_a_secret_or_keys_and_signs_only_with_a_secret(rsa: Key
         TokenVerifier(None)
     with pytest.raises(ValueError, match="no secret"):
         TokenVerifier(None, keys=static(rsa)).issue("alice", "acme", ["user"])
+
+
+def test_a_secret_shaped_like_a_public_key_stops_start_up(tmp_path: Path, rsa: KeyPair) -> None:
+    # HS256 with a public key as its secret is how algorithm confusion works: refused once,
+    # at start, rather than failing every token.
+    for secret in (rsa.public_pem().decode(), json.dumps(rsa.jwk())):
+        with pytest.raises(ValueError, match="asymmetric key"):
+            TokenVerifier(secret)
+        with pytest.raises(SettingsError, match="GATEWAY_SECRET.*asymmetric key"):
+            settings(tmp_path, secret=secret)
+    verifier = TokenVerifier(SECRET)
+    assert verifier.verify(verifier.issue("alice", "acme", ["user"])).user == "alice"
