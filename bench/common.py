@@ -412,9 +412,11 @@ def gateway_process(
     demo_delay_ms: int = 0,
     env: dict[str, str] | None = None,
     name: str = "gateway",
+    root: Path | None = None,
 ) -> Iterator[ServerProcess]:
     """`python -m gateway serve --port 0` on `database` (a URL from `fresh_database`); its log
-    goes to `workdir/<name>.log`."""
+    goes to `workdir/<name>.log`. The gateway of `root`'s tree (by default `BENCH_GATEWAY_ROOT`'s,
+    or this checkout's)."""
     settings = {
         "GATEWAY_SECRET": SECRET,
         "GATEWAY_DEMO_DELAY_MS": str(demo_delay_ms),
@@ -423,7 +425,7 @@ def gateway_process(
         **(env or {}),
     }
     command = gateway_command(name)
-    root = Path(os.environ.get(GATEWAY_ROOT_ENV) or ROOT)
+    root = root or Path(os.environ.get(GATEWAY_ROOT_ENV) or ROOT)
     with server_process(command, workdir / f"{name}.log", settings, root=root) as server:
         if any(os.environ.get(variable) for variable in GATEWAY_WRAPPERS):
             server.process.send_signal(signal.SIGUSR1)  # start recording: start-up is over
