@@ -51,6 +51,8 @@ from bench.common import (
 )
 
 TARGET_EVENTS_PER_S = 50_000
+# replay-plain's: what a user's program with a plain client reads (figure 5p).
+TARGET_PLAIN_EVENTS_PER_S = 80_000
 
 
 async def build_thread(database: str, count: int) -> tuple[str, list[tuple[str, str]]]:
@@ -257,6 +259,7 @@ async def measure_on(
     median_rate = statistics.median(rates)
     ceiling_rate = statistics.median(count / s for s in ceiling_seconds)
     correct = all(c["dense"] and c["exact"] and c["events"] == count for c in checks)
+    target = TARGET_PLAIN_EVENTS_PER_S if plain else TARGET_EVENTS_PER_S
     return {
         "figure": "5p" if plain else 5,
         "client": "plain websockets, json.loads per frame" if plain else "fast (parse after)",
@@ -270,8 +273,8 @@ async def measure_on(
         "dense_and_exact": correct,
         "client_ceiling_events_per_s_median": round(ceiling_rate),
         "ratio_to_client_ceiling": round(median_rate / ceiling_rate, 3),
-        "target": f">= {TARGET_EVENTS_PER_S} events/s",
-        "met": median_rate >= TARGET_EVENTS_PER_S and correct,
+        "target": f">= {target} events/s",
+        "met": median_rate >= target and correct,
     }
 
 
