@@ -462,7 +462,7 @@ def test_a_secret_shaped_like_a_public_key_stops_start_up(tmp_path: Path, rsa: K
     for secret in (rsa.public_pem().decode(), json.dumps(rsa.jwk())):
         with pytest.raises(ValueError, match="asymmetric key"):
             TokenVerifier(secret)
-        with pytest.raises(SettingsError, match="GATEWAY_SECRET.*asymmetric key"):
+        with pytest.raises(SettingsError, match=r"GATEWAY_SECRET.*asymmetric key"):
             settings(tmp_path, secret=secret)
     verifier = TokenVerifier(SECRET)
     assert verifier.verify(verifier.issue("alice", "acme", ["user"])).user == "alice"
