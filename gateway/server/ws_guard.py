@@ -62,9 +62,9 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
     def __init__(self, config: Any, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
         # uvicorn's own negotiation is off (`ws_per_message_deflate=False`): the connection
-        # is made again with the gateway's, as uvicorn makes it otherwise.
-        # On websockets' own logger (uvicorn gives it its own): the gateway's log configuration
-        # keeps its lines at warning (gateway/observability/log_config.py).
+        # is made again with the gateway's, as uvicorn makes it otherwise, but on websockets'
+        # own logger, not uvicorn's: the gateway's log configuration keeps its lines at
+        # warning (gateway/observability/log_config.py).
         self.conn = ServerProtocol(
             extensions=config.compression.extension_factories(), max_size=config.ws_max_size
         )
