@@ -20,10 +20,11 @@ from gateway.observability.metrics import GatewayMetrics
 from persistence.threads import ThreadRecord
 
 REPLAY_PAGE = 500
-# A replay page is held until the connection has taken all of it, so its size is bounded in
-# bytes too: each page asks for as many events as fit this budget at the previous page's
-# average event size. The first asks for few, as the size of the thread's events is not known
-# yet; a page of 500 events of 60 KB each held 30 MB for a client that never read.
+# A replay page is held until the connection has taken all of it (and the next page is read
+# meanwhile: two at most), so its size is bounded in bytes too: each page asks for as many
+# events as fit this budget at the previous page's average event size. The first asks for few,
+# as the size of the thread's events is not known yet; a page of 500 events of 60 KB each held
+# 30 MB for a client that never read.
 REPLAY_PAGE_BYTES = 512 * 1024
 FIRST_REPLAY_PAGE = 16
 
@@ -153,27 +154,47 @@ class Subscription:
             # again, so going live below cannot miss it.
             self._wakeup.clear()
             limit = FIRST_REPLAY_PAGE
+            page = await self._log.read(self.thread_id, after_seq=self.last_seq, limit=limit)
             while True:
-                page = await self._log.read(self.thread_id, after_seq=self.last_seq, limit=limit)
-                for event in page:
-                    if self._omit and event.type in self._omit:
-                        self.last_seq = event.seq
-                        continue
-                    frame = event.frame
-                    if self._reveal is not None and needs_reveal(event):
-                        frame = await self._reveal(event)
-                    if self._sent_seq != self.last_seq:
-                        frame = self._after_omitted(frame)
-                    result = self._send_replay(frame)
-                    if asyncio.isfuture(result) or asyncio.iscoroutine(result):
-                        await result
-                    self.last_seq = self._sent_seq = event.seq
-                if len(page) < limit:
+                following = None
+                if len(page) == limit:
+                    # The next page is asked for before this one is sent: on PostgreSQL the
+                    # server reads it while the loop frames this one (one turn of the loop
+                    # lets the read send its query), instead of the replay waiting a round
+                    # trip a page. At most two pages are held.
+                    limit = next_page_limit(page)
+                    following = asyncio.ensure_future(
+                        self._log.read(self.thread_id, after_seq=page[-1].seq, limit=limit)
+                    )
+                    await asyncio.sleep(0)
+                try:
+                    await self._send_page(page)
+                except BaseException:
+                    if following is not None:
+                        following.cancel()
+                        await asyncio.gather(following, return_exceptions=True)
+                    raise
+                if following is None:
                     break
-                limit = next_page_limit(page)
+                page = await following
             self._live = True
             await self._wakeup.wait()
             self._live = False
+
+    async def _send_page(self, page: Sequence[LoggedEvent]) -> None:
+        for event in page:
+            if self._omit and event.type in self._omit:
+                self.last_seq = event.seq
+                continue
+            frame = event.frame
+            if self._reveal is not None and needs_reveal(event):
+                frame = await self._reveal(event)
+            if self._sent_seq != self.last_seq:
+                frame = self._after_omitted(frame)
+            result = self._send_replay(frame)
+            if asyncio.isfuture(result) or asyncio.iscoroutine(result):
+                await result
+            self.last_seq = self._sent_seq = event.seq
 
     def _after_omitted(self, frame: str) -> str:
         """`frame`, the first sent after omitted events, with `prev_seq`: the seq of the frame
