@@ -157,17 +157,17 @@ class Subscription:
             page = await self._log.read(self.thread_id, after_seq=self.last_seq, limit=limit)
             while True:
                 following = None
-                if len(page) == limit:
-                    # The next page is asked for before this one is sent: on PostgreSQL the
-                    # server reads it while the loop frames this one (one turn of the loop
-                    # lets the read send its query), instead of the replay waiting a round
-                    # trip a page. At most two pages are held.
-                    limit = next_page_limit(page)
-                    following = asyncio.ensure_future(
-                        self._log.read(self.thread_id, after_seq=page[-1].seq, limit=limit)
-                    )
-                    await asyncio.sleep(0)
                 try:
+                    if len(page) == limit:
+                        # The next page is asked for before this one is sent: on PostgreSQL
+                        # the server reads it while the loop frames this one (one turn of the
+                        # loop lets the read send its query), instead of the replay waiting a
+                        # round trip a page. At most two pages are held.
+                        limit = next_page_limit(page)
+                        following = asyncio.ensure_future(
+                            self._log.read(self.thread_id, after_seq=page[-1].seq, limit=limit)
+                        )
+                        await asyncio.sleep(0)
                     await self._send_page(page)
                 except BaseException:
                     if following is not None:

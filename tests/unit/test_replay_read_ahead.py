@@ -5,6 +5,7 @@ subscription closed in the middle of a page leaves no read of the log behind."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from gateway.event_log.bus import EventBus
@@ -18,13 +19,22 @@ class Reads:
     """The log's reads, each noted when asked for, on their way to the real log; with
     `held`, every read after the first waits for it first (a slow database)."""
 
-    def __init__(self, log: EventLog, held: asyncio.Event | None = None) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        held: asyncio.Event | None = None,
+        on_ask: Callable[[], None] | None = None,
+    ) -> None:
+        """`on_ask`: called as each read is asked for, before it starts."""
         self.asked: list[int] = []
         self._read = log.read
         self._held = held
+        self._on_ask = on_ask
 
     async def __call__(self, thread_id: str, *, after_seq: int, limit: int = 500) -> list[Any]:
         self.asked.append(after_seq)
+        if self._on_ask is not None:
+            self._on_ask()
         if self._held is not None and len(self.asked) > 1:
             await self._held.wait()
         return await self._read(thread_id, after_seq=after_seq, limit=limit)
@@ -117,3 +127,38 @@ async def test_a_subscription_closed_mid_page_leaves_no_read_behind(
     # The read of the next page was cancelled with the pump, not left running.
     assert asyncio.all_tasks() - before - {asyncio.current_task()} == set()
     assert sent == [1, 2, 3, 4, 5]
+
+
+async def test_a_subscription_closed_as_the_read_ahead_starts_leaves_no_read_behind(
+    log_and_thread: tuple[EventLog, str, EventBus],
+) -> None:
+    log, thread_id, bus = log_and_thread
+    await a_long_thread(log, thread_id)
+    subscription: Subscription | None = None
+
+    def close_at_the_second_read() -> None:
+        # The pump has just handed the loop its turn for the read-ahead to start.
+        if len(reads.asked) == 2 and subscription is not None:
+            subscription.close()
+
+    reads = Reads(log, held=asyncio.Event(), on_ask=close_at_the_second_read)
+    log.read = reads  # type: ignore[method-assign]
+    sent: list[int] = []
+
+    def send(frame: str, _committed: float = 0.0) -> bool:
+        sent.append(seq_of(frame))
+        return True
+
+    subscription = Subscription(
+        thread_id=thread_id, after_seq=0, bus=bus, log=log, send_replay=send, send_live=send
+    )
+    before = asyncio.all_tasks()
+    subscription.start()
+    assert subscription.task is not None
+    await asyncio.wait_for(asyncio.gather(subscription.task, return_exceptions=True), 10)
+    await asyncio.sleep(0)
+    assert subscription.task.cancelled()
+    assert reads.asked == [0, FIRST_REPLAY_PAGE]
+    # Cancelled before it sent anything, and the read of the next page with it.
+    assert sent == []
+    assert asyncio.all_tasks() - before - {asyncio.current_task()} == set()
