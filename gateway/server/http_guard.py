@@ -41,6 +41,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 from gateway.protocol.close_codes import CloseCode
 from gateway.protocol.error_codes import ERRORS, ErrorCode
 from gateway.server.connection_limits import ServerLimits
+from gateway.server.ws_guard import GuardedWebSocketProtocol, upgrade_request
 
 
 def refusal_response(status: HTTPStatus, body: bytes, extra_headers: bytes = b"") -> bytes:
@@ -224,7 +225,24 @@ class GuardedH11Protocol(H11Protocol):
         # From here on the WebSocket protocol owns the connection (and its own timeouts).
         self._upgraded = True
         self._set_deadline(None)
-        super().handle_websocket_upgrade(event)
+        protocol_class = self.ws_protocol_class
+        request = upgrade_request(event, self.headers)
+        if (
+            request is None
+            or protocol_class is None
+            or not issubclass(protocol_class, GuardedWebSocketProtocol)
+        ):
+            # uvicorn writes the head out again for websockets to parse and answer.
+            super().handle_websocket_upgrade(event)
+            return
+        # uvicorn's steps, with the request handed over as h11 parsed it.
+        self.connections.discard(self)
+        protocol = protocol_class(
+            config=self.config, server_state=self.server_state, app_state=self.app_state
+        )
+        protocol.connection_made(self.transport)
+        self.transport.set_protocol(protocol)
+        protocol.handle_upgrade(request)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

@@ -23,16 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
+import h11
 from uvicorn._types import ASGISendEvent
 from uvicorn.protocols.utils import ClientDisconnected
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.datastructures import Headers
 from websockets.exceptions import InvalidState
-from websockets.http11 import Request
-from websockets.protocol import State
-from websockets.server import ServerProtocol
+from websockets.http11 import MAX_LINE_LENGTH, MAX_NUM_HEADERS, Request
+from websockets.protocol import Protocol, State
 
 from gateway.protocol.close_codes import CloseCode
 from gateway.server.compression import message_deflate
@@ -54,6 +56,37 @@ PARSER_CLOSES: dict[int, str] = {
 # `write_now`, `write_text_now` below.
 SEND_FRAMES = "gateway.websocket.send_frames"
 
+# Bytes h11 lets through in a header value and websockets' request parser refuses (it takes
+# tab, space, visible ASCII and bytes from 0x80).
+_REFUSED_IN_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+# A request line's or header line's bytes besides the fields: " HTTP/1.1" or ": ", and CRLF.
+_REQUEST_LINE_EXTRA = len(b"  HTTP/1.1\r\n")
+_HEADER_LINE_EXTRA = len(b": \r\n")
+
+
+def upgrade_request(event: h11.Request, headers: Sequence[tuple[bytes, bytes]]) -> Request | None:
+    """The upgrade request h11 parsed (`headers` as uvicorn keeps them, names lowercased), as
+    websockets' own parser would make it from the head uvicorn writes out again for it; None
+    for a head that parser would refuse (not a GET, a body, a line or a header count over its
+    limits, a byte it does not take in a value), which then goes that way and gets the answer
+    it always had. Parsed once instead of twice, and never written out again."""
+    if event.method != b"GET" or len(headers) > MAX_NUM_HEADERS:
+        return None
+    if len(event.method) + len(event.target) + _REQUEST_LINE_EXTRA > MAX_LINE_LENGTH:
+        return None
+    parsed = Headers()
+    for name, value in headers:
+        if (
+            len(name) + len(value) + _HEADER_LINE_EXTRA > MAX_LINE_LENGTH
+            or _REFUSED_IN_VALUE.search(value) is not None
+        ):
+            return None
+        # Validated, as websockets' parser validates before it sets a header this way.
+        parsed.set_insecure(name.decode("ascii"), value.decode("ascii", "surrogateescape"))
+    if "transfer-encoding" in parsed or parsed.get_all("content-length") not in ([], ["0"]):
+        return None
+    return Request(event.target.decode("ascii", "surrogateescape"), parsed)
+
 
 class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
     """Needs a `gateway.server.config.GatewayConfig`, whose `limits.close_timeout_s` it applies,
@@ -61,13 +94,15 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def __init__(self, config: Any, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
-        # uvicorn's own negotiation is off (`ws_per_message_deflate=False`): the connection
-        # is made again with the gateway's, as uvicorn makes it otherwise, but on websockets'
-        # own logger, not uvicorn's: the gateway's log configuration keeps its lines at
-        # warning (gateway/observability/log_config.py).
-        self.conn = ServerProtocol(
-            extensions=config.compression.extension_factories(), max_size=config.ws_max_size
-        )
+        # uvicorn's own negotiation is off (`ws_per_message_deflate=False`): its connection
+        # offers the gateway's instead, and logs on websockets' own logger, not uvicorn's:
+        # the gateway's log configuration keeps its lines at warning
+        # (gateway/observability/log_config.py). Set on uvicorn's connection rather than on
+        # a second one made for the purpose, which cost every connection 2% more CPU.
+        conn = self.conn
+        conn.available_extensions = config.compression.extension_factories()
+        conn.logger = logging.getLogger("websockets.server")
+        conn.debug = conn.logger.isEnabledFor(logging.DEBUG)
         # The same state as uvicorn's, without the deques (gateway/server/connection_state.py).
         self.queue = ReceivedMessages()  # type: ignore[assignment]
         self.writable = Writable()  # type: ignore[assignment]
@@ -77,6 +112,14 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
         self._abort_timer: asyncio.TimerHandle | None = None
         # Whether the WebSocket layer closed the connection on a client's frame.
         self._closed_on_client_frame = False
+
+    def handle_upgrade(self, request: Request) -> None:
+        """The handshake on a request parsed already (`upgrade_request`): the connection reads
+        frames from here on, as websockets' parser does once it has read the request."""
+        conn = self.conn
+        conn.parser = Protocol.parse(conn)
+        next(conn.parser)
+        self.handle_connect(request)
 
     def handle_connect(self, event: Request) -> None:
         super().handle_connect(event)
