@@ -236,8 +236,11 @@ class Connection:
     # -- reading ---------------------------------------------------------------------------
 
     async def _handshake(self) -> None:
+        # A deadline on this task, not `wait_for`'s task of its own: a connection's hello
+        # then costs no task and no extra turn of the loop.
         try:
-            raw = await asyncio.wait_for(self._receive_text(), self._settings.hello_timeout_s)
+            async with asyncio.timeout(self._settings.hello_timeout_s):
+                raw = await self._receive_text()
         except TimeoutError:
             await self._step(session.HelloTimedOut())
             return

@@ -37,7 +37,7 @@ class GatewaySocket:
         websocket = WebSocket(scope, receive=receive, send=send)
         services: Services = websocket.app.state.services
         allowed = services.settings.browser_origins()
-        if not origin_allowed(websocket.headers, websocket.url, allowed):
+        if not origin_allowed(websocket, allowed):
             self._report_refusal(websocket.headers.get("origin", ""))
             # Closing before accept makes the server answer the upgrade with HTTP 403.
             await websocket.close(code=CloseCode.UPGRADE_REFUSED)

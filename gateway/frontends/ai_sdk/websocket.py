@@ -54,7 +54,7 @@ class ChatSocket:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         websocket = WebSocket(scope, receive=receive, send=send)
         services: Services = websocket.app.state.services
-        if not origin_allowed(websocket.headers, websocket.url, services.settings.allowed_origins):
+        if not origin_allowed(websocket, services.settings.allowed_origins):
             # Closing before accept makes the server answer the upgrade with HTTP 403.
             await websocket.close(code=CloseCode.UPGRADE_REFUSED)
             return
