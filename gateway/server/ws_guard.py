@@ -59,7 +59,8 @@ SEND_FRAMES = "gateway.websocket.send_frames"
 # Bytes h11 lets through in a header value and websockets' request parser refuses (it takes
 # tab, space, visible ASCII and bytes from 0x80).
 _REFUSED_IN_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
-# A request line's or header line's bytes besides the fields: " HTTP/1.1" or ": ", and CRLF.
+# What websockets' line limit counts besides the fields: in a request line, the two spaces
+# around the target, the version and CRLF; in a header line, ": " and CRLF.
 _REQUEST_LINE_EXTRA = len(b"  HTTP/1.1\r\n")
 _HEADER_LINE_EXTRA = len(b": \r\n")
 
