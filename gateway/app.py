@@ -65,6 +65,7 @@ from gateway.storage.retention_sweeps import Retention
 from gateway.transport.http_api import routes as http_routes
 from gateway.transport.http_runs import regenerate, retry, send_input, start_run
 from gateway.transport.http_threads import routes as thread_routes
+from gateway.transport.origin import OriginGate
 from gateway.transport.socket_routes import SocketsFirst
 from gateway.transport.sse import inbox_stream, thread_stream
 from gateway.transport.static_files import demo_app, demo_fallback
@@ -434,6 +435,8 @@ def create_app(
             ", ".join(graphs.names()),
         )
 
+    # One gate for every WebSocket endpoint: one rule, and each refused origin logged once.
+    origins = OriginGate()
     app_routes = [
         *thread_feed_routes(),
         *thread_routes(),
@@ -446,8 +449,8 @@ def create_app(
         Route("/v1/runs/{run_id}/retry", retry, methods=["POST"]),
         *ag_ui_routes(),
         *spec_routes(),
-        WebSocketRoute("/v1/ws", GatewaySocket(), name="websocket"),
-        *ai_sdk_routes(),
+        WebSocketRoute("/v1/ws", GatewaySocket(origins), name="websocket"),
+        *ai_sdk_routes(origins),
     ]
     if settings.metrics and settings.metrics_port is None:
         app_routes.append(metrics_route())

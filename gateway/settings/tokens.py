@@ -170,7 +170,7 @@ class TokenSettings(SettingsGroup):
         description=(
             "Comma-separated browser origins allowed besides the gateway's own, for example "
             "`https://chat.example.com,https://admin.example.com`: pages there may open the "
-            "WebSocket and call the HTTP API (CORS). Case and a trailing `/` are ignored. In "
+            "WebSockets and call the HTTP API (CORS). Case and a trailing `/` are ignored. In "
             "development mode the usual local dev servers' origins are allowed too: "
             "`http://localhost:P` and `http://127.0.0.1:P` for the ports "
             + ", ".join(str(port) for port in DEV_SERVER_PORTS)

@@ -1,10 +1,14 @@
 """Browser apps on their own origin (docs/frontend.md "A frontend on its own origin"): CORS on
-the HTTP API for the allowed origins, the usual local dev servers' origins in development mode,
-and a refused origin named in the log with the setting that allows it."""
+the HTTP API and both WebSockets (the native one and the AI SDK's) for the allowed origins, the
+usual local dev servers' origins in development mode, and a refused origin named in the log with
+the setting that allows it."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +43,31 @@ async def dev_token(gw: Gateway, origin: str) -> httpx.Response:
         return await http.post(
             "/v1/dev/token", json={"user": "vera", "roles": ["user"]}, headers={"Origin": origin}
         )
+
+
+async def ai_sdk_chat(gw: Gateway, token: str, origin: str) -> list[dict[str, Any]]:
+    """One `useChat` request on the AI SDK's WebSocket, opened from `origin`; its frames."""
+    url = gw.ws_url.replace("/v1/ws", "/v1/ai-sdk/ws")
+    async with websockets.connect(url, origin=Origin(origin)) as socket:
+        await socket.send(
+            json.dumps(
+                {
+                    "type": "send",
+                    "requestId": "r1",
+                    "id": f"chat-{secrets.token_hex(4)}",
+                    "headers": {"authorization": f"Bearer {token}"},
+                    "body": {},
+                    "trigger": "submit-message",
+                    "messages": [
+                        {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hello"}]}
+                    ],
+                }
+            )
+        )
+        frames = [json.loads(await asyncio.wait_for(socket.recv(), 10))]
+        while frames[-1]["type"] not in ("end", "error"):
+            frames.append(json.loads(await asyncio.wait_for(socket.recv(), 10)))
+    return frames
 
 
 @pytest.mark.parametrize("origin", [VITE, "http://127.0.0.1:5173", "http://localhost:3000"])
@@ -76,6 +105,11 @@ async def test_development_mode_serves_a_local_dev_server_app(
             async with http.stream("GET", stream, headers=auth) as feed:
                 assert feed.status_code == 200
                 assert feed.headers["access-control-allow-origin"] == origin
+        # The AI SDK's WebSocket takes the same origins as the native one.
+        frames = await ai_sdk_chat(gw, token, origin)
+        assert frames[0]["chunk"]["type"] == "start" and frames[-1]["type"] == "end", frames
+        chunks = [f["chunk"] for f in frames if f["type"] == "chunk"]
+        assert {"text-delta", "finish"} <= {chunk["type"] for chunk in chunks}
 
 
 async def test_an_unlisted_origin_gets_no_cors_and_the_log_says_which_setting(
@@ -91,8 +125,12 @@ async def test_an_unlisted_origin_gets_no_cors_and_the_log_says_which_setting(
             with pytest.raises(InvalidStatus) as refused:
                 await websockets.connect(gw.ws_url, origin=Origin(VITE))
             assert refused.value.response.status_code == 403
+            # The AI SDK's WebSocket refuses it too, under the same rule.
+            with pytest.raises(InvalidStatus) as refused:
+                await ai_sdk_chat(gw, gw.token("amy"), VITE)
+            assert refused.value.response.status_code == 403
     lines = [r.getMessage() for r in caplog.records if r.name == "gateway.websocket"]
-    # One line for the origin, however often its page retries.
+    # One line for the origin, however often its page retries and on whichever socket.
     assert len(lines) == 1, lines
     assert "'http://localhost:5173'" in lines[0] and "GATEWAY_ALLOWED_ORIGINS" in lines[0]
 
@@ -114,8 +152,13 @@ async def test_allowed_origins_get_cors_in_production(gateway_factory: Callable[
         assert listed.headers["access-control-allow-origin"] == app
         client = await Client.connect(gw.ws_url, gw.token("amy"), origin=app)
         await client.close()
+        # The listed origin, written with a trailing slash, opens the AI SDK's socket too.
+        frames = await ai_sdk_chat(gw, gw.token("amy"), app)
+        assert frames[-1]["type"] == "end", frames
         # Another origin is still refused, by CORS and on the WebSocket.
         other = await preflight(gw, "/v1/threads", "https://evil.example", "GET", "authorization")
         assert "access-control-allow-origin" not in other.headers
         with pytest.raises(InvalidStatus):
             await websockets.connect(gw.ws_url, origin=Origin(VITE))
+        with pytest.raises(InvalidStatus):
+            await ai_sdk_chat(gw, gw.token("amy"), VITE)

@@ -7,10 +7,10 @@ replays the active message from its start, numbers them from 0 again.
 
 Browsers cannot set handshake headers, so the transport sends its `headers` inside each frame:
 the token is read there (`authorization: Bearer …`), or from the handshake's `Authorization`
-header for other clients. The origin rule is the native endpoint's. A bad frame is answered
-with an `error` for its request; a frame without a request id cannot be answered (the client
-would end the socket on an unaddressed frame) and is only logged. Closing the socket never
-stops a run; `abort` does (the gateway's cancel, across processes).
+header for other clients. The origins are the native endpoint's, through the same `OriginGate`.
+A bad frame is answered with an `error` for its request; a frame without a request id cannot
+be answered (the client would end the socket on an unaddressed frame) and is only logged.
+Closing the socket never stops a run; `abort` does (the gateway's cancel, across processes).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from gateway.protocol.error_codes import ErrorCode, GatewayError
 from gateway.protocol.identity import Principal
 from gateway.resources import Services
 from gateway.transport.client_errors import client_error
-from gateway.transport.origin import origin_allowed
+from gateway.transport.origin import OriginGate
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +51,13 @@ class _Request:
 
 
 class ChatSocket:
+    def __init__(self, origins: OriginGate) -> None:
+        self._origins = origins
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         websocket = WebSocket(scope, receive=receive, send=send)
         services: Services = websocket.app.state.services
-        if not origin_allowed(websocket, services.settings.allowed_origins):
-            # Closing before accept makes the server answer the upgrade with HTTP 403.
-            await websocket.close(code=CloseCode.UPGRADE_REFUSED)
+        if not await self._origins.admit(websocket, services.settings):
             return
         await websocket.accept()
         await _Session(websocket, services).serve()
