@@ -70,6 +70,10 @@ from persistence.threads import ThreadRepository
 
 log = logging.getLogger(__name__)
 
+# Times a cancel goes after a run that keeps ending its segments some other way (each pause
+# caught mid-store moves it once) before the canceller hears `conflict` and tries again.
+CANCEL_ATTEMPTS = 3
+
 
 class RunManager:
     def __init__(
@@ -507,39 +511,50 @@ class RunManager:
     # -- cancel and resume ---------------------------------------------------------------
 
     async def cancel(self, principal: Principal, run_id: str) -> None:
+        """Cancel the run; returns once `run.cancelled` is stored (docs/protocol.md §4
+        `run.cancel`). A segment already storing its end when the cancel reaches it (its
+        pause, its completion) can no longer take it: the cancel then goes on to what the run
+        became, a paused run cancelled as such, a finished one a `conflict`."""
         run, thread = await self._ctx.run_for(principal, run_id)
         check_can_act_on_thread(principal, thread_ref(thread))
-        async with self._ctx.lock(thread.thread_id):
-            run = await self._ctx.runs.get(run_id) or run
-            if run.status.terminal:
-                raise conflict(f"run already {run.status.value}")
-            entry = cancellation_entry(
-                principal, run_id=run.run_id, thread_id=run.thread_id, status=run.status.value
-            )
-            execution = self._ctx.executions.get(run_id)
-            if execution is None:
-                await self._cancel_idle(run, entry)
-                return
-            execution.cancel_requested = True
-            # Written by the segment with its `run.cancelled`. A second cancel of the same
-            # run while the first is in flight adds nothing: the first one is recorded.
-            if execution.cancel_audit is None:
-                execution.cancel_audit = entry
-            if execution.result is not None:
-                execution.result.cancel("immediate")
-        await execution.done.wait()
-        if execution.cancel_audit is entry:
-            # The run ended some other way before the cancel took hold: say so.
-            ended = await self._ctx.runs.get(run_id)
-            await AuditRepository(self._ctx.store).insert(
-                cancellation_entry(
-                    principal,
-                    run_id=run.run_id,
-                    thread_id=run.thread_id,
-                    status=ended.status.value if ended else run.status.value,
-                    outcome=Outcome.FAILED,
+        for _ in range(CANCEL_ATTEMPTS):
+            async with self._ctx.lock(thread.thread_id):
+                run = await self._ctx.runs.get(run_id) or run
+                if run.status.terminal:
+                    raise conflict(f"run already {run.status.value}")
+                entry = cancellation_entry(
+                    principal, run_id=run.run_id, thread_id=run.thread_id, status=run.status.value
                 )
-            )
+                execution = self._ctx.executions.get(run_id)
+                if execution is None:
+                    await self._cancel_idle(run, entry)
+                    return
+                execution.cancel_requested = True
+                # Written by the segment with its `run.cancelled`. A second cancel of the same
+                # run while the first is in flight adds nothing: the first one is recorded.
+                if execution.cancel_audit is None:
+                    execution.cancel_audit = entry
+                if execution.result is not None:
+                    execution.result.cancel("immediate")
+            await execution.done.wait()
+            ended = await self._ctx.runs.get(run_id)
+            if ended is None or ended.status is RunStatus.CANCELLED:
+                return
+            if execution.cancel_audit is entry:
+                execution.cancel_audit = None
+            if ended.status.terminal:
+                # The run ended some other way before the cancel took hold: say so.
+                await AuditRepository(self._ctx.store).insert(
+                    cancellation_entry(
+                        principal,
+                        run_id=run.run_id,
+                        thread_id=run.thread_id,
+                        status=ended.status.value,
+                        outcome=Outcome.FAILED,
+                    )
+                )
+                raise conflict(f"run already {ended.status.value}")
+        raise conflict("the run changed while cancelling; try again")
 
     async def _cancel_idle(self, run: RunRecord, audit: AuditEntry) -> None:
         try:

@@ -294,6 +294,41 @@ async def test_pause_checkpoint_failure_is_retried_and_announced_once(
         ) == [("approved",)]
 
 
+async def test_a_cancel_while_the_pause_is_stored_cancels_the_paused_run(
+    database_url: str,
+) -> None:
+    """A cancel that reaches the run while its pause is being stored (here: retried after a
+    failure) comes too late for the segment, which has ended its stream; its ack waits for the
+    pause, and then the paused run is cancelled, its approval superseded, the call never run."""
+    effects = EffectLog()
+    async with (
+        faulty_gateway(settings_for(database_url), charger_registry(effects)) as fg,
+        clients(fg.gateway) as connect,
+    ):
+        gw, faults = fg.gateway, fg.faults
+        alice = await connect("alice", "user")
+        faults.fail(checkpoint_writes("approval"))
+        thread_id, run_id = await start_until_lookup(alice)
+        await faults.wait_hits(1)
+        cancel = asyncio.create_task(alice.request("run.cancel", run_id=run_id))
+        await asyncio.sleep(0.3)
+        assert not cancel.done()
+        faults.heal()
+        ack = await asyncio.wait_for(cancel, 10)
+        assert ack["type"] == "ack"
+
+        # The ack came after `run.cancelled` was stored.
+        stored = [t for _, t in await stored_events(database_url, thread_id)]
+        assert stored[-3:] == ["approval.requested", "run.paused", "run.cancelled"], stored
+        assert (await run_view(gw, run_id))["status"] == "cancelled"
+        assert await rows(
+            database_url, "SELECT status FROM approvals WHERE run_id = ?", run_id
+        ) == [("superseded",)]
+        assert await pending_approvals(gw) == []
+        assert effects.count("charge") == 0
+        await alice.wait_event("run.cancelled", timeout=10)
+
+
 async def test_pause_checkpoint_failure_past_retry_window_keeps_run_for_restart(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
