@@ -13,7 +13,9 @@ continuing), so only the turn it failed in is repeated:
   wrote after it belonged to the lost attempt), in the retry's first transaction;
 - the retry shares the failed run's operation-ledger scope (gateway/agents/exactly_once.py): a
   side effect the failed run already made returns its recorded result instead of running again;
-- tool outputs the failed run already logged are not logged again.
+- tool outputs the failed run already logged are not logged again;
+- the retry's token usage starts from nothing: the boundary's state carries the failed run's
+  count, which the failed run's own `run.failed` already reported.
 
 A failed run with no such checkpoint (it failed in its first turn, or retention removed its
 checkpoints) is retried from its input, with the history as it was before that run.
@@ -27,6 +29,7 @@ from typing import Any
 
 import orjson
 from agents.run_state import RunState
+from agents.usage import Usage, serialize_usage
 from sqlalchemy.engine import Connection
 
 from gateway.agents.registry import AgentGraph
@@ -54,6 +57,15 @@ from persistence.threads import ThreadRecord
 
 # The reason a retry's first checkpoint is stored with (the failed run's boundary, copied).
 RETRY_REASON = "retry"
+
+
+def without_usage(state: str) -> str:
+    """A serialized state whose run-wide token count starts again from nothing. The SDK keeps
+    it in the state's context (`context.usage`), so a run restored from another run's state
+    would report that run's tokens as its own."""
+    data = orjson.loads(state)
+    data["context"]["usage"] = serialize_usage(Usage())
+    return orjson.dumps(data).decode()
 
 
 @dataclass
@@ -105,6 +117,7 @@ class Retries:
         checkpoint = await ctx.checkpoints.latest_resumable(failed.run_id)
         if checkpoint is None:
             return None
+        checkpoint = replace(checkpoint, state=without_usage(checkpoint.state))
         graph = ctx.graph_for_checkpoint(failed, checkpoint)
         state = await restore_state(checkpoint, graph, ctx.agent(graph))
         approvals = [

@@ -11,10 +11,20 @@ import httpx
 import pytest
 from agents import Agent, AgentHooks
 from agents.testing import ModelStep, ScriptedModel
+from agents.usage import Usage
 
 from gateway.agents.registry import AgentGraph, AgentRegistry
 from tests.support.agents import EffectLog, call, effect_tool, say, scripted_graph
 from tests.support.client import Client, ProtocolFailure
+
+
+def tokens(input_tokens: int, output_tokens: int) -> Usage:
+    return Usage(
+        requests=1,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        total_tokens=input_tokens + output_tokens,
+    )
 
 
 def model_down() -> ModelStep:
@@ -88,6 +98,41 @@ async def test_a_failed_run_goes_on_from_its_last_turn(gateway_factory: Callable
         (e["run_id"], e["event"]) for e in events if e["event"] in ("run.failed", "run.completed")
     ]
     assert ends == [(failed_id, "run.failed"), (retried["run_id"], "run.completed")]
+
+
+async def test_a_retry_reports_only_its_own_tokens(gateway_factory: Callable[..., Any]) -> None:
+    """The boundary's state carries the failed run's token count; the retry, a run of its own,
+    reports only its own calls' tokens, in `run.completed` as in its view."""
+    effects = EffectLog()
+    graph, _ = scripted_graph(
+        "worker",
+        [
+            ModelStep(output=[call("lookup", "call_1", value="a")], usage=tokens(100, 10)),
+            model_down(),
+            ModelStep(output=[say("all done")], usage=tokens(200, 20)),
+        ],
+        effects,
+    )
+    async with gateway_factory(registry=AgentRegistry([graph])) as gw:
+        alice = await Client.connect(gw.ws_url, gw.token("alice", "user"))
+        try:
+            first = await alice.request("run.start", input="look it up")
+            failed = await alice.wait_event("run.failed")
+            retried = await alice.request("run.retry", run_id=first["run_id"])
+            completed = await alice.wait_event("run.completed", final_output="all done")
+        finally:
+            await alice.close()
+        async with gw.http() as http:
+            auth = {"authorization": f"Bearer {gw.token('alice', 'user')}"}
+            views = {
+                run_id: (await http.get(f"/v1/runs/{run_id}", headers=auth)).json()["run"]
+                for run_id in (first["run_id"], retried["run_id"])
+            }
+    assert failed["data"]["usage"]["total_tokens"] == 110
+    own = completed["data"]["usage"]
+    assert (own["requests"], own["input_tokens"], own["total_tokens"]) == (1, 200, 220)
+    assert views[first["run_id"]]["usage"]["total_tokens"] == 110
+    assert views[retried["run_id"]]["usage"]["total_tokens"] == 220
 
 
 async def test_an_approved_side_effect_is_not_made_again(
