@@ -269,11 +269,10 @@ class Connection:
                     )
                     await self._step(session.FrameTooLarge())
                     raise Closed()
-                await self.send_or_queue(
-                    protocol.error_frame(
-                        None, ErrorCode.BAD_REQUEST, "binary frames are not supported"
-                    )
-                )
+                # Answered as any frame that does not parse: a first frame that is not a
+                # hello closes the socket (4001), a later one gets its error.
+                refused = ProtocolError(ErrorCode.BAD_REQUEST, "binary frames are not supported")
+                await self._step(session.FrameInvalid(refused))
                 continue
             if len(text) > limit or (len(text) * 4 > limit and len(text.encode()) > limit):
                 log.info(

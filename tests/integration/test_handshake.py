@@ -24,7 +24,9 @@ from tests.support.gateway import ROOT, TEST_SECRET, Gateway
 CLOSE_UNAUTHORIZED = 4001
 
 
-async def refused_handshake(gw: Gateway, *frames: str) -> tuple[list[dict[str, Any]], int | None]:
+async def refused_handshake(
+    gw: Gateway, *frames: str | bytes
+) -> tuple[list[dict[str, Any]], int | None]:
     """Send `frames` raw, collect what the server answers until it closes; return the frames
     and the close code."""
     received: list[dict[str, Any]] = []
@@ -77,6 +79,24 @@ async def test_malformed_first_frame_closes_4001(gateway: Gateway) -> None:
     frames, code = await refused_handshake(gateway, "this is not json")
     assert code == CLOSE_UNAUTHORIZED
     assert [f["type"] for f in frames] == ["error"]
+
+
+async def test_binary_first_frame_closes_4001(gateway: Gateway) -> None:
+    first = hello(gateway.token("alice")).encode()
+    frames, code = await refused_handshake(gateway, first)
+    assert_refused(frames, code, "bad_request")
+    assert frames[0]["message"] == "binary frames are not supported"
+
+
+async def test_binary_frame_after_hello_is_refused_and_the_socket_stays(gateway: Gateway) -> None:
+    client = await Client.connect(gateway.ws_url, gateway.token("alice", "user"))
+    try:
+        await client.send_raw(b'{"type": "ping", "id": "p1"}')
+        error = await client.wait_for(lambda f: f.get("type") == "error")
+        assert (error["code"], error["ref"]) == ("bad_request", None)
+        assert (await client.request("ping"))["type"] == "pong"
+    finally:
+        await client.close()
 
 
 async def test_bad_token_is_unauthorized(gateway: Gateway) -> None:
