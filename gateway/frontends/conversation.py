@@ -152,11 +152,13 @@ async def decide_all(
             raise GatewayError(
                 ErrorCode.BAD_REQUEST, f"reason is longer than {MAX_REASON_CHARS} characters"
             )
-        approval = await services.runs.decisions.vet(
-            principal, decision.approval_id, _verb(decision), decision.arguments
+        await services.runs.decisions.vet(
+            principal,
+            decision.approval_id,
+            _verb(decision),
+            decision.arguments,
+            thread_id=thread_id,
         )
-        if thread_id is not None and approval.thread_id != thread_id:
-            raise not_found("approval not found in this conversation")
     for decision in decisions:
         await services.runs.decisions.decide(
             principal, decision.approval_id, _verb(decision), decision.reason, decision.arguments

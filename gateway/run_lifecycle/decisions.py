@@ -135,12 +135,17 @@ class Decisions:
         approval_id: str,
         decision: str,
         arguments: dict[str, Any] | None = None,
+        *,
+        thread_id: str | None = None,
     ) -> ApprovalRecord:
         """Refuse, changing nothing, a decision `decide` would refuse for who is asking, for
         the approval's state or for its edited `arguments`: several decisions sent together
         are all vetted before the first is recorded. (`decide` checks everything again under
-        the thread's lock.)"""
+        the thread's lock.) `thread_id`: the conversation the decision was sent to; an
+        approval of another is not found there, before anything about it is told."""
         approval, run, thread = await self._ctx.approval_for(principal, approval_id)
+        if thread_id is not None and approval.thread_id != thread_id:
+            raise not_found("approval not found in this conversation")
         self._check_request(principal, approval, run, thread, decision, arguments)
         if approval.status is not ApprovalStatus.PENDING:
             raise conflict(settled_message(approval))

@@ -564,6 +564,16 @@ async def test_forged_and_decided_approval_ids_change_nothing(
             "/v1/ai-sdk/chat", json=body("chat-forge", answered(approval_id)), headers=auth(gateway)
         )
         assert again.status_code == 409, again.text
+        # Sent to another of the user's chats, paused too, the decided id is not found
+        # there: nothing about it (decided, or whom it waits for) is told.
+        mine = await http.post(
+            "/v1/ai-sdk/chat", json=body("chat-mine", user(REFUND)), headers=auth(gateway)
+        )
+        assert mine.status_code == 200
+        elsewhere = await http.post(
+            "/v1/ai-sdk/chat", json=body("chat-mine", answered(approval_id)), headers=auth(gateway)
+        )
+        assert elsewhere.status_code == 404, elsewhere.text
         log = await events_of(gateway, "chat-forge")
     assert len([e for e in log if e["event"] == "approval.decided"]) == 1
 
