@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from agents.testing import ModelStep
 
 from gateway.agents.demo.assistant import refund_text
 from gateway.agents.registry import AgentRegistry
@@ -23,7 +24,14 @@ from gateway.frontends.ag_ui.http import _frame
 from tests.integration.test_cross_process import TOKEN, bus_env, pair
 from tests.support.ag_ui_input import resolved, run_input
 from tests.support.ag_ui_logs import reasoning_log, refund_log
-from tests.support.agents import EffectLog, handoff_graph, nested_graph
+from tests.support.agents import (
+    EffectLog,
+    handoff_graph,
+    nested_graph,
+    refuse,
+    say,
+    scripted_graph,
+)
 from tests.support.gateway import ROOT, Gateway, GatewayProcess, spawn_gateway
 from tests.support.node_scripts import FRONTEND_PACKAGES, node_or_skip, node_script
 
@@ -261,6 +269,52 @@ async def test_stop_cancels_the_run_and_each_client_gets_an_ending_it_accepts(
     # The stopped message is closed and stays as it was streamed, as the gateway keeps it.
     assert [m["role"] for m in done["messages"]] == ["user", "assistant"]
     assert 0 < len(done["messages"][1]["content"].split()) < 200
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_a_refusal_reaches_the_client(
+    gateway_factory: Callable[..., Any], version: str
+) -> None:
+    """A refusal streams no text deltas: its text is only in `message.completed`."""
+    refusal = "I can't help with that request."
+    graph, _ = scripted_graph(
+        "refuser",
+        [ModelStep(output=[refuse(refusal)]), ModelStep(output=[say("Something else, then.")])],
+        EffectLog(),
+    )
+    path = f"/v1/ag-ui/{graph.name}"
+    thread_id = f"refused-{version}"
+    async with (
+        gateway_factory(registry=AgentRegistry([graph])) as gateway,
+        gateway.http() as http,
+    ):
+        headers = auth(gateway)
+        response = await http.post(
+            path, json=run_input(thread_id, "run-1", "do something bad"), headers=headers
+        )
+        received = [event for _, event in frames(response.text)]
+        replayed = await drive(
+            f"{gateway.http_url}{path}",
+            gateway.token("alice", "user"),
+            "connect",
+            thread_id,
+            version=version,
+        )
+        response = await http.post(
+            path, json=run_input(thread_id, "run-2", "what else?"), headers=headers
+        )
+        snapshot = next(e for _, e in frames(response.text) if e["type"] == "MESSAGES_SNAPSHOT")
+    types = [e["type"] for e in received]
+    at = types.index("TEXT_MESSAGE_END")
+    assert types[at - 1] == "TEXT_MESSAGE_CONTENT" and received[at - 1]["delta"] == refusal
+    # A client replaying the thread holds it, and so does the next run's snapshot.
+    assert replayed.get("error") is None, replayed
+    assert [m.get("content") for m in replayed["messages"]] == ["do something bad", refusal]
+    assert [m.get("content") for m in snapshot["messages"]] == [
+        "do something bad",
+        refusal,
+        "what else?",
+    ]
 
 
 async def test_a_reviewer_deciding_elsewhere_shows_on_the_next_connect(gateway: Gateway) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from agents import Agent, FunctionTool, handoff
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
+from openai.types.responses import ResponseOutputMessage, ResponseOutputRefusal
 
 from gateway.agents.demo.assistant import demo_graph
 from gateway.agents.exactly_once import Policy, run_once
@@ -80,6 +81,18 @@ def call(name: str, call_id: str, **arguments: Any) -> Any:
 
 def say(text: str) -> Any:
     return assistant_message(text)
+
+
+def refuse(text: str, message_id: str = "msg_refusal") -> Any:
+    """A model's refusal: an output message whose only content is `refusal`, streamed as
+    refusal deltas, which carry no output text."""
+    return ResponseOutputMessage(
+        id=message_id,
+        type="message",
+        role="assistant",
+        status="completed",
+        content=[ResponseOutputRefusal(type="refusal", refusal=text)],
+    )
 
 
 def scripted_graph(

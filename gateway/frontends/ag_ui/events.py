@@ -330,11 +330,26 @@ class ThreadProjection:
             message["content"] = (message.get("content") or "") + delta
 
     def _message_completed(self, run_id: str, data: dict[str, Any]) -> list[Event]:
+        """The message ends as `text` has it. Text the deltas did not carry (a model's
+        refusal arrives only here) is streamed before the end, or, where it does not extend
+        what was streamed, restated by a snapshot after it."""
         run = self._current(run_id)
-        if run is None or run.message_id != data.get("message_id"):
+        message_id = data.get("message_id")
+        if run is None or message_id is None or run.message_id != message_id:
             return []
         run.message_id = None
-        return [self._event(TextMessageEndEvent(message_id=data["message_id"]))]
+        message = self._message(message_id)
+        text = data.get("text")
+        streamed = "" if message is None else str(message.get("content") or "")
+        end = self._event(TextMessageEndEvent(message_id=message_id))
+        if message is None or not isinstance(text, str) or text == streamed:
+            return [end]
+        if text.startswith(streamed):
+            rest = text[len(streamed) :]
+            self._grow(message_id, rest)
+            return [self._event(TextMessageContentEvent(message_id=message_id, delta=rest)), end]
+        message["content"] = text
+        return [end, self._snapshot()]
 
     def _message_aborted(self, run_id: str, data: dict[str, Any]) -> list[Event]:
         """Closed, then dropped from the conversation (the native protocol's "drop its
