@@ -32,6 +32,7 @@ from tests.support.agents import (
     say,
     scripted_graph,
 )
+from tests.support.client import Client
 from tests.support.gateway import ROOT, Gateway, GatewayProcess, spawn_gateway
 from tests.support.node_scripts import FRONTEND_PACKAGES, node_or_skip, node_script
 
@@ -904,6 +905,77 @@ async def test_a_pause_with_two_approvals_needs_both_answered(
     assert results.keys() == {i["toolCallId"] for i in interrupts}
     assert results[interrupts[1]["toolCallId"]] == "The user cancelled this call."
     assert continuation[-1][1]["type"] == "RUN_FINISHED"
+
+
+async def connect_until_it_ends(
+    http: httpx.AsyncClient, headers: dict[str, str], body: dict[str, Any], cursor: int | None
+) -> list[tuple[int, dict[str, Any]]]:
+    """A connect's frames, once it has ended by itself (a stream still open after a few
+    heartbeats fails the test)."""
+    if cursor is not None:
+        headers = {**headers, "Last-Event-ID": str(cursor)}
+    try:
+        response = await http.post(
+            f"{PATH}/connect", json=body, headers=headers, timeout=httpx.Timeout(5.0)
+        )
+    except httpx.ReadTimeout:
+        raise AssertionError(f"the connect from {cursor} did not end") from None
+    assert response.status_code == 200, response.text
+    return frames(response.text)
+
+
+async def test_a_connect_ends_on_a_quiet_thread_whatever_event_comes_last(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    """A decision made elsewhere after a pause gives no AG-UI event: a connect whose log ends
+    with one ends all the same. So does one from inside a run that was suspended."""
+    async with (
+        gateway_factory(self_approval=True, suspend_grace_s=0.2, demo_delay_ms=15) as gateway,
+        gateway.http() as http,
+    ):
+        headers = auth(gateway)
+        paused = await post_run(
+            http,
+            headers,
+            run_input("half", "run-1", "refund order 42 for 30 dollars and email bob@example.com"),
+        )
+        pause_seq, finished = paused[-1]
+        interrupts = finished["outcome"]["interrupts"]
+        decided = await http.post(
+            f"/v1/approvals/{interrupts[0]['id']}/decision",
+            json={"decision": "approve"},
+            headers=auth(gateway, "bob", "reviewer"),
+        )
+        assert decided.status_code == 200, decided.text
+        body = run_input("half", "c")
+        replayed = await connect_until_it_ends(http, headers, body, None)
+        assert [(s, e["type"]) for s, e in replayed] == [(s, e["type"]) for s, e in paused]
+        assert await connect_until_it_ends(http, headers, body, pause_seq) == []
+
+        # A run of the native protocol suspended for want of a watcher (docs/protocol.md §6).
+        alice = await Client.connect(gateway.ws_url, gateway.token("alice"))
+        ack = await alice.request(
+            "run.start", input="status of orders 11, 12, 13 and 14", on_disconnect="suspend"
+        )
+        output = await alice.wait_event("tool.output")
+        await alice.close()
+        for _ in range(200):
+            run = (await http.get(f"/v1/runs/{ack['run_id']}", headers=headers)).json()["run"]
+            if run["status"] == "suspended":
+                break
+            await asyncio.sleep(0.05)
+        assert run["status"] == "suspended"
+        body = run_input(ack["thread_id"], "c")
+        inside = await connect_until_it_ends(http, headers, body, output["seq"])
+        assert [e["type"] for _, e in inside][:3] == [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "STEP_STARTED",
+        ]
+        replayed = await connect_until_it_ends(http, headers, body, None)
+        assert replayed[0][1]["type"] == "RUN_STARTED"
+    # The connect, a watcher, continued the run (docs/protocol.md §6), and ended with it.
+    assert inside[-1][1]["type"] == "RUN_FINISHED"
 
 
 @pytest.mark.parametrize("which", ["handoff", "nested"])

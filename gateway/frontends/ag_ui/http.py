@@ -44,7 +44,9 @@ from gateway.transport.sse import HEARTBEAT
 # A run that waits for decisions, or for a watcher, streams nothing until someone acts.
 WAITING = frozenset({"waiting_for_review", "suspended"})
 
-Quiet = Callable[[int], Awaitable[bool]]
+# Whether a stream ends after the stored event of this seq; the flag: that event ended an
+# AG-UI run.
+Done = Callable[[int, bool], Awaitable[bool]]
 
 
 def routes() -> list[Route]:
@@ -137,8 +139,8 @@ async def _run(
         raise
     projection.name_next_run(run.run_id)
 
-    async def one_run(_seq: int) -> bool:
-        return True
+    async def one_run(_seq: int, ended: bool) -> bool:
+        return ended
 
     stream = _stream(services, principal, projection, [], one_run)
     return FeedResponse(stream, slot, services=services, principal=principal)
@@ -166,8 +168,10 @@ async def _connect(
         )
     projection = await _projection(services, principal, run, upto=cursor)
 
-    async def quiet(seq: int) -> bool:
+    async def quiet(seq: int, _ended: bool = False) -> bool:
         """Nothing more to stream for now: the log ends here and no run is streaming."""
+        if seq < thread.head_seq:
+            return False  # the log went on past it already
         _, active = await conversation.watched_thread(services, principal, run.thread_id)
         if active is not None and active.status not in WAITING:
             return False
@@ -305,10 +309,13 @@ async def _stream(
     principal: Principal,
     projection: ThreadProjection,
     prelude: list[Event],
-    done: Quiet,
+    done: Done,
 ) -> AsyncIterator[bytes]:
     """The prelude, then each stored event's AG-UI events as one write (so a cut falls
-    between stored events), until `done` says so after an AG-UI run ends."""
+    between stored events), until `done` says so. It is asked between AG-UI runs: after a
+    run's end, and after each stored event that follows it with no AG-UI event (a decision
+    made elsewhere after a pause); asked only after the end, a connect whose log ends with
+    such an event would never end."""
     cursor = projection.seq
     if prelude:
         yield b"".join(_frame(cursor, event) for event in prelude)
@@ -319,10 +326,10 @@ async def _stream(
                 yield HEARTBEAT
                 continue
             events = projection.apply(entry)
-            if not events:
-                continue
-            yield b"".join(_frame(entry.seq, event) for event in events)
-            if any(event["type"] in TERMINAL for event in events) and await done(entry.seq):
+            if events:
+                yield b"".join(_frame(entry.seq, event) for event in events)
+            ended = any(event["type"] in TERMINAL for event in events)
+            if projection.run is None and await done(entry.seq, ended):
                 return
     except StorageUnavailable:
         # Ended without a terminal event: the client sees a cut run, and connects again
