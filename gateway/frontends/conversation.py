@@ -37,6 +37,9 @@ class Decision:
     reason: str | None = None
     # Approve with these arguments instead of the call's (docs/protocol.md §4).
     arguments: dict[str, Any] | None = None
+    # The client abandoned the call rather than deciding it (a rejection all the same): an
+    # expiry has settled it as well.
+    abandoned: bool = False
 
 
 def conversation_id(raw: object, name: str = "id") -> str:
@@ -162,6 +165,22 @@ async def decide_all(
     for decision in decisions:
         await services.runs.decisions.decide(
             principal, decision.approval_id, _verb(decision), decision.reason, decision.arguments
+        )
+
+
+async def check_repeated(
+    services: Services, principal: Principal, decisions: list[Decision]
+) -> None:
+    """Answers sent again for approvals already settled: each must be the decision stored
+    (`Decisions.vet_repeat`), else it is refused; nothing is recorded either way."""
+    for decision in decisions:
+        await services.runs.decisions.vet_repeat(
+            principal,
+            decision.approval_id,
+            _verb(decision),
+            decision.reason,
+            decision.arguments,
+            abandoned=decision.abandoned,
         )
 
 

@@ -152,7 +152,37 @@ class Decisions:
         if run.checkpoint_version != approval.checkpoint_version or run.status.terminal:
             raise conflict("approval was superseded: the run has moved on")
         if approval.expires_at is not None and utcnow() >= approval.expires_at:
+            # Expired now, as `decide` and the sweep expire it: the refusal changes nothing,
+            # but what it found is settled, so that nobody waits for the sweep to learn it.
+            await self._settle_due(approval)
             raise conflict(f"approval {expiry_phrase(approval)}")
+        return approval
+
+    async def vet_repeat(
+        self,
+        principal: Principal,
+        approval_id: str,
+        decision: str,
+        reason: str | None,
+        arguments: dict[str, Any] | None = None,
+        *,
+        abandoned: bool = False,
+    ) -> ApprovalRecord:
+        """An answer sent again for an approval already settled: refused (`conflict`,
+        changing nothing) unless it is the stored decision, the same verdict with the same
+        reason and edited `arguments`; an answer that abandons the call (`abandoned`) also
+        repeats its expiry. What `vet` would refuse of the answer itself is refused first."""
+        approval, run, thread = await self._ctx.approval_for(principal, approval_id)
+        self._check_request(principal, approval, run, thread, decision, arguments)
+        if abandoned and approval.status is ApprovalStatus.EXPIRED:
+            return approval
+        status = ApprovalStatus.APPROVED if decision == "approve" else ApprovalStatus.REJECTED
+        if approval.status is not status:
+            raise conflict(settled_message(approval))
+        if approval.edited_arguments != arguments:
+            raise conflict(f"approval already {status.value}, with other edited arguments")
+        if approval.reason != reason:
+            raise conflict(f"approval already {status.value}, with another reason")
         return approval
 
     async def decide(
@@ -476,26 +506,31 @@ class Decisions:
         Approvals of runs that moved on meanwhile are superseded instead: nobody can decide
         them any more, so nothing is rejected on anyone's behalf.
         """
-        ctx = self._ctx
         expired = 0
-        for due in await ctx.approvals.expired_pending(utcnow()):
+        for due in await self._ctx.approvals.expired_pending(utcnow()):
             try:
-                async with ctx.lock(due.thread_id):
-                    approval = await ctx.approvals.get(due.approval_id)
-                    run = await ctx.runs.get(due.run_id)
-                    if approval is None or run is None:
-                        continue
-                    if approval.status is not ApprovalStatus.PENDING:
-                        continue
-                    if run.status.terminal or run.checkpoint_version != approval.checkpoint_version:
-                        await self._supersede(run, [approval.approval_id], "the run moved on")
-                    elif run.status is RunStatus.WAITING_FOR_REVIEW:
-                        expired += await self._expire_locked(run, approval)
+                expired += await self._settle_due(due)
             except StorageUnavailable:
                 raise
             except Exception:
                 log.error("expiring approval %s failed", due.approval_id, exc_info=True)
         return expired
+
+    async def _settle_due(self, due: ApprovalRecord) -> bool:
+        """Expire an approval past its `expires_at` (read again under its thread's lock), or
+        supersede it if its run moved on. Whether it expired."""
+        ctx = self._ctx
+        async with ctx.lock(due.thread_id):
+            approval = await ctx.approvals.get(due.approval_id)
+            run = await ctx.runs.get(due.run_id)
+            if approval is None or run is None or approval.status is not ApprovalStatus.PENDING:
+                return False
+            if run.status.terminal or run.checkpoint_version != approval.checkpoint_version:
+                await self._supersede(run, [approval.approval_id], "the run moved on")
+                return False
+            if run.status is RunStatus.WAITING_FOR_REVIEW:
+                return await self._expire_locked(run, approval)
+            return False
 
     def start_expiry(self) -> None:
         """Sweep for expired approvals every `approval_sweep_s`, when approvals expire at all.

@@ -473,6 +473,67 @@ async def test_a_replayed_resume_streams_the_continuation_again(
     assert otherwise.status_code == 409, otherwise.text
 
 
+async def test_a_resume_sent_again_must_repeat_the_answers(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(self_approval=True) as gateway, gateway.http() as http:
+        headers = auth(gateway)
+        interrupts = {}
+        for thread_id in ("edits-approved", "edits-rejected"):
+            [interrupts[thread_id]] = (await pause(http, headers, thread_id))["outcome"][
+                "interrupts"
+            ]
+
+        def resuming(thread_id: str, **payload: Any) -> dict[str, Any]:
+            answer = resolved(interrupts[thread_id]["id"], **payload)
+            return run_input(thread_id, "run-2", resume=[answer])
+
+        edited = {"order_id": 42, "amount": 12.5}
+        given = {
+            "edits-approved": resuming("edits-approved", approved=True, editedArgs=edited),
+            "edits-rejected": resuming("edits-rejected", approved=False, reason="not today"),
+        }
+        for body in given.values():
+            await post_run(http, headers, body)
+        before = {t: await thread_state(gateway, t) for t in given}
+        attempts = {
+            "other edited arguments": (
+                resuming("edits-approved", approved=True, editedArgs={"order_id": 42, "amount": 1}),
+                409,
+            ),
+            "no edited arguments": (resuming("edits-approved", approved=True), 409),
+            "a reason besides": (
+                resuming("edits-approved", approved=True, editedArgs=edited, reason="ok"),
+                409,
+            ),
+            "edited arguments the tool's schema refuses": (
+                resuming("edits-approved", approved=True, editedArgs={"amount": "lots"}),
+                400,
+            ),
+            "another reason": (resuming("edits-rejected", approved=False, reason="never"), 409),
+            "no reason": (resuming("edits-rejected", approved=False), 409),
+            "cancelled instead": (
+                run_input(
+                    "edits-rejected",
+                    "run-2",
+                    resume=[
+                        {"interruptId": interrupts["edits-rejected"]["id"], "status": "cancelled"}
+                    ],
+                ),
+                409,
+            ),
+        }
+        for name, (body, status) in attempts.items():
+            response = await http.post(PATH, json=body, headers=headers)
+            assert response.status_code == status, (name, response.text)
+            assert response.json()["error"]["message"], name
+        assert {t: await thread_state(gateway, t) for t in given} == before
+        # The same answers again: the continuation, streamed again.
+        for body in given.values():
+            again = await post_run(http, headers, body)
+            assert again[-1][1]["type"] == "RUN_FINISHED"
+
+
 async def test_copilotkit_habits_a_reused_run_id_and_a_synthetic_tool_message(
     gateway_factory: Callable[..., Any],
 ) -> None:
@@ -711,10 +772,11 @@ async def test_a_connect_after_the_gateway_restarts_is_exact(
     assert len(resumed["messages"][-1]["content"].split()) > 200
 
 
-async def test_a_resume_of_an_expired_interrupt_is_refused_and_changes_nothing(
+async def test_a_resume_of_an_expired_interrupt_is_refused_and_records_the_expiry(
     gateway_factory: Callable[..., Any],
 ) -> None:
-    # Expired before the sweep has rejected it: the decision itself must be refused.
+    # Expired before the sweep has rejected it: the decision itself must be refused, and the
+    # expiry it found is recorded at once, as the sweep would record it.
     async with (
         gateway_factory(self_approval=True, approval_ttl_s=1.0, approval_sweep_s=3600) as gateway,
         gateway.http() as http,
@@ -724,14 +786,54 @@ async def test_a_resume_of_an_expired_interrupt_is_refused_and_changes_nothing(
         [interrupt] = finished["outcome"]["interrupts"]
         assert "expiresAt" in interrupt
         await asyncio.sleep(1.2)
-        before = await thread_state(gateway, "expired")
-        resume = [resolved(interrupt["id"], approved=True)]
-        response = await http.post(
-            PATH, json=run_input("expired", "run-2", resume=resume), headers=headers
-        )
-        assert response.status_code == 409, response.text
-        assert "expired" in response.json()["error"]["message"]
-        assert await thread_state(gateway, "expired") == before
+        for _ in range(2):
+            response = await http.post(
+                PATH,
+                json=run_input(
+                    "expired", "run-2", resume=[resolved(interrupt["id"], approved=True)]
+                ),
+                headers=headers,
+            )
+            assert response.status_code == 409, response.text
+            assert "expired" in response.json()["error"]["message"]
+        log = (await http.get("/v1/threads/expired/events", headers=headers)).json()["events"]
+    decided = [e["data"] for e in log if e["event"] == "approval.decided"]
+    assert [(d["approval_id"], d["decision"], d.get("expired")) for d in decided] == [
+        (interrupt["id"], "reject", True)
+    ]
+
+
+async def test_an_expired_interrupt_is_cancelled_and_the_conversation_goes_on(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    """`@ag-ui/client` answers an expired interrupt only with `cancelled`: that answer, before
+    the sweep has run, is taken at once, and the next message after it."""
+    async with gateway_factory(
+        self_approval=True, approval_ttl_s=1.0, approval_sweep_s=3600
+    ) as gateway:
+        config = {
+            "scenario": "expired",
+            "url": f"{gateway.http_url}{PATH}",
+            "token": gateway.token("alice", "user"),
+            "threadId": "expired-cancelled",
+            "version": "1.0",
+            "input": REFUND,
+        }
+        async with node_script("ag_ui.mjs", config, package="@ag-ui/client") as script:
+            await script.until("interrupted", timeout_s=60)
+            await asyncio.sleep(1.2)
+            script.tell({"expired": True})
+            cancelled = await script.until("cancelled", timeout_s=60)
+            done = await script.until("done", timeout_s=60)
+    assert cancelled["expired"] is True
+    assert "Cancel it to continue" in cancelled["approved"]["error"]
+    assert cancelled.get("error") is None, cancelled
+    assert cancelled["pendingInterrupts"] == []
+    [result] = [m for m in cancelled["messages"] if m["role"] == "tool"]
+    assert result["content"] == "The approval request expired after 1 second without a decision."
+    assert done.get("error") is None, done
+    assert [m["role"] for m in done["messages"]][-2:] == ["user", "assistant"]
+    assert done["messages"][-1]["content"]
 
 
 def test_the_gateway_agent_declarations_compile_against_ag_ui_client(tmp_path: Path) -> None:

@@ -258,11 +258,16 @@ async def _start(
 
 
 async def _resume(
-    services: Services, principal: Principal, run: RunRequest, projection: ThreadProjection
+    services: Services,
+    principal: Principal,
+    run: RunRequest,
+    projection: ThreadProjection,
+    *,
+    again: bool = True,
 ) -> tuple[int, ThreadProjection]:
     """Decide the newest pause's approvals as `resume` answers them. An answer that repeats
-    a decision already stored is harmless: with nothing left to decide, the continuation is
-    streamed again from the pause."""
+    the decision already stored is harmless: with nothing left to decide, the continuation is
+    streamed again from the pause; one that differs is refused."""
     assert run.resume is not None
     pause = projection.pause
     if pause is None:
@@ -271,24 +276,30 @@ async def _resume(
     for decision in run.resume:
         if decision.approval_id not in pause.interrupts:
             raise not_found(f"interrupt {decision.approval_id} is not open on this conversation")
-        stored = pause.decisions.get(decision.approval_id)
-        if stored is not None and stored != _verb(decision):
-            raise conflict(f"interrupt {decision.approval_id} was already decided ({stored})")
     missing = [i for i in pause.open_ids if i not in answered]
     if missing:
         raise GatewayError(
             ErrorCode.BAD_REQUEST,
             f"resume must answer every open interrupt; missing: {', '.join(missing)}",
         )
+    await conversation.check_repeated(
+        services, principal, [d for d in run.resume if d.approval_id in pause.decisions]
+    )
     fresh = [d for d in run.resume if d.approval_id not in pause.decisions]
-    if fresh:
+    if not fresh:
+        return pause.seq, await _projection(services, principal, run, upto=pause.seq)
+    try:
         await conversation.decide_all(services, principal, fresh)
-        return projection.seq, projection
-    return pause.seq, await _projection(services, principal, run, upto=pause.seq)
-
-
-def _verb(decision: conversation.Decision) -> str:
-    return "approve" if decision.approve else "reject"
+    except GatewayError as exc:
+        if exc.code is not ErrorCode.CONFLICT or not again:
+            raise
+        # Settled meanwhile: the same answer from another request, or an expiry the refusal
+        # just recorded. Looked at again, once, the answer may repeat what is stored now.
+        thread = await conversation.existing_thread(services, principal, run.thread_id)
+        head = projection.seq if thread is None else thread.head_seq
+        await _catch_up(services, principal, projection, upto=head)
+        return await _resume(services, principal, run, projection, again=False)
+    return projection.seq, projection
 
 
 # -- the stream -------------------------------------------------------------------------------

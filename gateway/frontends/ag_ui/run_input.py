@@ -85,7 +85,7 @@ def _text(content: Any) -> str:
 
 def _decision(entry: Any) -> Decision:
     if entry.status == "cancelled":
-        return Decision(entry.interrupt_id, approve=False, reason=CANCELLED_REASON)
+        return Decision(entry.interrupt_id, approve=False, reason=CANCELLED_REASON, abandoned=True)
     payload = entry.payload
     if not isinstance(payload, dict) or not isinstance(payload.get("approved"), bool):
         raise GatewayError(

@@ -114,6 +114,25 @@ const scenarios = {
     emit("done", { ...summary(runner), ...next });
   },
 
+  async expired() {
+    const runner = agent();
+    say(runner, config.input);
+    await runner.runAgent();
+    emit("interrupted", summary(runner));
+    await told(); // the interrupt expires meanwhile
+    const [interrupt] = runner.pendingInterrupts;
+    const expired = agui.isInterruptExpired(interrupt);
+    // The client lets an expired interrupt be answered only with "cancelled".
+    const approve = { [interrupt.id]: { status: "resolved", payload: { approved: true } } };
+    const approved = await settle(runner.runAgent({ resume: agui.buildResumeArray([interrupt], approve) }));
+    const resume = agui.buildResumeArray(runner.pendingInterrupts, { [interrupt.id]: { status: "cancelled" } });
+    const cancelled = await settle(runner.runAgent({ resume }));
+    emit("cancelled", { ...summary(runner), ...cancelled, expired, approved });
+    say(runner, config.next ?? "something else");
+    const next = await settle(runner.runAgent());
+    emit("done", { ...summary(runner), ...next });
+  },
+
   async decidedElsewhere() {
     const runner = agent();
     say(runner, config.input);
