@@ -318,6 +318,47 @@ async def test_a_refusal_reaches_the_client(
     ]
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("reload", [False, True], ids=["same-agent", "reloaded"])
+async def test_a_run_stopped_while_it_waits_for_a_decision_leaves_no_interrupt_behind(
+    gateway_factory: Callable[..., Any], version: str, reload: bool
+) -> None:
+    """The agent that holds the interrupts cancels them; a fresh one replays the thread.
+    Either way the interrupts are gone and a new message is answered."""
+    thread_id = f"stopped-paused-{version}-{reload}"
+    async with gateway_factory(self_approval=True) as gateway:
+        config = {
+            "scenario": "cancelWhilePaused",
+            "url": f"{gateway.http_url}{PATH}",
+            "token": gateway.token("alice", "user"),
+            "threadId": thread_id,
+            "version": version,
+            "input": REFUND,
+            "reload": reload,
+            "next": "hello again",
+        }
+        async with node_script("ag_ui.mjs", config, package="@ag-ui/client") as script:
+            interrupted = await script.until("interrupted", timeout_s=60)
+            cleared = await script.until("cleared", timeout_s=60)
+            done = await script.until("done", timeout_s=60)
+        _, statuses = await thread_state(gateway, thread_id)
+    assert len(interrupted["pendingInterrupts"]) == 1
+    assert cleared["stopped"] is True
+    assert cleared.get("error") is None, cleared
+    if not reload:
+        assert "not addressed by resume" in cleared["refused"]["error"]
+    assert cleared["pendingInterrupts"] == []
+    ending = cleared["finished"][-1]
+    if version == "1.0":
+        assert ending["type"] == "RUN_FINISHED" and ending["outcome"] == {"type": "cancelled"}
+    else:
+        assert ending["type"] == "RUN_FINISHED" and "outcome" not in ending
+    assert done.get("error") is None, done
+    assert [m["content"] for m in done["messages"] if m["role"] == "user"][-1] == "hello again"
+    assert done["messages"][-1]["content"] == 'You said: "hello again"'
+    assert sorted(statuses) == ["cancelled", "completed"]
+
+
 async def test_a_reviewer_deciding_elsewhere_shows_on_the_next_connect(gateway: Gateway) -> None:
     config = {
         "scenario": "decidedElsewhere",
@@ -735,6 +776,28 @@ async def test_copilotkit_runs_on_the_gateway_as_its_runtime(
         'You said: "hello there"',
     ]
     assert json.dumps(done["rejoined"]["messages"]) == json.dumps(done["single"]["messages"])
+
+
+async def test_copilotkit_goes_on_after_a_run_stopped_while_it_waits_for_a_decision(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(self_approval=True) as gateway:
+        config = {
+            "scenario": "cancelWhilePaused",
+            "runtimeUrl": f"{gateway.http_url}/v1/copilotkit",
+            "token": gateway.token("alice"),
+            "threadId": "ck-stopped-paused",
+            "input": REFUND,
+        }
+        async with node_script("copilotkit.mjs", config, package="@copilotkit/core") as script:
+            done = await script.until("done", timeout_s=90)
+    for path in ("same", "reload"):
+        result = done[path]
+        assert result["held"] == 1 and result["stopped"] == {"stopped": True}, result
+        assert result["cleared"]["pendingInterrupts"] == [], result
+        after = result["after"]
+        assert after["error"] is None, after
+        assert after["messages"][-1]["content"] == 'You said: "hello again"'
 
 
 async def test_a_connect_after_the_gateway_restarts_is_exact(

@@ -173,6 +173,8 @@ class ThreadProjection:
         self.seq = 0
         self.run: _Run | None = None
         self.pause: Pause | None = None
+        # The newest pause's interrupts when a cancel made them void, until the next run.
+        self.voided: Pause | None = None
         self.messages: list[Event] = []
         self.user_message_ids: set[str] = set()
         # The agent each gateway run is on, kept across its pauses.
@@ -293,7 +295,7 @@ class ThreadProjection:
             # Only a log cut by retention mid-run gets here: that run's end is not stored.
             incomplete = RunErrorEvent(message="the run's end is not in the log", code="incomplete")
             events = [*self._close_run(self.run), self._event(incomplete)]
-        self.pause = None
+        self.pause = self.voided = None
         self._agents[run_id] = str(data.get("agent") or "agent")
         message_id = user_message_id(run_id)
         self.user_message_ids.add(message_id)
@@ -553,12 +555,16 @@ class ThreadProjection:
         if pause is None or pause.run_id != run_id or pause.continued:
             return []
         # Cancelled while it waited for decisions: its AG-UI run already ended with the
-        # interrupts. A short run of its own tells the client they are void.
-        self.pause = None
+        # interrupts. A short run of its own tells the client they are void: 0.x clears a
+        # client's interrupts only on RUN_FINISHED (a RUN_ERROR would leave them, and the
+        # client refuses every new message until they are answered), so it gets one without
+        # an outcome.
+        self.voided, self.pause = pause, None
         events = self._open_run(run_id, f"{run_id}.cancelled")
         run = self.run
         assert run is not None
-        return [*events, *self._close_run(run), self._cancelled(run)]
+        ending = self._finished(run) if self.dialect is Dialect.LEGACY else self._cancelled(run)
+        return [*events, *self._close_run(run), ending]
 
     # -- the client's messages -------------------------------------------------------------
 

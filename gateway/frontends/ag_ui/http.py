@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from gateway.frontends import conversation
 from gateway.frontends.ag_ui import copilotkit
-from gateway.frontends.ag_ui.events import TERMINAL, Event, ThreadProjection
+from gateway.frontends.ag_ui.events import TERMINAL, Event, Pause, ThreadProjection
 from gateway.frontends.ag_ui.run_input import RunRequest, cursor_of, parse_run_input
 from gateway.frontends.thread_log import LogEntry, follow, read_span
 from gateway.protocol.error_codes import ErrorCode, GatewayError, conflict, not_found
@@ -270,6 +270,12 @@ async def _resume(
     streamed again from the pause; one that differs is refused."""
     assert run.resume is not None
     pause = projection.pause
+    voided = projection.voided
+    if pause is None and voided is not None and _abandons(run.resume, voided):
+        # A client that did not see the cancel still holds the void interrupts, and can only
+        # answer them. Abandoning them changes nothing: the short run that voided them is
+        # streamed again, which clears them.
+        return voided.seq, await _projection(services, principal, run, upto=voided.seq)
     if pause is None:
         raise conflict("the conversation has no open interrupt to resume")
     answered = {d.approval_id for d in run.resume}
@@ -300,6 +306,13 @@ async def _resume(
         await _catch_up(services, principal, projection, upto=head)
         return await _resume(services, principal, run, projection, again=False)
     return projection.seq, projection
+
+
+def _abandons(answers: list[conversation.Decision], voided: Pause) -> bool:
+    """Whether `answers` only abandon (`cancelled`) interrupts of the void pause."""
+    return bool(answers) and all(
+        answer.abandoned and answer.approval_id in voided.interrupts for answer in answers
+    )
 
 
 # -- the stream -------------------------------------------------------------------------------

@@ -133,6 +133,32 @@ const scenarios = {
     emit("done", { ...summary(runner), ...next });
   },
 
+  async cancelWhilePaused() {
+    // Stopped while it waits for a decision. With `reload`, a fresh agent replays the
+    // thread; without, the agent that holds the interrupts answers them "cancelled".
+    const runner = agent();
+    say(runner, config.input);
+    await runner.runAgent();
+    emit("interrupted", summary(runner));
+    const stopped = await runner.stopRun();
+    let chat = runner;
+    let cleared;
+    if (config.reload) {
+      chat = agent();
+      cleared = await settle(chat.connectAgent());
+    } else {
+      say(runner, "never mind");
+      const refused = await settle(runner.runAgent());
+      const answers = Object.fromEntries(runner.pendingInterrupts.map((i) => [i.id, { status: "cancelled" }]));
+      const resume = agui.buildResumeArray(runner.pendingInterrupts, answers);
+      cleared = { ...(await settle(runner.runAgent({ resume }))), refused };
+    }
+    emit("cleared", { ...summary(chat), ...cleared, stopped });
+    say(chat, config.next ?? "something else");
+    const next = await settle(chat.runAgent());
+    emit("done", { ...summary(chat), ...next });
+  },
+
   async decidedElsewhere() {
     const runner = agent();
     say(runner, config.input);
