@@ -359,6 +359,62 @@ async def test_a_run_stopped_while_it_waits_for_a_decision_leaves_no_interrupt_b
     assert sorted(statuses) == ["cancelled", "completed"]
 
 
+async def finished_run(http: httpx.AsyncClient, headers: dict[str, str], run_id: str) -> str:
+    for _ in range(200):
+        run = (await http.get(f"/v1/runs/{run_id}", headers=headers)).json()["run"]
+        if run["status"] in ("completed", "failed", "cancelled"):
+            return str(run["status"])
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {run_id} did not finish")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_a_regenerate_and_a_retry_leave_the_conversation_the_agent_sees(
+    gateway: Gateway, version: str
+) -> None:
+    """A regenerated answer replaces the earlier input and answer; a retry answers the failed
+    run's input again, not a second copy of it (docs/protocol.md §4)."""
+    regenerated, retried = f"regenerated-{version}", f"retried-{version}"
+    async with gateway.http() as http:
+        headers = auth(gateway)
+        await post_run(http, headers, run_input(regenerated, "run-1", "hello"))
+        again = await http.post(
+            f"/v1/threads/{regenerated}/regenerate", json={"input": "bye"}, headers=headers
+        )
+        assert again.status_code == 200, again.text
+        assert await finished_run(http, headers, again.json()["run_id"]) == "completed"
+        failed = await post_run(http, headers, run_input(retried, "run-1", "flaky order 7"))
+        assert failed[-1][1]["type"] == "RUN_ERROR"
+        log = (await http.get(f"/v1/threads/{retried}/events", headers=headers)).json()
+        retry = await http.post(f"/v1/runs/{log['events'][0]['run_id']}/retry", headers=headers)
+        assert retry.status_code == 200, retry.text
+        assert retry.json()["checkpoint_version"] is not None  # from the failed run's boundary
+        assert await finished_run(http, headers, retry.json()["run_id"]) == "completed"
+        following = await post_run(http, headers, run_input(regenerated, "run-3", "and?"))
+    snapshot = next(e for _, e in following if e["type"] == "MESSAGES_SNAPSHOT")
+    assert [(m["role"], m["content"]) for m in snapshot["messages"]] == [
+        ("user", "bye"),
+        ("assistant", 'You said: "bye"'),
+        ("user", "and?"),
+    ]
+    # A client that replays either conversation holds what the agent sees.
+    token = gateway.token("alice", "user")
+    url = f"{gateway.http_url}{PATH}"
+    replayed = await drive(url, token, "connect", regenerated, version=version)
+    assert [m["content"] for m in replayed["messages"]] == [
+        "bye",
+        'You said: "bye"',
+        "and?",
+        'You said: "and?"',
+    ]
+    replayed = await drive(url, token, "connect", retried, version=version)
+    assert replayed.get("error") is None, replayed
+    messages = replayed["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert messages[0]["content"] == "flaky order 7"
+    assert messages[1]["toolCalls"][0]["id"] == messages[2]["toolCallId"]
+
+
 async def test_a_reviewer_deciding_elsewhere_shows_on_the_next_connect(gateway: Gateway) -> None:
     config = {
         "scenario": "decidedElsewhere",

@@ -62,6 +62,8 @@ from ag_ui.core import (
 )
 from ag_ui.core.events import RunFinishedCancelledOutcome, RunFinishedInterruptOutcome
 
+from gateway.frontends.answered_again import AnsweredAgain
+
 Event = dict[str, Any]
 
 # What an approval's answer may hold. `editedArgs` (a full replacement of the call's arguments)
@@ -177,6 +179,13 @@ class ThreadProjection:
         self.voided: Pause | None = None
         self.messages: list[Event] = []
         self.user_message_ids: set[str] = set()
+        # Which messages each gateway run made, in order; how many of them stood at its
+        # newest boundary (where a retry goes on from); and the run whose input each run
+        # answers (its own, or a failed run's for a retry): what a regenerate or a retry
+        # takes out of the conversation.
+        self._made: dict[str, list[str]] = {}
+        self._kept: dict[str, int] = {}
+        self._turn: dict[str, str] = {}
         # The agent each gateway run is on, kept across its pauses.
         self._agents: dict[str, str] = {}
         self._next_name: str | None = None
@@ -297,9 +306,24 @@ class ThreadProjection:
             events = [*self._close_run(self.run), self._event(incomplete)]
         self.pause = self.voided = None
         self._agents[run_id] = str(data.get("agent") or "agent")
-        message_id = user_message_id(run_id)
-        self.user_message_ids.add(message_id)
-        self.messages.append({"id": message_id, "role": "user", "content": data.get("input", "")})
+        again = AnsweredAgain.of(data)
+        if again.supersedes is not None:
+            self._forget_turn(self._turn.get(again.supersedes, again.supersedes))
+        if again.retries is not None:
+            # The failed run's input is answered again, not repeated: the conversation goes
+            # back to where the retry goes on from, as the agent's history does.
+            failed = again.retries
+            turn = self._turn[run_id] = self._turn.get(failed, failed)
+            if again.from_boundary:
+                self._forget(self._made.get(failed, [])[self._kept.get(failed, 0) :])
+            else:
+                self._forget_turn(turn, keep=user_message_id(turn))
+        else:
+            self._turn[run_id] = run_id
+            message_id = user_message_id(run_id)
+            self.user_message_ids.add(message_id)
+            self._add(run_id, {"id": message_id, "role": "user", "content": data.get("input", "")})
+        self._kept[run_id] = len(self._made.get(run_id, []))
         return events + self._open_run(run_id, run_id)
 
     def _message_started(self, run_id: str, data: dict[str, Any]) -> list[Event]:
@@ -311,7 +335,7 @@ class ThreadProjection:
             events.append(self._event(TextMessageEndEvent(message_id=run.message_id)))
         message_id = data["message_id"]
         run.message_id = run.turn_parent = message_id
-        self.messages.append({"id": message_id, "role": "assistant", "content": ""})
+        self._add(run_id, {"id": message_id, "role": "assistant", "content": ""})
         events.append(self._event(TextMessageStartEvent(message_id=message_id, role="assistant")))
         return events
 
@@ -389,7 +413,7 @@ class ThreadProjection:
         owner = self._message(parent)
         if owner is None or owner.get("role") != "assistant":
             owner = {"id": parent, "role": "assistant", "toolCalls": []}
-            self.messages.append(owner)
+            self._add(run_id, owner)
         owner.setdefault("toolCalls", []).append(
             {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
         )
@@ -416,6 +440,10 @@ class ThreadProjection:
         self._insert_tool_message(
             {"id": message_id, "toolCallId": call_id, "role": "tool", "content": content}
         )
+        made = self._made.setdefault(run_id, [])
+        made.append(message_id)
+        # A turn's outputs are a boundary: a retry goes on from the newest.
+        self._kept[run_id] = len(made)
         # The snapshot after the result: `@ag-ui/client` builds a tool message from the
         # result with its keys in another order than a snapshot's tool message gets from its
         # schema, so a client that later picks the run up from a prelude would hold the same
@@ -441,7 +469,7 @@ class ThreadProjection:
         events = self._close_reasoning(run)
         reasoning_id = str(data["reasoning_id"])
         run.reasoning_id = reasoning_id
-        self.messages.append({"id": reasoning_id, "role": "reasoning", "content": ""})
+        self._add(run_id, {"id": reasoning_id, "role": "reasoning", "content": ""})
         return [*events, *self._reasoning_opened(reasoning_id)]
 
     def _reasoning_delta(self, run_id: str, data: dict[str, Any]) -> list[Event]:
@@ -510,6 +538,7 @@ class ThreadProjection:
             return []
         interrupts = run.requested
         self.pause = Pause(run_id, self.seq, {i["id"]: i for i in interrupts})
+        self._kept[run_id] = len(self._made.get(run_id, []))  # a pause is a boundary too
         outcome = RunFinishedInterruptOutcome(
             interrupts=[Interrupt.model_validate(i) for i in interrupts]
         )
@@ -567,6 +596,26 @@ class ThreadProjection:
         return [*events, *self._close_run(run), ending]
 
     # -- the client's messages -------------------------------------------------------------
+
+    def _add(self, run_id: str, message: Event) -> None:
+        self.messages.append(message)
+        self._made.setdefault(run_id, []).append(message["id"])
+
+    def _forget(self, message_ids: list[str]) -> None:
+        gone = set(message_ids)
+        self.messages = [m for m in self.messages if m["id"] not in gone]
+
+    def _forget_turn(self, turn: str, keep: str | None = None) -> None:
+        """The messages of every run that answered `turn`'s input (but `keep`)."""
+        self._forget(
+            [
+                message_id
+                for run_id, answered in self._turn.items()
+                if answered == turn
+                for message_id in self._made.get(run_id, [])
+                if message_id != keep
+            ]
+        )
 
     def _message(self, message_id: Any) -> Event | None:
         return next((m for m in self.messages if m["id"] == message_id), None)
