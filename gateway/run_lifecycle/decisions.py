@@ -138,10 +138,11 @@ class Decisions:
         *,
         thread_id: str | None = None,
     ) -> ApprovalRecord:
-        """Refuse, changing nothing, a decision `decide` would refuse for who is asking, for
-        the approval's state or for its edited `arguments`: several decisions sent together
-        are all vetted before the first is recorded. (`decide` checks everything again under
-        the thread's lock.) `thread_id`: the conversation the decision was sent to; an
+        """Refuse, recording nothing of it, a decision `decide` would refuse for who is
+        asking, for the approval's state or for its edited `arguments`: several decisions sent
+        together are all vetted before the first is recorded. (`decide` checks everything again
+        under the thread's lock.) An approval found past its `expires_at` is expired on the
+        way, as `decide` expires it. `thread_id`: the conversation the decision was sent to; an
         approval of another is not found there, before anything about it is told."""
         approval, run, thread = await self._ctx.approval_for(principal, approval_id)
         if thread_id is not None and approval.thread_id != thread_id:
