@@ -18,7 +18,7 @@ from agents.testing import ModelStep, ScriptedModel
 
 from gateway.agents.registry import AgentGraph, AgentRegistry
 from tests.integration.test_cross_process import TOKEN, bus_env, pair
-from tests.support.agents import say
+from tests.support.agents import EffectLog, call, effect_tool, say
 from tests.support.gateway import Gateway, GatewayProcess
 from tests.support.node_scripts import node_or_skip, node_script
 
@@ -285,6 +285,89 @@ async def test_a_chat_dropped_while_a_reviewer_decides_rejoins_with_resume(
     message = assistant(result)
     assert tool_part(message)["state"] == "output-available"
     history = await server_messages(gateway, chat_id)
+    assert comparable(history[1]) == comparable(message)
+
+
+def mixed_pause() -> AgentRegistry:
+    """A pause with a call its user confirms (`confirm`) beside one only a reviewer decides
+    (`charge`)."""
+    effects = EffectLog()
+
+    def build() -> Agent[Any]:
+        model = ScriptedModel(
+            [
+                ModelStep(output=[call("confirm", "call_c"), call("charge", "call_r")]),
+                ModelStep(output=[say("both done")]),
+            ]
+        )
+        tools = [effect_tool(effects, name, needs_approval=True) for name in ("confirm", "charge")]
+        return Agent(name="mixed", instructions="test agent", model=model, tools=tools)
+
+    graph = AgentGraph(
+        name="mixed",
+        version="1",
+        build=build,
+        decided_by={"confirm": "user", "charge": "reviewer"},
+    )
+    return AgentRegistry([graph])
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_pause_mixing_the_users_call_and_a_reviewers_ends_for_the_user(
+    gateway_factory: Callable[..., Any], transport: str
+) -> None:
+    async with gateway_factory(mixed_pause()) as gateway:
+        chat_id = f"chat-{transport}-mixed"
+        async with node_script(
+            "ai_sdk_chat.mjs", config(gateway, "mixed", transport, chat_id, text="go")
+        ) as script:
+            paused = await script.until("paused")
+            # The response ended (useChat sends answers only then), with both calls waiting.
+            assert paused["status"] == "ready"
+            assert paused["calls"] == [
+                {"type": "tool-confirm", "state": "approval-requested", "canDecide": True},
+                {"type": "tool-charge", "state": "approval-requested", "canDecide": False},
+            ]
+            answered = await script.until("answered")
+            assert answered["status"] == "streaming"
+            approval_id = next(
+                e["data"]["approval_id"]
+                for e in await events_of(gateway, chat_id)
+                if e["event"] == "approval.requested" and e["data"]["tool_name"] == "charge"
+            )
+            async with gateway.http() as http:
+                decided = await http.post(
+                    f"/v1/approvals/{approval_id}/decision",
+                    json={"decision": "approve"},
+                    headers=auth(gateway, "bob", "reviewer"),
+                )
+            assert decided.status_code == 200, decided.text
+            script.tell({"decided": True})
+            result = await script.until("done", timeout_s=60)
+        events = await events_of(gateway, chat_id)
+        history = await server_messages(gateway, chat_id)
+    assert result["status"] == "ready" and result["error"] is None, result
+    message = assistant(result)
+    calls = [p for p in message["parts"] if p["type"].startswith("tool-")]
+    assert [(p["type"], p["state"]) for p in calls] == [
+        ("tool-confirm", "output-available"),
+        ("tool-charge", "output-available"),
+    ]
+    assert text_of(message) == "both done"
+    assert message["metadata"]["status"] == "completed"
+    # The message, then the user's answer, whose response followed the run to its end.
+    sends = [r for r in result["wire"]["requests"] if r == "send" or r.endswith(" /v1/ai-sdk/chat")]
+    assert len(sends) == 2, result["wire"]
+    tools = {
+        e["data"]["approval_id"]: e["data"]["tool_name"]
+        for e in events
+        if e["event"] == "approval.requested"
+    }
+    decisions = [e["data"] for e in events if e["event"] == "approval.decided"]
+    assert [(tools[d["approval_id"]], d["reviewer"]) for d in decisions] == [
+        ("confirm", "alice"),
+        ("charge", "bob"),
+    ]
     assert comparable(history[1]) == comparable(message)
 
 

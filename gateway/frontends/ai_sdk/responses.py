@@ -10,7 +10,9 @@ A response is a stretch of one run's chunks (gateway/frontends/ai_sdk/ui_chunks.
   message from the replay), then follows it live; a run waiting on its reader's own decisions
   has nothing active.
 
-Each ends where the run finishes, or pauses on calls its reader decides. Everything before the
+Each ends where the run finishes, or pauses on a call its reader may decide (answers to some
+of a pause's calls are followed by the rest of the run, however long a reviewer takes over the
+others). Everything before the
 first chunk (the checks, the decisions, the start of the run) raises `GatewayError`, so a refusal
 changes nothing and is answered before anything streams; a failure afterwards is an `error`
 chunk, the only way the AI SDK lets a stream say so (a cut stream would look complete).

@@ -8,10 +8,12 @@ each stored event that gives chunks is followed by a `message-metadata` chunk ca
 `seq`, so an app can correlate what it shows with the gateway's own API.
 
 A pause for approvals ends the response (`finish` with reason `tool-calls`, which keeps
-useChat's automatic follow-up working) only when its reader may decide every call of the
-pause: that reader answers with `addToolApprovalResponse` and the next request continues the
-same message. When only a reviewer may decide, the response stays open through the pause, and
-the continuation arrives in it.
+useChat's automatic follow-up working) when its reader may decide at least one call of the
+pause: useChat sends an answer only once the response has ended, so a response kept open
+would leave that reader's calls waiting forever. The reader answers with
+`addToolApprovalResponse`, and the next request continues the same message, following the run
+live while a reviewer decides the calls that are not the reader's. When only a reviewer may
+decide, the response stays open through the pause, and the continuation arrives in it.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ Chunk = dict[str, Any]
 class Boundary(Enum):
     """Where a response may end."""
 
-    # The run paused on calls this reader decides: the response ends here unless the log
-    # already goes on past it (a replay of a pause since decided).
+    # The run paused on calls this reader may decide (some or all of the pause's): the
+    # response ends here unless the log already goes on past it (a replay of a pause since
+    # decided).
     CALLER_DECIDES = "caller_decides"
     # The run finished: every response ends here.
     FINISHED = "finished"
@@ -297,8 +300,8 @@ class RunChunks:
             return Step([*self._close_texts(), self._status(entry.seq, "suspended")])
         tools, self._pause = self._pause, []
         chunks = [*self._close_texts(), self._status(entry.seq, "waiting_for_review")]
-        if not tools or not all(self._may_decide(tool) for tool in tools):
-            # A reviewer decides elsewhere; the continuation comes in this response.
+        if not any(self._may_decide(tool) for tool in tools):
+            # Only a reviewer decides, elsewhere; the continuation comes in this response.
             return Step(chunks)
         closing: list[Chunk] = [
             {"type": "finish-step"},

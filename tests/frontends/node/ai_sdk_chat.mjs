@@ -218,6 +218,27 @@ const scenarios = {
     done();
   },
 
+  async mixed() {
+    // A pause with a call the user decides beside one only a reviewer decides: the response
+    // ends, the user answers theirs, and the answer's response follows the run while the
+    // reviewer decides. The stock predicate waits for every call, the reviewer's too, so the
+    // app sends the answer itself with sendMessage().
+    await chat.sendMessage({ text: config.text });
+    await until(() => settled() && toolParts().some((p) => p.state === "approval-requested"));
+    const calls = () =>
+      toolParts().map((p) => ({ type: p.type, state: p.state, canDecide: p.approval?.descriptor?.canDecide }));
+    emit({ event: "paused", status: chat.status, calls: calls() });
+    const mine = toolParts().filter((p) => p.approval?.descriptor?.canDecide);
+    for (const part of mine) chat.addToolApprovalResponse({ id: part.approval.id, approved: true });
+    const sent = chat.sendMessage();
+    await until(() => chat.status === "streaming");
+    emit({ event: "answered", status: chat.status, calls: calls() });
+    await readLine(); // the reviewer decided
+    await sent;
+    await finished();
+    done();
+  },
+
   async dropResume() {
     // The connection is cut mid-stream; resumeStream() rebuilds the message from the log.
     // Cut here after `dropAfter` chunks, or (without it) by the gateway process dying.
