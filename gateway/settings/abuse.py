@@ -62,9 +62,11 @@ class AbuseLimitSettings(SettingsGroup):
         ge=0,
         description=(
             "Open WebSocket connections and SSE feeds per user, counted together (≥ 0, `0` = no "
-            "limit). One more WebSocket gets `rate_limited` after its `hello` and is closed with "
-            f"{int(CloseCode.TOO_MANY_CONNECTIONS)}; one more feed gets "
-            f"{int(ERRORS[ErrorCode.RATE_LIMITED].http_status)} `rate_limited`. Counted across "
+            "limit); a streaming AI SDK or AG-UI response counts as a feed, also each one on the "
+            "AI SDK's WebSocket. One more WebSocket gets `rate_limited` after its `hello` and is "
+            f"closed with {int(CloseCode.TOO_MANY_CONNECTIONS)}; one more feed gets "
+            f"{int(ERRORS[ErrorCode.RATE_LIMITED].http_status)} `rate_limited` (on the AI SDK's "
+            "WebSocket, an `error` for its request). Counted across "
             "every process on a Redis "
             "bus, else per process."
         ),

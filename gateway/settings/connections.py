@@ -30,7 +30,8 @@ class ConnectionSettings(SettingsGroup):
         10.0,
         gt=0,
         description="Seconds a new socket has to send `hello` (> 0) before it is closed with "
-        f"{int(CloseCode.UNAUTHORIZED)}.",
+        f"{int(CloseCode.UNAUTHORIZED)}; on the AI SDK's WebSocket (`/v1/ai-sdk/ws`), a request "
+        "with a valid token.",
     )
     max_frame_bytes: int = Field(
         65536,

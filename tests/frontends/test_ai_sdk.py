@@ -717,6 +717,99 @@ async def test_the_socket_answers_bad_frames_per_request_and_stays_open(gateway:
     assert [e["event"] for e in await events_of(gateway, "ws-good")][-1] == "run.completed"
 
 
+def ws_url(gateway: Gateway) -> str:
+    return f"ws://127.0.0.1:{gateway.port}/v1/ai-sdk/ws"
+
+
+def resume_frame(gateway: Gateway, request_id: str, chat_id: str, **headers: str) -> str:
+    return json.dumps(
+        {
+            "type": "resume",
+            "requestId": request_id,
+            "id": chat_id,
+            "headers": headers or auth_header(gateway),
+            "body": {},
+        }
+    )
+
+
+async def test_a_socket_without_a_valid_token_is_closed_at_the_hello_timeout(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(hello_timeout_s=0.5) as gateway:
+        async with (
+            websockets.connect(ws_url(gateway)) as silent,
+            websockets.connect(ws_url(gateway)) as forged,
+            websockets.connect(ws_url(gateway)) as signed_in,
+        ):
+            await forged.send(resume_frame(gateway, "f", "c", authorization="Bearer forged.x.y"))
+            assert json.loads(await forged.recv())["errorText"].startswith("unauthorized")
+            await signed_in.send(resume_frame(gateway, "a", "never-seen"))
+            assert json.loads(await signed_in.recv())["type"] == "no-active"
+            for socket in (silent, forged):
+                with pytest.raises(websockets.ConnectionClosed) as closed:
+                    await asyncio.wait_for(socket.recv(), 5)
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == 4001
+            # A socket that has sent a valid token stays open past the timeout.
+            await signed_in.send(resume_frame(gateway, "b", "never-seen"))
+            assert json.loads(await signed_in.recv()) == {"type": "no-active", "requestId": "b"}
+
+
+async def until_frame(socket: Any, kind: str) -> dict[str, Any]:
+    """The next frame of type `kind` (a chunk's type for `chunk:<type>`)."""
+    while True:
+        frame = json.loads(await asyncio.wait_for(socket.recv(), 10))
+        if frame["type"] == kind or f"chunk:{frame.get('chunk', {}).get('type')}" == kind:
+            return dict(frame)
+
+
+async def test_each_response_on_the_socket_holds_a_connection_slot(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    async with gateway_factory(max_connections_per_user=2) as gateway, gateway.http() as http:
+        chat_id = "chat-slots"
+        # The replays are left unread: without a queue bound the client still sees its close.
+        first = await websockets.connect(ws_url(gateway), max_queue=None)
+        # A call only a reviewer decides: the response stays open through the pause.
+        await first.send(
+            json.dumps(
+                {
+                    "type": "send",
+                    "requestId": "s",
+                    "id": chat_id,
+                    "trigger": "submit-message",
+                    "messages": [user(REFUND)],
+                    "headers": auth_header(gateway),
+                    "body": {},
+                }
+            )
+        )
+        await until_frame(first, "chunk:tool-approval-request")
+        await first.send(resume_frame(gateway, "r", chat_id))
+        await until_frame(first, "start")
+        # Two responses open: a third is refused on either transport, with the same error.
+        async with websockets.connect(ws_url(gateway), max_queue=None) as second:
+            await second.send(resume_frame(gateway, "x", chat_id))
+            refused = json.loads(await second.recv())
+            answer = await http.get(f"/v1/ai-sdk/chat/{chat_id}/stream", headers=auth(gateway))
+            assert answer.status_code == 429, answer.text
+            error = answer.json()["error"]
+            assert refused == {
+                "type": "error",
+                "requestId": "x",
+                "errorText": f"rate_limited: {error['message']}",
+            }
+            # The socket's responses end with it, and give their slots back.
+            await first.close()
+            for attempt in range(100):
+                await second.send(resume_frame(gateway, f"y{attempt}", chat_id))
+                if json.loads(await second.recv())["type"] == "start":
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the closed socket's slots were never released")
+
+
 async def test_a_foreign_origin_is_refused(gateway: Gateway) -> None:
     with pytest.raises(websockets.InvalidStatus) as refused:
         async with websockets.connect(

@@ -22,7 +22,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.abuse.limits import ConnectionSlot
 from gateway.frontends import conversation
 from gateway.frontends.ai_sdk import responses
 from gateway.frontends.ai_sdk.chat_requests import chat_request
@@ -61,11 +60,11 @@ def _last_word(code: CloseCode) -> bytes:
 
 
 def _streamed(
-    services: Services, principal: Principal, response: responses.ChatResponse, slot: ConnectionSlot
+    services: Services, principal: Principal, response: responses.ChatResponse
 ) -> Response:
     return FeedResponse(
         _sse(services, principal, response),
-        slot,
+        response.slot,
         services=services,
         principal=principal,
         last_word=_last_word,
@@ -73,23 +72,12 @@ def _streamed(
     )
 
 
-def _slot(services: Services, principal: Principal) -> ConnectionSlot:
-    """A stream holds one of its user's open-connection slots, as an SSE feed does."""
-    return services.limits.open_connection(principal.tenant, principal.user)
-
-
 @endpoint
 async def chat(request: Request, services: Services) -> Response:
     principal = await authenticate(request, services)
     body = await read_json_body(request, max_bytes=services.settings.frontend_body_bytes)
-    wanted = chat_request(body)
-    slot = _slot(services, principal)
-    try:
-        response = await responses.respond(services, principal, wanted)
-    except BaseException:
-        slot.release()
-        raise
-    return _streamed(services, principal, response, slot)
+    response = await responses.respond(services, principal, chat_request(body))
+    return _streamed(services, principal, response)
 
 
 @endpoint
@@ -99,7 +87,7 @@ async def resume_stream(request: Request, services: Services) -> Response:
     response = await responses.resume(services, principal, chat_id)
     if response is None:
         return Response(status_code=204)
-    return _streamed(services, principal, response, _slot(services, principal))
+    return _streamed(services, principal, response)
 
 
 @endpoint

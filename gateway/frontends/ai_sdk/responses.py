@@ -10,6 +10,10 @@ A response is a stretch of one run's chunks (gateway/frontends/ai_sdk/ui_chunks.
   message from the replay), then follows it live; a run waiting on its reader's own decisions
   has nothing active.
 
+Whatever carries it, a response holds one of its reader's open-connection slots
+(`GATEWAY_MAX_CONNECTIONS_PER_USER`, as an SSE feed does) until its transport releases it; over
+the limit it is refused with `rate_limited` before anything happens.
+
 Each ends where the run finishes, or pauses on a call its reader may decide (answers to some
 of a pause's calls are followed by the rest of the run, however long a reviewer takes over the
 others). Everything before the
@@ -27,6 +31,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from gateway.abuse.limits import ConnectionSlot
 from gateway.frontends import conversation
 from gateway.frontends.ai_sdk.chat_requests import ChatRequest
 from gateway.frontends.ai_sdk.ui_chunks import Boundary, Chunk, RunChunks
@@ -46,11 +51,29 @@ BATCH = 64
 @dataclass
 class ChatResponse:
     chunks: AsyncIterator[Chunk]
+    # Held while the response streams; its transport releases it (idempotent) at the end.
+    slot: ConnectionSlot
+
+
+def _open_slot(services: Services, principal: Principal) -> ConnectionSlot:
+    return services.limits.open_connection(principal.tenant, principal.user)
 
 
 async def respond(services: Services, principal: Principal, request: ChatRequest) -> ChatResponse:
     """The response to a `send`: a new message's run, or the continuation its answers to
     approvals allow. Raises GatewayError, having changed nothing, when it cannot be served."""
+    slot = _open_slot(services, principal)
+    try:
+        chunks = await _respond(services, principal, request)
+    except BaseException:
+        slot.release()
+        raise
+    return ChatResponse(chunks, slot)
+
+
+async def _respond(
+    services: Services, principal: Principal, request: ChatRequest
+) -> AsyncIterator[Chunk]:
     if request.decisions:
         return await _answer_approvals(services, principal, request)
     if request.regenerate:
@@ -68,7 +91,7 @@ async def respond(services: Services, principal: Principal, request: ChatRequest
 
 async def _started_response(
     services: Services, principal: Principal, started: Started
-) -> ChatResponse:
+) -> AsyncIterator[Chunk]:
     """A new run's message, from its `run.started`."""
     run = await services.runs.active_run(started.thread_id)
     response = await _response(
@@ -92,12 +115,13 @@ async def resume(services: Services, principal: Principal, chat_id: str) -> Chat
         if not latest or services.settings.ai_sdk_replay_window_s <= 0:
             return None
         run = latest[-1]
-    return await _response(services, principal, thread, run.run_id, run, emit_after=None)
+    chunks = await _response(services, principal, thread, run.run_id, run, emit_after=None)
+    return None if chunks is None else ChatResponse(chunks, _open_slot(services, principal))
 
 
 async def _answer_approvals(
     services: Services, principal: Principal, request: ChatRequest
-) -> ChatResponse:
+) -> AsyncIterator[Chunk]:
     thread = await conversation.existing_thread(services, principal, request.chat_id)
     if thread is None:
         raise not_found("chat not found")
@@ -122,7 +146,7 @@ async def _response(
     run: RunRecord | None,
     *,
     emit_after: int | str | None,
-) -> ChatResponse | None:
+) -> AsyncIterator[Chunk] | None:
     """`emit_after`: the seq after which chunks are sent (the run's start for a new message),
     "pause" for just after the run's last pause, None for a resume's full replay."""
     thread_id = thread.thread_id
@@ -165,7 +189,7 @@ async def _response(
             chunks.extend(step.closing)
             ended = True
             break
-    return ChatResponse(_stream(services, principal, projection, chunks, None if ended else head))
+    return _stream(services, principal, projection, chunks, None if ended else head)
 
 
 def _ended_long_ago(services: Services, ts: str) -> bool:

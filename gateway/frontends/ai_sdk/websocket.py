@@ -8,6 +8,10 @@ replays the active message from its start, numbers them from 0 again.
 Browsers cannot set handshake headers, so the transport sends its `headers` inside each frame:
 the token is read there (`authorization: Bearer …`), or from the handshake's `Authorization`
 header for other clients. The origins are the native endpoint's, through the same `OriginGate`.
+A socket that has sent no request with a valid token within `GATEWAY_HELLO_TIMEOUT_S` is closed
+with 4001, as `/v1/ws` closes one without a hello: an open socket costs the gateway, and one
+nobody authenticated on must not hold it. Each streaming response holds one of its user's
+open-connection slots, as an HTTP stream does (gateway/frontends/ai_sdk/responses.py).
 A bad frame is answered with an `error` for its request; a frame without a request id cannot
 be answered (the client would end the socket on an unaddressed frame) and is only logged.
 Closing the socket never stops a run; `abort` does (the gateway's cancel, across processes).
@@ -70,12 +74,26 @@ class _Session:
         self._outbox: asyncio.Queue[str] = asyncio.Queue(maxsize=services.settings.send_queue_size)
         self._requests: dict[str, _Request] = {}
         self._closed = asyncio.Event()
+        # Whether a request has come with a valid token (until then the socket is on notice).
+        self._authenticated = False
 
     async def serve(self) -> None:
         writer = asyncio.create_task(self._write(), name="ai-sdk-ws-writer")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._services.settings.hello_timeout_s
         try:
             while not self._closed.is_set():
-                message = await self._ws.receive()
+                try:
+                    async with asyncio.timeout_at(None if self._authenticated else deadline):
+                        message = await self._ws.receive()
+                except TimeoutError:
+                    log.info("AI SDK socket: no request with a valid token within the timeout")
+                    with contextlib.suppress(Exception):
+                        await self._ws.close(
+                            code=CloseCode.UNAUTHORIZED,
+                            reason="no request with a valid token within the timeout",
+                        )
+                    break
                 if message["type"] == "websocket.disconnect":
                     break
                 text = message.get("text")
@@ -177,6 +195,7 @@ class _Session:
         # Refused (`unauthorized`, or `unavailable` without the JWKS): an AuthError, answered as
         # any GatewayError is.
         principal = await self._services.verifier.authenticate(token.strip())
+        self._authenticated = True
         client = self._ws.client
         return dataclasses.replace(principal, source=client.host if client else None)
 
@@ -210,15 +229,24 @@ class _Session:
                     await self._send({"type": "no-active", "requestId": request_id})
                     return
                 response = found
-                await self._send({"type": "start", "requestId": request_id})
         except GatewayError as exc:
             error = client_error(exc)
             if error is None:
                 raise
             await self._error(request_id, f"{error.code}: {error.message}")
             return
+        try:
+            await self._stream(request_id, kind, principal, response)
+        finally:
+            response.slot.release()
+
+    async def _stream(
+        self, request_id: str, kind: str, principal: Principal, response: responses.ChatResponse
+    ) -> None:
+        if kind == "resume":
+            await self._send({"type": "start", "requestId": request_id})
         sequence = 0
-        async for batch in responses.paced(services, principal, response.chunks):
+        async for batch in responses.paced(self._services, principal, response.chunks):
             for chunk in batch or ():
                 await self._send(
                     {"type": "chunk", "requestId": request_id, "sequence": sequence, "chunk": chunk}
