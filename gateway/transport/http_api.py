@@ -6,7 +6,6 @@ the WebSocket apply, through the same RunManager calls.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -17,14 +16,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.auth.access import AuthError, AuthUnavailable, check_can_use_inbox
-from gateway.auth.audit_trail import DENIAL_CODES, AuditQuery, Transport
+from gateway.auth.access import check_can_use_inbox
+from gateway.auth.audit_trail import AuditQuery, Transport
 from gateway.event_log.logged_event import LoggedEvent
 from gateway.protocol.error_codes import ERRORS, ErrorCode, GatewayError
 from gateway.protocol.frames import MAX_ID_CHARS, MAX_REASON_CHARS, utc_ts
 from gateway.protocol.identity import Principal, Role
 from gateway.resources import Services
 from gateway.storage.health import StorageUnavailable
+from gateway.transport.bearer import note_denial, verify_bearer
 from gateway.transport.client_errors import INTERNAL, client_error
 from gateway.transport.json_body import ClientGone, read_json_body
 
@@ -94,40 +94,24 @@ def _route_path(request: Request) -> str:
 
 def _note_denial(request: Request, services: Services, exc: GatewayError) -> None:
     """Audit a `forbidden` / `not_found` answer to an authenticated caller."""
-    principal: Principal | None = getattr(request.state, "principal", None)
-    if exc.code not in DENIAL_CODES or principal is None:
-        return
-    path = _route_path(request)
-    target = next((str(v) for v in request.path_params.values()), None)
-    services.audit.access_denied(
-        principal,
-        code=exc.code,
-        operation=f"{request.method} {path}",
-        target=target,
+    note_denial(
+        services,
+        getattr(request.state, "principal", None),
+        exc,
+        operation=f"{request.method} {_route_path(request)}",
+        target=next((str(v) for v in request.path_params.values()), None),
         transport=Transport.HTTP,
     )
 
 
 async def authenticate(request: Request, services: Services) -> Principal:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        message = "missing bearer token"
-        services.audit.token_rejected(
-            source=_source(request), transport=Transport.HTTP, message=message
-        )
-        raise GatewayError(ErrorCode.UNAUTHORIZED, message)
-    try:
-        # Every request is verified afresh, so an expired token stops working at once.
-        principal = await services.verifier.authenticate(token.strip())
-    except AuthError as exc:
-        if not isinstance(exc, AuthUnavailable):
-            services.audit.token_rejected(
-                source=_source(request), transport=Transport.HTTP, message=exc.message
-            )
-        # `unauthorized`, or `unavailable` when a JWKS could not be fetched.
-        raise
-    principal = dataclasses.replace(principal, source=_source(request))
+    # `unauthorized`, or `unavailable` when a JWKS could not be fetched.
+    principal = await verify_bearer(
+        services,
+        request.headers.get("authorization", ""),
+        source=_source(request),
+        transport=Transport.HTTP,
+    )
     # For the error mapping in `endpoint`, which audits refusals of this caller.
     request.state.principal = principal
     return principal

@@ -17,6 +17,8 @@ from agents import Agent
 from agents.testing import ModelStep, ScriptedModel
 
 from gateway.agents.registry import AgentGraph, AgentRegistry
+from tests.integration.test_audit import db_rows
+from tests.integration.test_audit import eventually as audit_eventually
 from tests.integration.test_cross_process import TOKEN, bus_env, pair
 from tests.support.agents import EffectLog, call, effect_tool, say
 from tests.support.gateway import Gateway, GatewayProcess
@@ -599,6 +601,51 @@ async def test_another_users_chat_is_refused(gateway: Gateway) -> None:
             stopped = await http.post("/v1/ai-sdk/chat/alices-chat/stop", headers=who)
             assert stopped.status_code == status, stopped.text
     assert await events_of(gateway, "alices-chat") == before
+
+
+async def test_refusals_on_the_socket_are_audited_as_over_http(
+    gateway: Gateway, db_path: Path
+) -> None:
+    await run_chat(gateway, "stream", "http", "alices-audited", text="mine")
+    mallory = auth_header(gateway, "mallory")
+    async with websockets.connect(ws_url(gateway)) as socket:
+        send = {
+            "type": "send",
+            "requestId": "s",
+            "id": "alices-audited",
+            "trigger": "submit-message",
+            "messages": [user("hi")],
+            "headers": mallory,
+            "body": {},
+        }
+        for frame in (
+            send,
+            json.loads(resume_frame(gateway, "r", "alices-audited", **mallory)),
+            {**send, "requestId": "f", "headers": {"authorization": "Bearer forged.x.y"}},
+            {**send, "requestId": "m", "headers": {}},
+        ):
+            await socket.send(json.dumps(frame))
+            error = json.loads(await socket.recv())
+            assert error["type"] == "error" and error["requestId"] == frame["requestId"]
+    denied = await audit_eventually(
+        gateway, lambda entries: len(entries) >= 2, action="access.denied"
+    )
+    assert [
+        (e["actor"], e["target"], e["details"]) for e in sorted(denied, key=lambda e: e["audit_id"])
+    ] == [
+        ("mallory", "alices-audited", {"code": "forbidden", "operation": op, "transport": "ws"})
+        for op in ("ai-sdk.send", "ai-sdk.resume")
+    ]
+    for _ in range(100):
+        rejected = db_rows(db_path, "auth.token_rejected")
+        if len(rejected) >= 2:
+            break
+        await asyncio.sleep(0.05)
+    assert [json.loads(r["details"]) for r in rejected] == [
+        {"transport": "ws", "reason": "invalid"},
+        {"transport": "ws", "reason": "missing"},
+    ]
+    assert {r["source"] for r in rejected} == {"127.0.0.1"}
 
 
 async def test_forged_and_decided_approval_ids_change_nothing(

@@ -29,6 +29,7 @@ import orjson
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from gateway.auth.audit_trail import Transport
 from gateway.frontends import conversation
 from gateway.frontends.ai_sdk import responses
 from gateway.frontends.ai_sdk.chat_requests import chat_request
@@ -36,6 +37,7 @@ from gateway.protocol.close_codes import CloseCode
 from gateway.protocol.error_codes import ErrorCode, GatewayError
 from gateway.protocol.identity import Principal
 from gateway.resources import Services
+from gateway.transport.bearer import note_denial, verify_bearer
 from gateway.transport.client_errors import client_error
 from gateway.transport.origin import OriginGate
 
@@ -166,14 +168,12 @@ class _Session:
                 request_id, f"this socket already has {MAX_ACTIVE_REQUESTS} active requests"
             )
             return
+        principal = None
         try:
             principal = await self._principal(frame)
             chat_id = conversation.conversation_id(frame.get("id"), "id")
         except GatewayError as exc:
-            error = client_error(exc)
-            if error is None:
-                raise
-            await self._error(request_id, f"{error.code}: {error.message}")
+            await self._refuse(request_id, exc, kind, frame, principal)
             return
         task = asyncio.create_task(
             self._serve_request(request_id, kind, frame, principal), name="ai-sdk-ws-request"
@@ -189,15 +189,41 @@ class _Session:
             (v for k, v in headers.items() if k.lower() == "authorization"),
             self._ws.headers.get("authorization", ""),
         )
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise GatewayError(ErrorCode.UNAUTHORIZED, "missing bearer token")
-        # Refused (`unauthorized`, or `unavailable` without the JWKS): an AuthError, answered as
-        # any GatewayError is.
-        principal = await self._services.verifier.authenticate(token.strip())
-        self._authenticated = True
         client = self._ws.client
-        return dataclasses.replace(principal, source=client.host if client else None)
+        # Refused (`unauthorized`, or `unavailable` without the JWKS) as the HTTP routes refuse,
+        # with the same record in the audit trail.
+        principal = await verify_bearer(
+            self._services,
+            authorization,
+            source=client.host if client else None,
+            transport=Transport.WS,
+        )
+        self._authenticated = True
+        return principal
+
+    async def _refuse(
+        self,
+        request_id: str,
+        exc: GatewayError,
+        kind: str,
+        frame: dict[str, Any],
+        principal: Principal | None,
+    ) -> None:
+        """Answer a request refused with `exc`, audited as the HTTP routes audit refusals
+        (`access.denied`, its operation `ai-sdk.<frame type>`, its target the chat id)."""
+        error = client_error(exc)
+        if error is None:
+            raise exc
+        chat_id = frame.get("id")
+        note_denial(
+            self._services,
+            principal,
+            error,
+            operation=f"ai-sdk.{kind}",
+            target=chat_id if isinstance(chat_id, str) else None,
+            transport=Transport.WS,
+        )
+        await self._error(request_id, f"{error.code}: {error.message}")
 
     def _abort(self, request_id: str) -> None:
         request = self._requests.get(request_id)
@@ -230,10 +256,7 @@ class _Session:
                     return
                 response = found
         except GatewayError as exc:
-            error = client_error(exc)
-            if error is None:
-                raise
-            await self._error(request_id, f"{error.code}: {error.message}")
+            await self._refuse(request_id, exc, kind, frame, principal)
             return
         try:
             await self._stream(request_id, kind, principal, response)
