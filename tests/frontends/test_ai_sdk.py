@@ -1105,6 +1105,37 @@ async def test_regenerate_and_edit_replace_the_last_answer(
     ]
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_edit_of_an_earlier_message_is_refused_and_changes_nothing(
+    gateway_factory: Callable[..., Any], transport: str
+) -> None:
+    """The gateway answers only the last input anew: an earlier turn's edit is 409, not a
+    replacement of the last turn."""
+    registry, _ = answering("first answer", "second answer", "never")
+    async with gateway_factory(registry=registry) as gateway:
+        chat_id = f"chat-{transport}-edit-earlier"
+        async with node_script(
+            "ai_sdk_chat.mjs",
+            config(gateway, "editEarlier", transport, chat_id, texts=["one", "two"], edited="uno"),
+        ) as script:
+            answered = await script.until("answered")
+            before = await events_of(gateway, chat_id)
+            result = await script.until("done", timeout_s=60)
+        after = await events_of(gateway, chat_id)
+        history = await server_messages(gateway, chat_id)
+    assert result["status"] == "error" and "conflict" in result["error"], result
+    assert after == before
+    assert [(m["role"], text_of(m)) for m in history] == [
+        ("user", "one"),
+        ("assistant", "first answer"),
+        ("user", "two"),
+        ("assistant", "second answer"),
+    ]
+    assert [comparable(m)["parts"] for m in history] == [
+        comparable(m)["parts"] for m in answered["messages"]
+    ]
+
+
 async def test_only_the_last_finished_answer_can_be_regenerated(gateway: Gateway) -> None:
     async with gateway.http() as http:
         never = body("chat-none", user("x"), trigger="regenerate-message")

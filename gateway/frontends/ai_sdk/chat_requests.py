@@ -21,6 +21,24 @@ INPUT_SUFFIX = "-input"
 
 
 @dataclass(frozen=True)
+class AnsweredInput:
+    """A user message to answer anew (an edit of it), named as the client's history names it:
+    the gateway's own id (`<run id>-input`), or the client's, which only the message before it
+    places: `follows`, the id of the last assistant message before it (a run's id), None when
+    it is the chat's first input."""
+
+    message_id: str
+    follows: str | None
+
+    @property
+    def run_id(self) -> str | None:
+        """The run whose input this is, when the id is the gateway's."""
+        if self.message_id.endswith(INPUT_SUFFIX):
+            return self.message_id.removesuffix(INPUT_SUFFIX)
+        return None
+
+
+@dataclass(frozen=True)
 class ChatRequest:
     chat_id: str
     # The newest user message's text, or None when the request answers approvals.
@@ -31,8 +49,11 @@ class ChatRequest:
     # A new answer to the last input (`regenerate()`), or to an edited one (`sendMessage`
     # with the edited user message's id): the chat's last run is superseded.
     regenerate: bool = False
-    # The run whose answer is replaced, when the request names it.
+    # The run whose answer is replaced, when the request names its answer.
     supersedes: str | None = None
+    # The input answered anew, when the request names a user message: only the chat's last
+    # input may be (the gateway keeps one branch; an earlier turn's edit is refused).
+    answered_input: AnsweredInput | None = None
 
 
 def bad_request(message: str) -> GatewayError:
@@ -67,12 +88,10 @@ def chat_request(body: dict[str, Any]) -> ChatRequest:
         if not text.strip():
             raise bad_request("the newest message has no text")
         if message_id is not None:
-            # An edited user message: its answer is regenerated from the new text. The
-            # gateway's history names user messages `<run id>-input`.
-            run_id = (
-                message_id.removesuffix(INPUT_SUFFIX) if message_id.endswith(INPUT_SUFFIX) else None
-            )
-            return ChatRequest(chat_id, text, regenerate=True, supersedes=run_id)
+            # An edited user message: its answer is regenerated from the new text (useChat
+            # sends the history up to it, the message before it telling which input it is).
+            edited = AnsweredInput(message_id, _follows(messages[:-1]))
+            return ChatRequest(chat_id, text, regenerate=True, answered_input=edited)
         return ChatRequest(chat_id, text)
     if role == "assistant":
         decisions = [_decision(part) for part in parts if part.get("state") == "approval-responded"]
@@ -80,6 +99,15 @@ def chat_request(body: dict[str, Any]) -> ChatRequest:
             raise bad_request("the newest message is the assistant's and answers no approval")
         return ChatRequest(chat_id, None, decisions, message_id)
     raise bad_request("the newest message must be the user's, or the assistant's with answers")
+
+
+def _follows(earlier: list[Any]) -> str | None:
+    """The id of the last assistant message in `earlier`, the history before a user message."""
+    for message in reversed(earlier):
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            message_id = message.get("id")
+            return message_id if isinstance(message_id, str) else None
+    return None
 
 
 def _decision(part: dict[str, Any]) -> Decision:

@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 
 from gateway.abuse.limits import ConnectionSlot
 from gateway.frontends import conversation
-from gateway.frontends.ai_sdk.chat_requests import ChatRequest
+from gateway.frontends.ai_sdk.chat_requests import AnsweredInput, ChatRequest
 from gateway.frontends.ai_sdk.ui_chunks import Boundary, Chunk, RunChunks
 from gateway.frontends.thread_log import follow, read_span
 from gateway.protocol.error_codes import conflict, not_found
@@ -77,8 +77,13 @@ async def _respond(
     if request.decisions:
         return await _answer_approvals(services, principal, request)
     if request.regenerate:
+        supersedes = request.supersedes
+        if request.answered_input is not None:
+            supersedes = await _input_run(
+                services, principal, request.chat_id, request.answered_input
+            )
         started = await conversation.regenerate(
-            services, principal, request.chat_id, request.text, request.supersedes
+            services, principal, request.chat_id, request.text, supersedes
         )
         return await _started_response(services, principal, started)
     assert request.text is not None
@@ -87,6 +92,48 @@ async def _respond(
         raise conflict("a response is already active for this chat; stop it or resume it")
     started = await conversation.start_turn(services, principal, request.chat_id, request.text)
     return await _started_response(services, principal, started)
+
+
+async def _input_run(
+    services: Services, principal: Principal, chat_id: str, answered: AnsweredInput
+) -> str:
+    """The run whose input `answered` is; `conflict` unless it is the chat's last input (the
+    gateway answers only that one anew: an earlier turn's edit would need a branch of its
+    own, and answering it as the last would replace the wrong turn)."""
+    if answered.run_id is not None:
+        # The gateway's own id: `run.regenerate` refuses it unless it is the last run's.
+        return answered.run_id
+    thread = await conversation.existing_thread(services, principal, chat_id)
+    if thread is None:
+        raise not_found("thread not found")
+    runs = await services.runs.runs_of_thread(thread.thread_id)
+    if not runs:
+        raise conflict("the thread has no answer to regenerate")
+    # The last input's runs: the last one and those it superseded, one after another (each
+    # supersedes the run just before it). The run before them answered the previous input.
+    first = len(runs) - 1
+    while (
+        first > 0
+        and await _superseded_by(services, principal, thread.thread_id, runs[first].run_id)
+        == runs[first - 1].run_id
+    ):
+        first -= 1
+    previous = runs[first - 1].run_id if first > 0 else None
+    if answered.follows != previous:
+        raise conflict("only the chat's last input can be edited or answered again")
+    return runs[-1].run_id
+
+
+async def _superseded_by(
+    services: Services, principal: Principal, thread_id: str, run_id: str
+) -> str | None:
+    """The run `run_id` superseded, as its `run.started` says."""
+    seq = await services.runs.first_seq(thread_id, run_id)
+    if seq is None:
+        return None
+    started = await read_span(services, principal, thread_id, seq - 1, seq)
+    supersedes = started[0].data.get("supersedes") if started else None
+    return supersedes if isinstance(supersedes, str) else None
 
 
 async def _started_response(

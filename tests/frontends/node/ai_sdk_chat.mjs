@@ -275,6 +275,19 @@ const scenarios = {
     done();
   },
 
+  async editEarlier() {
+    // Turns of `texts`, then an edit of the first user message (useChat drops what follows it).
+    for (const text of config.texts) {
+      await chat.sendMessage({ text });
+      await finished();
+    }
+    emit({ event: "answered", messages: chat.messages });
+    const first = chat.messages.find((m) => m.role === "user");
+    await chat.sendMessage({ text: config.edited, messageId: first.id });
+    await finished();
+    done();
+  },
+
   async resumeIdle() {
     // Nothing active: resumeStream() changes nothing.
     await chat.resumeStream();
