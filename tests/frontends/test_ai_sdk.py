@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from agents import Agent
 from agents.testing import ModelStep, ScriptedModel
 
 from gateway.agents.registry import AgentGraph, AgentRegistry
+from gateway.frontends.ai_sdk import responses
 from tests.integration.test_audit import db_rows
 from tests.integration.test_audit import eventually as audit_eventually
 from tests.integration.test_cross_process import TOKEN, bus_env, pair
@@ -855,6 +856,58 @@ async def test_each_response_on_the_socket_holds_a_connection_slot(
                 await asyncio.sleep(0.05)
             else:
                 raise AssertionError("the closed socket's slots were never released")
+
+
+async def test_a_fault_on_the_socket_ends_the_request_with_an_internal_error(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    services = gateway.app.state.services  # type: ignore[union-attr]
+    first_seq = services.runs.first_seq
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a fault in /srv/secret")
+
+    async def cut(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise RuntimeError("a fault in /srv/secret")
+        yield
+
+    def send(request_id: str, chat_id: str) -> str:
+        frame = {
+            "type": "send",
+            "requestId": request_id,
+            "id": chat_id,
+            "trigger": "submit-message",
+            "messages": [user("hi")],
+            "headers": auth_header(gateway),
+            "body": {},
+        }
+        return json.dumps(frame)
+
+    internal = "internal: internal error"
+    async with websockets.connect(ws_url(gateway)) as socket:
+        # Before the response streams.
+        monkeypatch.setattr(services.runs, "first_seq", broken)
+        await socket.send(send("a", "fault-before"))
+        assert json.loads(await asyncio.wait_for(socket.recv(), 10)) == {
+            "type": "error",
+            "requestId": "a",
+            "errorText": internal,
+        }
+        # Once it streams: its chunks so far, then the error.
+        monkeypatch.setattr(services.runs, "first_seq", first_seq)
+        monkeypatch.setattr(responses, "follow", cut)
+        await socket.send(send("b", "fault-during"))
+        frames = [json.loads(await asyncio.wait_for(socket.recv(), 10))]
+        while frames[-1]["type"] == "chunk":
+            frames.append(json.loads(await asyncio.wait_for(socket.recv(), 10)))
+        assert frames[0]["chunk"]["type"] == "start"
+        assert frames[-1] == {"type": "error", "requestId": "b", "errorText": internal}
+        # The socket still serves the next request.
+        monkeypatch.undo()
+        await socket.send(resume_frame(gateway, "c", "never-seen"))
+        assert json.loads(await socket.recv()) == {"type": "no-active", "requestId": "c"}
+    failures = [r for r in caplog.records if r.getMessage().startswith("AI SDK socket: a send")]
+    assert len(failures) == 2 and all(r.exc_info for r in failures)
 
 
 async def test_a_foreign_origin_is_refused(gateway: Gateway) -> None:

@@ -12,7 +12,8 @@ A socket that has sent no request with a valid token within `GATEWAY_HELLO_TIMEO
 with 4001, as `/v1/ws` closes one without a hello: an open socket costs the gateway, and one
 nobody authenticated on must not hold it. Each streaming response holds one of its user's
 open-connection slots, as an HTTP stream does (gateway/frontends/ai_sdk/responses.py).
-A bad frame is answered with an `error` for its request; a frame without a request id cannot
+A bad frame is answered with an `error` for its request, and so is a request the gateway fails
+on (`internal error`, with the traceback in the log); a frame without a request id cannot
 be answered (the client would end the socket on an unaddressed frame) and is only logged.
 Closing the socket never stops a run; `abort` does (the gateway's cancel, across processes).
 """
@@ -38,7 +39,7 @@ from gateway.protocol.error_codes import ErrorCode, GatewayError
 from gateway.protocol.identity import Principal
 from gateway.resources import Services
 from gateway.transport.bearer import note_denial, verify_bearer
-from gateway.transport.client_errors import client_error
+from gateway.transport.client_errors import INTERNAL, client_error
 from gateway.transport.origin import OriginGate
 
 log = logging.getLogger(__name__)
@@ -172,7 +173,7 @@ class _Session:
         try:
             principal = await self._principal(frame)
             chat_id = conversation.conversation_id(frame.get("id"), "id")
-        except GatewayError as exc:
+        except Exception as exc:
             await self._refuse(request_id, exc, kind, frame, principal)
             return
         task = asyncio.create_task(
@@ -204,16 +205,19 @@ class _Session:
     async def _refuse(
         self,
         request_id: str,
-        exc: GatewayError,
+        exc: Exception,
         kind: str,
         frame: dict[str, Any],
         principal: Principal | None,
     ) -> None:
-        """Answer a request refused with `exc`, audited as the HTTP routes audit refusals
-        (`access.denied`, its operation `ai-sdk.<frame type>`, its target the chat id)."""
+        """Answer a request that failed with `exc`, so the client's request ends: refusals are
+        audited as the HTTP routes audit them (`access.denied`, its operation
+        `ai-sdk.<frame type>`, its target the chat id); a fault of the gateway's own is logged
+        and answered `internal error`, as over HTTP."""
         error = client_error(exc)
         if error is None:
-            raise exc
+            log.error("AI SDK socket: a %s request failed", kind, exc_info=exc)
+            error = INTERNAL
         chat_id = frame.get("id")
         note_denial(
             self._services,
@@ -255,11 +259,15 @@ class _Session:
                     await self._send({"type": "no-active", "requestId": request_id})
                     return
                 response = found
-        except GatewayError as exc:
+        except Exception as exc:
             await self._refuse(request_id, exc, kind, frame, principal)
             return
         try:
             await self._stream(request_id, kind, principal, response)
+        except Exception as exc:
+            # A fault once the response streams: its `error` ends the request (the transport
+            # ignores the request's later frames), and the client may resume.
+            await self._refuse(request_id, exc, kind, frame, principal)
         finally:
             response.slot.release()
 
