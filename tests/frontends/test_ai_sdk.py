@@ -17,11 +17,12 @@ from agents import Agent
 from agents.testing import ModelStep, ScriptedModel
 
 from gateway.agents.registry import AgentGraph, AgentRegistry
+from gateway.frontends import conversation
 from gateway.frontends.ai_sdk import responses
 from tests.integration.test_audit import db_rows
 from tests.integration.test_audit import eventually as audit_eventually
 from tests.integration.test_cross_process import TOKEN, bus_env, pair
-from tests.support.agents import EffectLog, call, effect_tool, say
+from tests.support.agents import EffectLog, call, effect_tool, say, scripted_graph
 from tests.support.gateway import Gateway, GatewayProcess
 from tests.support.node_scripts import node_or_skip, node_script
 
@@ -235,6 +236,65 @@ async def test_a_rejection_reaches_the_model_with_its_reason(
             e for e in await events_of(gateway, "chat-reject") if e["event"] == "tool.output"
         ]
         assert [o["data"]["output"] for o in outputs] == ["not today"]
+
+
+def sse_chunks(text: str) -> list[dict[str, Any]]:
+    return [
+        json.loads(block.removeprefix("data: "))
+        for block in text.split("\n\n")
+        if block.startswith("data: {")
+    ]
+
+
+async def test_answers_whose_run_pauses_again_at_once_get_the_next_pause(
+    gateway_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run resumes and pauses again before the answering request reads the log: the
+    response still runs from the pause answered, to the next one."""
+    graph, _ = scripted_graph(
+        "twice",
+        [
+            ModelStep(output=[call("charge", "call_a")]),
+            ModelStep(output=[call("charge", "call_b")]),
+            ModelStep(output=[say("done")]),
+        ],
+        EffectLog(),
+        tools=(("charge", True),),
+    )
+    decide_all = conversation.decide_all
+    async with gateway_factory(AgentRegistry([graph]), self_approval=True) as gateway:
+        services = gateway.app.state.services  # type: ignore[union-attr]
+
+        async def decide_then_wait(*args: Any, thread_id: str, **kwargs: Any) -> None:
+            await decide_all(*args, thread_id=thread_id, **kwargs)
+            for _ in range(400):
+                events = await services.log.read(thread_id, after_seq=0, limit=500)
+                if [e.type for e in events].count("run.paused") == 2:
+                    return
+                await asyncio.sleep(0.02)
+            raise AssertionError("the run did not pause again")
+
+        monkeypatch.setattr(conversation, "decide_all", decide_then_wait)
+        async with gateway.http() as http:
+            first = await http.post(
+                "/v1/ai-sdk/chat", json=body("chat-twice", user("go")), headers=auth(gateway)
+            )
+            asked = next(c for c in sse_chunks(first.text) if c["type"] == "tool-approval-request")
+            run_id = sse_chunks(first.text)[0]["messageId"]
+            answer = {**answered(asked["approvalId"]), "id": run_id}
+            second = await http.post(
+                "/v1/ai-sdk/chat",
+                json=body("chat-twice", answer, messageId=run_id),
+                headers=auth(gateway),
+                timeout=10,
+            )
+    chunks = sse_chunks(second.text)
+    assert [c["approvalId"] for c in chunks if c["type"] == "tool-approval-response"] == [
+        asked["approvalId"]
+    ]
+    requests = [c for c in chunks if c["type"] == "tool-approval-request"]
+    assert [r["toolCallId"] for r in requests] == ["call_b"]
+    assert chunks[-1]["type"] == "finish" and chunks[-1]["finishReason"] == "tool-calls"
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -48,6 +48,15 @@ from gateway.storage.health import StorageUnavailable
 BATCH = 64
 
 
+@dataclass(frozen=True)
+class AfterPause:
+    """Where the continuation of answered approvals starts: just after the run's last pause as
+    of `head`, the thread's head when the answers came. Once decided, the run may resume and
+    pause again before the log is read; that later pause belongs in the response."""
+
+    head: int
+
+
 @dataclass
 class ChatResponse:
     chunks: AsyncIterator[Chunk]
@@ -177,10 +186,12 @@ async def _answer_approvals(
         raise conflict("the chat has no run waiting for these approvals")
     if request.message_id is not None and request.message_id != run.run_id:
         raise conflict("the message answered is not the chat's active response")
+    # `thread` was read before deciding: its head bounds the pause these answers answer.
+    answered = AfterPause(thread.head_seq)
     await conversation.decide_all(
         services, principal, request.decisions, thread_id=thread.thread_id
     )
-    response = await _response(services, principal, thread, run.run_id, run, emit_after="pause")
+    response = await _response(services, principal, thread, run.run_id, run, emit_after=answered)
     assert response is not None
     return response
 
@@ -192,10 +203,10 @@ async def _response(
     run_id: str,
     run: RunRecord | None,
     *,
-    emit_after: int | str | None,
+    emit_after: int | AfterPause | None,
 ) -> AsyncIterator[Chunk] | None:
     """`emit_after`: the seq after which chunks are sent (the run's start for a new message),
-    "pause" for just after the run's last pause, None for a resume's full replay."""
+    an `AfterPause` for answered approvals, None for a resume's full replay."""
     thread_id = thread.thread_id
     first = await services.runs.first_seq(thread_id, run_id)
     if first is None:
@@ -214,11 +225,13 @@ async def _response(
         for entry in await read_span(services, principal, thread_id, first - 1, head)
         if entry.run_id == run_id
     ]
-    if emit_after == "pause":
-        pauses = [e.seq for e in span if e.type == EventType.RUN_PAUSED]
+    if isinstance(emit_after, AfterPause):
+        pauses = [
+            e.seq for e in span if e.type == EventType.RUN_PAUSED and e.seq <= emit_after.head
+        ]
         after = pauses[-1] if pauses else first - 1
     else:
-        after = first - 1 if emit_after is None else int(emit_after)
+        after = first - 1 if emit_after is None else emit_after
     chunks: list[Chunk] = [projection.start(head)]
     ended = False
     for index, entry in enumerate(span):
