@@ -1249,6 +1249,54 @@ async def test_an_edit_of_an_earlier_message_is_refused_and_changes_nothing(
     ]
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_regenerate_from_the_last_user_message_replaces_its_answer(
+    gateway_factory: Callable[..., Any], transport: str
+) -> None:
+    registry, _ = answering("first answer", "second answer", "third answer", "fourth answer")
+    async with gateway_factory(registry=registry) as gateway:
+        chat_id = f"chat-{transport}-from-input"
+        # The client's own id for the user message, then the gateway's (a hydrated history).
+        fresh = await run_chat(
+            gateway, "regenerateFromInput", transport, chat_id, texts=["one", "two"]
+        )
+        hydrated = await run_chat(
+            gateway,
+            "regenerateFromInput",
+            transport,
+            chat_id,
+            texts=[],
+            messages=await server_messages(gateway, chat_id),
+        )
+        events = await events_of(gateway, chat_id)
+        history = await server_messages(gateway, chat_id)
+    assert fresh["error"] is None and hydrated["error"] is None, (fresh, hydrated)
+    assert not fresh["regeneratedFrom"].endswith("-input")
+    assert hydrated["regeneratedFrom"].endswith("-input")
+    assert [(m["role"], text_of(m)) for m in fresh["messages"]] == [
+        ("user", "one"),
+        ("assistant", "first answer"),
+        ("user", "two"),
+        ("assistant", "third answer"),
+    ]
+    expected = [
+        ("user", "one"),
+        ("assistant", "first answer"),
+        ("user", "two"),
+        ("assistant", "fourth answer"),
+    ]
+    assert [(m["role"], text_of(m)) for m in hydrated["messages"]] == expected
+    assert [(m["role"], text_of(m)) for m in history] == expected
+    starts = [e for e in events if e["event"] == "run.started"]
+    assert [s["data"]["input"] for s in starts] == ["one", "two", "two", "two"]
+    assert [s["data"].get("supersedes") for s in starts] == [
+        None,
+        None,
+        starts[1]["run_id"],
+        starts[2]["run_id"],
+    ]
+
+
 async def test_only_the_last_finished_answer_can_be_regenerated(gateway: Gateway) -> None:
     async with gateway.http() as http:
         never = body("chat-none", user("x"), trigger="regenerate-message")

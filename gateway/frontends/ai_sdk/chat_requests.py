@@ -22,7 +22,8 @@ INPUT_SUFFIX = "-input"
 
 @dataclass(frozen=True)
 class AnsweredInput:
-    """A user message to answer anew (an edit of it), named as the client's history names it:
+    """A user message to answer anew (edited, or regenerated from), named as the client's
+    history names it:
     the gateway's own id (`<run id>-input`), or the client's, which only the message before it
     places: `follows`, the id of the last assistant message before it (a run's id), None when
     it is the chat's first input."""
@@ -69,10 +70,15 @@ def chat_request(body: dict[str, Any]) -> ChatRequest:
     message_id = body.get("messageId")
     if message_id is not None and not isinstance(message_id, str):
         raise bad_request("messageId must be a string")
-    if trigger == "regenerate-message":
-        # useChat sends the history up to the answer it regenerates, and that answer's id.
-        return ChatRequest(chat_id, None, regenerate=True, supersedes=message_id)
     messages = body.get("messages")
+    if trigger == "regenerate-message":
+        # useChat sends the history up to the answer it regenerates, and that answer's id; or,
+        # to regenerate from a user message, the history up to that message, and its id.
+        history = messages if isinstance(messages, list) else []
+        if message_id is not None and _names_user_message(history, message_id):
+            answered = AnsweredInput(message_id, _follows(history[:-1]))
+            return ChatRequest(chat_id, None, regenerate=True, answered_input=answered)
+        return ChatRequest(chat_id, None, regenerate=True, supersedes=message_id)
     if not isinstance(messages, list) or not messages:
         raise bad_request("messages must be a non-empty list")
     newest = messages[-1]
@@ -99,6 +105,17 @@ def chat_request(body: dict[str, Any]) -> ChatRequest:
             raise bad_request("the newest message is the assistant's and answers no approval")
         return ChatRequest(chat_id, None, decisions, message_id)
     raise bad_request("the newest message must be the user's, or the assistant's with answers")
+
+
+def _names_user_message(history: list[Any], message_id: str) -> bool:
+    """Whether `message_id` is a user message's: the gateway's name for one, or the newest of
+    the history sent (useChat keeps the user message it regenerates from, and ends there)."""
+    if message_id.endswith(INPUT_SUFFIX):
+        return True
+    newest = history[-1] if history else None
+    return (
+        isinstance(newest, dict) and newest.get("role") == "user" and newest.get("id") == message_id
+    )
 
 
 def _follows(earlier: list[Any]) -> str | None:

@@ -288,6 +288,19 @@ const scenarios = {
     done();
   },
 
+  async regenerateFromInput() {
+    // Turns of `texts` (none: the chat's `messages` as given), then regenerate({messageId}) of
+    // the last user message: useChat keeps that message and sends its id.
+    for (const text of config.texts) {
+      await chat.sendMessage({ text });
+      await finished();
+    }
+    const last = chat.messages.filter((m) => m.role === "user").at(-1);
+    await chat.regenerate({ messageId: last.id });
+    await finished();
+    done({ regeneratedFrom: last.id });
+  },
+
   async resumeIdle() {
     // Nothing active: resumeStream() changes nothing.
     await chat.resumeStream();
