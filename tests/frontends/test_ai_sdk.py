@@ -15,6 +15,7 @@ import pytest
 import websockets
 from agents import Agent
 from agents.testing import ModelStep, ScriptedModel
+from openai.types.responses import ResponseOutputMessage, ResponseOutputRefusal
 
 from gateway.agents.registry import AgentGraph, AgentRegistry
 from gateway.frontends import conversation
@@ -144,6 +145,39 @@ async def test_a_message_streams_into_one_assistant_message(
     assert history[0]["parts"] == [{"type": "text", "text": "hello there"}]
     assert comparable(history[1]) == comparable(message)
     assert history[1]["metadata"] == metadata
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_refusal_reaches_the_chat(
+    gateway_factory: Callable[..., Any], transport: str
+) -> None:
+    """A refusal comes whole with the completed message, never as text deltas; the Agents SDK
+    then fails the run (`ModelRefusalError`), and the chat shows the refusal and the error."""
+    refusal = "I can't help with that."
+    refused = ResponseOutputMessage(
+        id="msg_refusal",
+        type="message",
+        role="assistant",
+        status="completed",
+        content=[ResponseOutputRefusal(type="refusal", refusal=refusal)],
+    )
+    model = ScriptedModel([ModelStep(output=[refused])])
+
+    def build() -> Agent[Any]:
+        return Agent(name="refuser", instructions="test agent", model=model)
+
+    registry = AgentRegistry([AgentGraph(name="refuser", version="1", build=build)])
+    async with gateway_factory(registry=registry) as gateway:
+        chat_id = f"chat-{transport}-refusal"
+        result = await run_chat(gateway, "stream", transport, chat_id, text="do something bad")
+        events = await events_of(gateway, chat_id)
+        history = await server_messages(gateway, chat_id)
+    assert [e["event"] for e in events if e["event"] == "message.delta"] == []
+    assert result["status"] == "error", result
+    assert result["error"].startswith("run_error: ModelRefusalError"), result
+    message = assistant(result)
+    assert text_of(message) == refusal
+    assert comparable(history[1]) == comparable(message)
 
 
 async def test_the_next_message_continues_the_same_chat(gateway: Gateway) -> None:

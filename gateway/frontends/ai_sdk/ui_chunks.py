@@ -83,7 +83,8 @@ class RunChunks:
         self._calls: dict[str, _Call] = {}
         self._approvals: dict[str, str] = {}  # approval id -> call id
         self._pause: list[str] = []  # the tools of the approvals since the last pause
-        self._open_texts: set[str] = set()
+        # Open text parts, with the characters streamed into each so far.
+        self._open_texts: dict[str, int] = {}
         self._open_reasonings: set[str] = set()
         # The message's tokens so far (its run's model calls), in its metadata as `usage`.
         self._usage: dict[str, int] = {}
@@ -122,18 +123,32 @@ class RunChunks:
         if kind == EventType.RUN_STARTED:
             return Step([{"type": "start-step"}])
         if kind == EventType.MESSAGE_STARTED:
-            self._open_texts.add(data["message_id"])
+            self._open_texts[data["message_id"]] = 0
             step = self._next_step()
             self._step_has_turn = True
             return Step([*step, {"type": "text-start", "id": data["message_id"]}])
         if kind == EventType.MESSAGE_DELTA:
-            return Step([{"type": "text-delta", "id": data["message_id"], "delta": data["delta"]}])
+            message_id = data["message_id"]
+            if message_id in self._open_texts:
+                self._open_texts[message_id] += len(data["delta"])
+            return Step([{"type": "text-delta", "id": message_id, "delta": data["delta"]}])
         if kind in (EventType.MESSAGE_COMPLETED, EventType.MESSAGE_ABORTED):
             # A stopped or cut message keeps the text it streamed.
-            if data["message_id"] not in self._open_texts:
+            message_id = data["message_id"]
+            if message_id not in self._open_texts:
                 return Step()
-            self._open_texts.discard(data["message_id"])
-            return Step([{"type": "text-end", "id": data["message_id"]}])
+            streamed = self._open_texts.pop(message_id)
+            chunks: list[Chunk] = []
+            text = data.get("text")
+            if (
+                kind == EventType.MESSAGE_COMPLETED
+                and isinstance(text, str)
+                and len(text) > streamed
+            ):
+                # Text the model gave whole, not as deltas (a refusal): the completed message
+                # is the only place it is, and the client shows only what its deltas gave.
+                chunks.append({"type": "text-delta", "id": message_id, "delta": text[streamed:]})
+            return Step([*chunks, {"type": "text-end", "id": message_id}])
         if kind == REASONING_STARTED:
             self._open_reasonings.add(data["reasoning_id"])
             step = self._next_step()
