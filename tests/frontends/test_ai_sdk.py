@@ -20,6 +20,8 @@ from openai.types.responses import ResponseOutputMessage, ResponseOutputRefusal
 from gateway.agents.registry import AgentGraph, AgentRegistry
 from gateway.frontends import conversation
 from gateway.frontends.ai_sdk import responses
+from gateway.frontends.ai_sdk.ui_chunks import RunChunks
+from gateway.frontends.thread_log import LogEntry
 from tests.integration.test_audit import db_rows
 from tests.integration.test_audit import eventually as audit_eventually
 from tests.integration.test_cross_process import TOKEN, bus_env, pair
@@ -1148,6 +1150,57 @@ async def test_a_run_taken_over_after_a_crash_resumes_with_the_undisturbed_text(
     assert text_of(message) == text_of(assistant(undisturbed))
     assert [p["type"] for p in message["parts"]] == ["step-start", "text"]
     assert comparable((await server_messages_of(b, chat_id))[1]) == comparable(message)
+
+
+def recovered_mid_reasoning(*, approved_before: bool) -> list[dict[str, Any]]:
+    """The chunks of a run whose process stopped inside a reasoning summary, taken over by
+    another process (`run.recovered`) that runs the cut turn again; `approved_before`: the cut
+    step already held an approved call, which the checkpoint carries on, so the step is kept."""
+    entries: list[tuple[str, dict[str, Any]]] = [("run.started", {"input": "q", "agent": "a"})]
+    if approved_before:
+        call = {"call_id": "c1", "tool_name": "lookup", "arguments": {}}
+        entries += [
+            ("tool.called", call),
+            ("approval.requested", {**call, "approval_id": "ap_1", "reviewer_roles": []}),
+            ("run.paused", {"reason": "approval", "checkpoint_version": 1}),
+            ("approval.decided", {"approval_id": "ap_1", "decision": "approve"}),
+            ("run.resumed", {"checkpoint_version": 1}),
+        ]
+    entries += [
+        ("reasoning.started", {"reasoning_id": "rs_1"}),
+        ("reasoning.delta", {"reasoning_id": "rs_1", "delta": "thinking"}),
+        ("run.recovered", {"checkpoint_version": None}),
+        ("reasoning.started", {"reasoning_id": "rs_2"}),
+        ("reasoning.delta", {"reasoning_id": "rs_2", "delta": "thinking again"}),
+        ("reasoning.completed", {"reasoning_id": "rs_2", "text": "thinking again"}),
+        ("message.started", {"message_id": "m_2", "agent": "a"}),
+        ("message.delta", {"message_id": "m_2", "delta": "answer"}),
+        ("message.completed", {"message_id": "m_2", "text": "answer"}),
+        ("run.completed", {"final_output": "answer"}),
+    ]
+    projection = RunChunks("t_1", "r_1", lambda tool: True)
+    chunks = [projection.start(0)]
+    for seq, (kind, data) in enumerate(entries, 1):
+        step = projection.feed(LogEntry(seq, "r_1", kind, "2026-12-05T00:00:00.000Z", data))
+        chunks += step.chunks + step.closing
+    return chunks
+
+
+@pytest.mark.parametrize("approved_before", [False, True])
+async def test_a_run_recovered_mid_reasoning_folds_in_the_client(approved_before: bool) -> None:
+    chunks = recovered_mid_reasoning(approved_before=approved_before)
+    async with node_script("ai_sdk_fold.mjs", {"chunks": chunks}) as script:
+        folded = await script.until("done")
+    assert "error" not in folded, folded
+    parts = [(p["type"], p.get("text"), p.get("state")) for p in folded["message"]["parts"]]
+    # The cut reasoning goes with its step, or, in a step kept, ends where it was cut.
+    kept = [("tool-lookup", None, "approval-responded"), ("reasoning", "thinking", "done")]
+    assert parts == [
+        ("step-start", None, None),
+        *(kept if approved_before else []),
+        ("reasoning", "thinking again", "done"),
+        ("text", "answer", "done"),
+    ]
 
 
 async def test_a_frame_over_the_body_limit_closes_the_socket(

@@ -182,7 +182,7 @@ class RunChunks:
             return self._paused(entry)
         if kind == EventType.RUN_RECOVERED:
             self._pause = []
-            return Step([*self._reset_cut_turn(), self._status(entry.seq, "running")])
+            return Step([*self._end_cut_turn(), self._status(entry.seq, "running")])
         if kind == EventType.RUN_RESUMED:
             self._pause = []
             return Step([self._status(entry.seq, "running")])
@@ -219,16 +219,20 @@ class RunChunks:
         # input.staged / input.queued belong to later turns, not to this message.
         return Step()
 
-    def _reset_cut_turn(self) -> list[Chunk]:
+    def _end_cut_turn(self) -> list[Chunk]:
         """A run taken over after its process stopped runs the cut turn again from its
         checkpoint: what the current step showed of that turn (its partial text, its calls)
         is replaced by the new attempt, as `message.aborted` tells native clients to drop it.
         A step that already holds tool outputs or approvals is kept: its calls may be an
         earlier turn's, which the checkpoint carries on (an approved call runs under its own
-        id), and a repeated call shows beside them."""
+        id), and a repeated call shows beside them. Texts and reasoning the cut turn left open
+        never go on: dropped with the step they are in, else ended (the client refuses an end
+        for a part that `reset-step` removed)."""
         if not self._step_has_turn or self._step_has_output or self._step_has_approval:
-            return []
+            return self._close_texts()
         self._step_has_turn = False
+        self._open_texts.clear()
+        self._open_reasonings.clear()
         return [{"type": "reset-step"}]
 
     def _next_step(self) -> list[Chunk]:
