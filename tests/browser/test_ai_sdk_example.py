@@ -23,6 +23,9 @@ EXAMPLE_DIST = ROOT / "client_demo" / "examples" / "ai-sdk" / "dist"
 PHONE = {"width": 390, "height": 844}
 REFUND = "refund order 42 for 30 dollars"
 STORY = "tell me a story about a lighthouse"
+# A refund only a reviewer decides, and an e-mail its own user may confirm (the demo's
+# `decided_by`): one pause, two calls.
+MIXED = "refund order 42 for 30 dollars and email bob@example.com about it"
 ASSISTANT = "[data-testid=message][data-role=assistant]"
 
 
@@ -277,5 +280,46 @@ async def test_a_reviewers_call_waits_without_buttons_and_stop_cancels_a_story(
     assert history[-1]["metadata"]["status"] == "cancelled"
     assert shown and text_of(history[-1]).startswith(shown)
     assert len(text_of(history[-1])) < 1000  # far from the end of a story
+    await expect(page.get_by_test_id("error")).to_have_count(0)
+    await context.close()
+
+
+async def test_the_users_answer_goes_out_while_a_reviewers_call_still_waits(
+    browser: Any, reviewed_gateway: GatewayProcess, page_errors: PageErrors
+) -> None:
+    """One pause, two calls: alice confirms the e-mail, which the page sends at once, and the
+    response follows the run until a reviewer approves the refund."""
+    from playwright.async_api import expect
+
+    context, page = await open_example(browser, reviewed_gateway, page_errors, DESKTOP)
+    chat = await chat_id(page)
+    await send(page, MIXED)
+    tools = page.get_by_test_id("tool")
+    await expect(tools).to_have_count(2)
+    refund, email = tools.filter(has_text="issue_refund"), tools.filter(has_text="send_email")
+    await expect(refund.get_by_test_id("waiting-reviewer")).to_be_visible()
+    await email.get_by_test_id("approve").click()
+    async with httpx.AsyncClient(base_url=base(reviewed_gateway)) as http:
+        bob = await dev_headers(http, "bob", "reviewer")
+        # alice's answer reached the gateway on its own, the refund still waiting for bob.
+        for _ in range(200):
+            pending = (await http.get("/v1/approvals", headers=bob)).json()["approvals"]
+            if [a["tool_name"] for a in pending] == ["issue_refund"]:
+                break
+            await asyncio.sleep(0.05)
+        assert [a["tool_name"] for a in pending] == ["issue_refund"], pending
+        await expect(page.get_by_test_id("chat")).to_have_attribute("data-status", "streaming")
+        decided = await http.post(
+            f"/v1/approvals/{pending[0]['approval_id']}/decision",
+            json={"decision": "approve"},
+            headers=bob,
+        )
+    assert decided.status_code == 200, decided.text
+    await expect(email).to_have_attribute("data-state", "output-available")
+    await expect(refund).to_have_attribute("data-state", "output-available")
+    await expect(page.get_by_test_id("chat")).to_have_attribute("data-status", "ready")
+    await expect(page.locator(ASSISTANT)).to_have_count(1)
+    history = await server_messages(reviewed_gateway, chat)
+    assert history[-1]["metadata"]["status"] == "completed"
     await expect(page.get_by_test_id("error")).to_have_count(0)
     await context.close()

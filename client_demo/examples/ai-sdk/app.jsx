@@ -3,7 +3,7 @@
 // a bearer token in the transport's headers, the chat's past from the gateway's /messages,
 // resume: true, and approve/reject buttons where the gateway says this reader may decide.
 import { useChat } from "@ai-sdk/react";
-import { WebSocketChatTransport, lastAssistantMessageIsCompleteWithApprovalResponses } from "ai";
+import { WebSocketChatTransport } from "ai";
 import { useEffect, useMemo, useState } from "react";
 import { createRoot } from "react-dom/client";
 
@@ -164,6 +164,28 @@ function History({ session, chatId }) {
   return <Chat session={session} chatId={chatId} initialMessages={loaded.messages} />;
 }
 
+const SETTLED = new Set(["output-available", "output-error", "output-denied", "approval-responded"]);
+
+// The AI SDK's lastAssistantMessageIsCompleteWithApprovalResponses, except that a call only a
+// reviewer may decide does not hold the reader's answers back: the gateway ends the response at
+// a pause with calls the reader decides, and follows the run through the reviewer's decisions
+// once the reader's answers are in (docs/protocol.md §11).
+function readerAnsweredTheStep({ messages }) {
+  const message = messages.at(-1);
+  if (message?.role !== "assistant") return false;
+  const stepStart = message.parts.findLastIndex((part) => part.type === "step-start");
+  const calls = message.parts
+    .slice(stepStart + 1)
+    .filter((part) => part.type.startsWith("tool-") || part.type === "dynamic-tool");
+  const settled = (part) => SETTLED.has(part.state) && part.preliminary !== true;
+  const reviewers = (part) =>
+    part.state === "approval-requested" && part.approval?.descriptor?.canDecide === false;
+  return (
+    calls.some((part) => part.state === "approval-responded") &&
+    calls.every((part) => settled(part) || reviewers(part))
+  );
+}
+
 function Chat({ session, chatId, initialMessages }) {
   const transport = useMemo(
     () =>
@@ -183,9 +205,9 @@ function Chat({ session, chatId, initialMessages }) {
       messages: initialMessages,
       // Rejoins the active response after a reload: the gateway replays it from its start.
       resume: true,
-      // Once every approval of the message is answered, useChat sends the answers by itself
-      // and the gateway continues the same assistant message.
-      sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
+      // Once every approval this reader may decide is answered, useChat sends the answers by
+      // itself and the gateway continues the same assistant message.
+      sendAutomaticallyWhen: readerAnsweredTheStep,
     });
   const [input, setInput] = useState("");
   const busy = status === "submitted" || status === "streaming";
