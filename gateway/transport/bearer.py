@@ -1,5 +1,5 @@
 """A caller's bearer token, checked, and the refusals the audit trail records for it
-(docs/protocol.md "Audit"): `auth.token_rejected` for a token that fails verification,
+(docs/protocol.md "`GET /v1/audit`"): `auth.token_rejected` for a token that fails verification,
 `access.denied` for a `forbidden` or `not_found` answer to a caller whose token passed. The HTTP
 routes and the AI SDK's WebSocket, whose frames each carry a token, go through these, so both
 leave the same trail."""

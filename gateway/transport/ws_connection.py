@@ -270,7 +270,7 @@ class Connection:
                     await self._step(session.FrameTooLarge())
                     raise Closed()
                 # Answered as any frame that does not parse: a first frame that is not a
-                # hello closes the socket (4001), a later one gets its error.
+                # hello closes the socket (`CloseCode.UNAUTHORIZED`), a later one gets its error.
                 refused = ProtocolError(ErrorCode.BAD_REQUEST, "binary frames are not supported")
                 await self._step(session.FrameInvalid(refused))
                 continue

@@ -9,9 +9,9 @@ Browsers cannot set handshake headers, so the transport sends its `headers` insi
 the token is read there (`authorization: Bearer …`), or from the handshake's `Authorization`
 header for other clients. The origins are the native endpoint's, through the same `OriginGate`.
 A socket that has sent no request with a valid token within `GATEWAY_HELLO_TIMEOUT_S` is closed
-with 4001, as `/v1/ws` closes one without a hello: an open socket costs the gateway, and one
-nobody authenticated on must not hold it. Each streaming response holds one of its user's
-open-connection slots, as an HTTP stream does (gateway/frontends/ai_sdk/responses.py).
+with `CloseCode.UNAUTHORIZED`, as `/v1/ws` closes one without a hello: an open socket costs the
+gateway, and one nobody authenticated on must not hold it. Each streaming response holds one of
+its user's open-connection slots, as an HTTP stream does (gateway/frontends/ai_sdk/responses.py).
 A bad frame is answered with an `error` for its request, and so is a request the gateway fails
 on (`internal error`, with the traceback in the log); a frame without a request id cannot
 be answered (the client would end the socket on an unaddressed frame) and is only logged.
