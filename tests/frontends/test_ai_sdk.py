@@ -1426,3 +1426,42 @@ async def test_a_failed_run_ends_the_response_with_an_error(
     assert result["status"] == "error"
     assert result["error"].startswith("run_error: RuntimeError")
     assert events[-1]["event"] == "run.failed"
+
+
+async def test_a_retried_chat_shows_its_input_once_and_answers_it_anew(gateway: Gateway) -> None:
+    """A failed run retried (POST /v1/runs/{id}/retry) answers the same input: the chat's
+    history shows that input once, and a regenerate from it replaces the retried answer."""
+    async with gateway.http() as http:
+        failed = await http.post(
+            "/v1/ai-sdk/chat", json=body("chat-flaky", user("flaky order 7")), headers=auth(gateway)
+        )
+        assert failed.status_code == 200
+        [failed_id] = [
+            e["run_id"]
+            for e in await events_of(gateway, "chat-flaky")
+            if e["event"] == "run.failed"
+        ]
+        retried = await http.post(f"/v1/runs/{failed_id}/retry", headers=auth(gateway))
+        assert retried.status_code == 200, retried.text
+        retry_id = retried.json()["run_id"]
+        await eventually_status(gateway, retry_id, "completed")
+        history = await server_messages(gateway, "chat-flaky")
+        assert [m["role"] for m in history] == ["user", "assistant", "assistant"], history
+        assert [m["id"] for m in history] == [f"{failed_id}-input", failed_id, retry_id]
+        # Answered anew from that input (useChat's regenerate from a user message).
+        again = await http.post(
+            "/v1/ai-sdk/chat",
+            json=body(
+                "chat-flaky",
+                history[0],
+                trigger="regenerate-message",
+                messageId=history[0]["id"],
+            ),
+            headers=auth(gateway),
+        )
+        assert again.status_code == 200, again.text
+    history = await server_messages(gateway, "chat-flaky")
+    assert [m["role"] for m in history] == ["user", "assistant"], history
+    assert text_of(history[0]) == "flaky order 7"
+    assert history[1]["id"] not in (failed_id, retry_id)
+    assert history[1]["metadata"]["status"] == "completed"

@@ -27,6 +27,7 @@ from gateway.frontends.ai_sdk import responses
 from gateway.frontends.ai_sdk.chat_requests import chat_request
 from gateway.frontends.ai_sdk.ui_chunks import RunChunks
 from gateway.frontends.ai_sdk.ui_messages import run_messages
+from gateway.frontends.answered_again import AnsweredAgain
 from gateway.frontends.thread_log import LogEntry, read_span
 from gateway.protocol.close_codes import CloseCode
 from gateway.protocol.identity import Principal
@@ -112,21 +113,36 @@ async def messages(request: Request, services: Services) -> Response:
     by_run: dict[str, list[LogEntry]] = {}
     # Answers a regenerate or an edit replaced: the chat shows the branch chosen last.
     superseded: set[str] = set()
+    # A retry's run -> the failed run whose input it answers again (shown once, the failed
+    # run's).
+    retried: dict[str, str] = {}
 
     def may_approve(run: RunRecord, tool: str) -> bool:
         return services.runs.decisions.may_approve(principal, thread, run, tool)
 
     for entry in entries:
-        if entry.run_id is not None:
-            by_run.setdefault(entry.run_id, []).append(entry)
-        if entry.type == "run.started" and isinstance(entry.data.get("supersedes"), str):
-            superseded.add(entry.data["supersedes"])
+        if entry.run_id is None:
+            continue
+        by_run.setdefault(entry.run_id, []).append(entry)
+        if entry.type == "run.started":
+            again = AnsweredAgain.of(entry.data)
+            if again.supersedes is not None:
+                superseded.add(again.supersedes)
+            if again.retries is not None:
+                retried[entry.run_id] = again.retries
+    # A superseded retry takes the runs it retried with it: they answered the same input.
+    for newest in list(superseded):
+        run_id = newest
+        while run_id in retried:
+            run_id = retried[run_id]
+            superseded.add(run_id)
     out: list[dict[str, Any]] = []
     for run in await services.runs.runs_of_thread(thread.thread_id):
         if run.run_id in superseded:
             continue
         projection = RunChunks(thread.thread_id, run.run_id, partial(may_approve, run))
-        out.extend(run_messages(projection, by_run.get(run.run_id, []), run.input))
+        shown_input = None if run.run_id in retried else run.input
+        out.extend(run_messages(projection, by_run.get(run.run_id, []), shown_input))
     return JSONBody({"messages": out})
 
 

@@ -35,6 +35,7 @@ from gateway.abuse.limits import ConnectionSlot
 from gateway.frontends import conversation
 from gateway.frontends.ai_sdk.chat_requests import AnsweredInput, ChatRequest
 from gateway.frontends.ai_sdk.ui_chunks import Boundary, Chunk, RunChunks
+from gateway.frontends.answered_again import AnsweredAgain
 from gateway.frontends.thread_log import follow, read_span
 from gateway.protocol.error_codes import conflict, not_found
 from gateway.protocol.frames import EventType
@@ -109,23 +110,35 @@ async def _input_run(
     """The run whose input `answered` is; `conflict` unless it is the chat's last input (the
     gateway answers only that one anew: an earlier turn's edit would need a branch of its
     own, and answering it as the last would replace the wrong turn)."""
-    if answered.run_id is not None:
-        # The gateway's own id: `run.regenerate` refuses it unless it is the last run's.
-        return answered.run_id
     thread = await conversation.existing_thread(services, principal, chat_id)
     if thread is None:
         raise not_found("thread not found")
     runs = await services.runs.runs_of_thread(thread.thread_id)
     if not runs:
         raise conflict("the thread has no answer to regenerate")
-    # The last input's runs: the last one and those it superseded, one after another (each
-    # supersedes the run just before it). The run before them answered the previous input.
+
+    async def answers_again(run_id: str) -> AnsweredAgain:
+        return await _answered_again(services, principal, thread.thread_id, run_id)
+
+    if answered.run_id is not None:
+        # The gateway's own id. A failed run's input stays its name after a retry (the
+        # retry answers the same input, and the history shows it once): the retry's run is
+        # answered anew. Any other run but the last is refused by `run.regenerate`.
+        run_id = runs[-1].run_id
+        while run_id != answered.run_id:
+            retries = (await answers_again(run_id)).retries
+            if retries is None:
+                return answered.run_id
+            run_id = retries
+        return runs[-1].run_id
+    # The last input's runs: the last one and those it answers again, one after another (a
+    # regenerate supersedes the run just before it, a retry answers a failed run's input
+    # again). The run before them answered the previous input.
     first = len(runs) - 1
-    while (
-        first > 0
-        and await _superseded_by(services, principal, thread.thread_id, runs[first].run_id)
-        == runs[first - 1].run_id
-    ):
+    while first > 0:
+        again = await answers_again(runs[first].run_id)
+        if (again.supersedes or again.retries) != runs[first - 1].run_id:
+            break
         first -= 1
     previous = runs[first - 1].run_id if first > 0 else None
     if answered.follows != previous:
@@ -133,16 +146,15 @@ async def _input_run(
     return runs[-1].run_id
 
 
-async def _superseded_by(
+async def _answered_again(
     services: Services, principal: Principal, thread_id: str, run_id: str
-) -> str | None:
-    """The run `run_id` superseded, as its `run.started` says."""
+) -> AnsweredAgain:
+    """What run `run_id`'s `run.started` says of the runs before it."""
     seq = await services.runs.first_seq(thread_id, run_id)
     if seq is None:
-        return None
+        return AnsweredAgain()
     started = await read_span(services, principal, thread_id, seq - 1, seq)
-    supersedes = started[0].data.get("supersedes") if started else None
-    return supersedes if isinstance(supersedes, str) else None
+    return AnsweredAgain.of(started[0].data) if started else AnsweredAgain()
 
 
 async def _started_response(

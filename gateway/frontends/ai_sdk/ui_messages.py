@@ -90,9 +90,10 @@ class MessageFold:
 
 
 def run_messages(
-    projection: RunChunks, entries: list[Any], user_input: str
+    projection: RunChunks, entries: list[Any], user_input: str | None
 ) -> list[dict[str, Any]]:
-    """The user's input and the assistant message of one run, from its stored events."""
+    """The user's input and the assistant message of one run, from its stored events;
+    `user_input` None: the input is shown before, with the run it was first given to."""
     fold = MessageFold(projection.run_id)
     seq = entries[0].seq if entries else 0
     fold.add(projection.start(seq))
@@ -100,4 +101,6 @@ def run_messages(
         step = projection.feed(entry)
         for chunk in [*step.chunks, *step.closing]:
             fold.add(chunk)
+    if user_input is None:
+        return [fold.message]
     return [user_message(projection.run_id, user_input), fold.message]
