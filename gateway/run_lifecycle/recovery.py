@@ -15,12 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import partial
+from typing import Any
 
 import orjson
 from sqlalchemy.engine import Connection
 
 from gateway.agents.registry import GraphMismatchError
-from gateway.protocol.frames import EventType
+from gateway.protocol.frames import (
+    REASONING_COMPLETED,
+    REASONING_DELTA,
+    REASONING_STARTED,
+    EventType,
+)
 from gateway.run_lifecycle.context import RunContext
 from gateway.run_lifecycle.continuation import Continuer
 from gateway.run_lifecycle.execution import Segment
@@ -192,7 +198,7 @@ class Recovery:
                     raise StaleWrite(run.run_id)
 
             try:
-                await ctx.log.commit(await self._abort_open_messages(run, lease), mark_recovering)
+                await ctx.log.commit(await self._abort_open(run, lease), mark_recovering)
             except StaleWrite:
                 # The run moved on after the scan read it (it paused, ended, was cancelled),
                 # releasing its lease: the one taken here is given back at once, or it would
@@ -246,8 +252,10 @@ class Recovery:
             )
             return True
 
-    async def _abort_open_messages(self, run: RunRecord, lease: Lease) -> list[NewEvent]:
-        """`message.aborted` for every message of the run that started and never ended."""
+    async def _abort_open(self, run: RunRecord, lease: Lease) -> list[NewEvent]:
+        """What the stream would have ended had it not been cut: `message.aborted` for every
+        message of the run that started and never ended, and `reasoning.completed` (`aborted`,
+        with the summary streamed so far) for every reasoning summary, as a stop ends them."""
         records = await self._ctx.events.for_run(
             run.thread_id,
             run.run_id,
@@ -255,22 +263,37 @@ class Recovery:
                 EventType.MESSAGE_STARTED,
                 EventType.MESSAGE_COMPLETED,
                 EventType.MESSAGE_ABORTED,
+                REASONING_STARTED,
+                REASONING_DELTA,
+                REASONING_COMPLETED,
             ),
         )
-        open_ids: dict[str, None] = {}
+        open_messages: dict[str, None] = {}
+        open_reasonings: dict[str, list[str]] = {}
         for record in records:
-            message_id = orjson.loads(record.data).get("message_id")
+            data = orjson.loads(record.data)
             if record.type == EventType.MESSAGE_STARTED:
-                open_ids[message_id] = None
+                open_messages[data.get("message_id")] = None
+            elif record.type == REASONING_STARTED:
+                open_reasonings[data.get("reasoning_id")] = []
+            elif record.type == REASONING_DELTA:
+                open_reasonings.get(data.get("reasoning_id"), []).append(data.get("delta", ""))
+            elif record.type == REASONING_COMPLETED:
+                open_reasonings.pop(data.get("reasoning_id"), None)
             else:
-                open_ids.pop(message_id, None)
-        return [
-            self._ctx.log.new_event(
-                run.thread_id,
-                run.run_id,
-                EventType.MESSAGE_ABORTED,
-                {"message_id": message_id, "reason": "gateway_restart"},
-                lease,
+                open_messages.pop(data.get("message_id"), None)
+        ended: list[tuple[str, dict[str, Any]]] = [
+            (
+                REASONING_COMPLETED,
+                {"reasoning_id": reasoning_id, "text": "".join(parts), "aborted": True},
             )
-            for message_id in open_ids
+            for reasoning_id, parts in open_reasonings.items()
+        ]
+        ended += [
+            (EventType.MESSAGE_ABORTED, {"message_id": message_id, "reason": "gateway_restart"})
+            for message_id in open_messages
+        ]
+        return [
+            self._ctx.log.new_event(run.thread_id, run.run_id, type_, data, lease)
+            for type_, data in ended
         ]

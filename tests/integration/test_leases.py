@@ -88,6 +88,47 @@ async def test_second_process_leaves_a_live_run_alone_then_takes_it_over_when_it
     await watcher.close()
 
 
+async def test_a_reasoning_summary_cut_by_its_process_dying_is_ended_on_takeover(
+    tmp_path: Path, database_url: str, processes
+) -> None:
+    """As a stop ends a summary being streamed, so does a takeover: `reasoning.completed`,
+    `aborted`, with the text streamed before the process died, before `run.recovered`."""
+    env = {"GATEWAY_DATABASE_URL": database_url, "GATEWAY_LEASE_TTL_S": "2"}
+    a = spawn_gateway(
+        tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-a", "GATEWAY_DEMO_DELAY_MS": "400"}
+    )
+    processes.append(a)
+    alice = await Client.connect(a.ws_url, TOKEN.issue("alice", "acme", ["user"]))
+    ack = await alice.request("run.start", input="think about lighthouses")
+    await alice.wait_event("reasoning.delta")
+    a.kill()
+    await alice.close()
+    b = spawn_gateway(
+        tmp_path, env={**env, "GATEWAY_INSTANCE_ID": "gw-b", "GATEWAY_DEMO_DELAY_MS": "2"}
+    )
+    processes.append(b)
+    watcher = await Client.connect(b.ws_url, TOKEN.issue("alice", "acme", ["user"]))
+    await watcher.request("thread.subscribe", thread_id=ack["thread_id"], after_seq=0)
+    await watcher.wait_event("run.completed", timeout=60)
+    events = watcher.events_of(ack["thread_id"])
+    await watcher.close()
+    names = [e["event"] for e in events]
+    cut = events[names.index("reasoning.started")]["data"]["reasoning_id"]
+    streamed = "".join(
+        e["data"]["delta"]
+        for e in events[: names.index("run.recovered")]
+        if e["event"] == "reasoning.delta" and e["data"]["reasoning_id"] == cut
+    )
+    ended = [
+        e
+        for e in events
+        if e["event"] == "reasoning.completed" and e["data"]["reasoning_id"] == cut
+    ]
+    assert [e["data"] for e in ended] == [{"reasoning_id": cut, "text": streamed, "aborted": True}]
+    assert streamed and names.index("reasoning.completed") < names.index("run.recovered")
+    assert names.count("run.recovered") == 1 and names[-1] == "run.completed"
+
+
 async def test_a_process_whose_lease_was_taken_over_stops_streaming_within_a_renewal(
     tmp_path: Path, database_url: str, processes
 ) -> None:
