@@ -137,6 +137,28 @@ async def test_input_while_paused_is_staged_and_lands_in_same_run(connect) -> No
     assert "also say thanks" in final_text(alice.events_of(thread_id), run_id)
 
 
+async def test_input_staged_on_a_run_then_cancelled_is_dropped(connect) -> None:
+    """Staged input was for the paused run's continuation: cancelled, the run never takes it,
+    no run answers it, and it no longer counts as waiting on the thread."""
+    alice = await connect("alice", "user")
+    thread_id, run_id = await start(alice, "refund order 3 for 4")
+    await alice.wait_event("run.paused")
+    ack = await alice.request("run.input", thread_id=thread_id, input="also say thanks")
+    assert ack["disposition"] == "staged"
+    await alice.request("run.cancel", run_id=run_id)
+    await alice.wait_event("run.cancelled")
+    await asyncio.sleep(0.3)
+    assert {e["run_id"] for e in alice.events_of(thread_id)} == {run_id}
+    # The thread is idle: the next input starts a run of its own, answering that input alone.
+    after = await alice.request("run.input", thread_id=thread_id, input="hello again")
+    assert after["disposition"] == "started"
+    await alice.wait_for(
+        lambda f: f.get("event") == "run.completed" and f["run_id"] == after["run_id"], 30
+    )
+    answer = final_text(alice.events_of(thread_id), after["run_id"])
+    assert "hello again" in answer and "also say thanks" not in answer
+
+
 async def test_input_while_running_is_queued_then_becomes_next_run(connect, gateway) -> None:
     alice = await connect("alice", "user")
     thread_id, first_run = await start(alice, "tell me a story about rivers")
