@@ -39,6 +39,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.abuse.limits import ConnectionSlot
 from gateway.protocol.close_codes import CloseCode
+from gateway.protocol.error_codes import CodedError
 from gateway.protocol.identity import Principal
 from gateway.resources import Services
 from gateway.server.connection_limits import CLOSE_TIMEOUT_S
@@ -53,7 +54,19 @@ END_MESSAGES: dict[CloseCode, str] = {
     CloseCode.TOO_SLOW: "the feed fell behind (the client read too slowly): reconnect to resume",
     CloseCode.UNAUTHORIZED: "the token has expired: reconnect with a fresh token to resume",
     CloseCode.RESTART: "the gateway is shutting down: reconnect to resume",
+    CloseCode.INTERNAL: "the thread's log could not be read: reconnect to resume",
 }
+
+
+class FeedEnded(CodedError):
+    """Raised by a feed's body to end the feed with the last word of `code`, as the feed ends
+    itself at the token's expiry or for a client that stopped reading. (Caught by the feed:
+    no client sees it as an error.)"""
+
+    def __init__(self, code: CloseCode) -> None:
+        super().__init__(END_MESSAGES[code])
+        self.close_code = code
+
 
 # At shutdown the server waits for every connection to close: a client that does not take the
 # last word within this long is not waited for (a reading client takes it at once).
@@ -176,6 +189,8 @@ class FeedResponse(Response):
                     end(CloseCode.TOO_SLOW)
                     return
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except FeedEnded as stop:
+            end(stop.close_code)
         finally:
             with contextlib.suppress(Exception):
                 await self._body.aclose()  # type: ignore[attr-defined]

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -41,16 +42,22 @@ from gateway.protocol.frames import MAX_ID_CHARS
 from gateway.protocol.identity import Principal
 from gateway.resources import Services
 from gateway.run_lifecycle.sensitive_arguments import frame_for
-from gateway.transport.feed_response import END_MESSAGES, FeedResponse
+from gateway.transport.feed_response import END_MESSAGES, FeedEnded, FeedResponse
 from gateway.transport.http_api import authenticate, endpoint, int_value, path_id
 from gateway.transport.outbox import Outbox
+
+log = logging.getLogger(__name__)
 
 MAX_AFTER = 2**62
 # How long a browser's EventSource waits before reconnecting after the feed ends.
 RETRY_MS = 1000
 HEARTBEAT = b": heartbeat\n\n"
-# Queued by the inbox feed in place of an update that did not fit: the feed ends there.
+# Queued in place of a frame that did not fit, by a feed with no cursor to resume from: the
+# feed ends there (`put_or_overflow`).
 OVERFLOW = ""
+# Queued when the task filling a feed's queue has ended: the feed ends once it has sent what
+# came before.
+SOURCE_ENDED = " "
 
 
 def sse_message(data: str, *, event: str | None = None, event_id: int | None = None) -> bytes:
@@ -73,24 +80,51 @@ def feed_response(
     return FeedResponse(body, slot, services=services, principal=principal, last_word=end_event)
 
 
-async def _frames(
+async def feed_frames(
     services: Services,
     queue: Outbox,
     *,
-    stopped: Callable[[], bool] = lambda: False,
+    source: asyncio.Task[None] | None = None,
 ) -> AsyncIterator[str | None]:
-    """The queued frames, and None whenever a heartbeat is due; ends when `stopped()` says the
-    source has ended. (The token's expiry ends the response: `FeedResponse`.)"""
+    """The queued frames, and None whenever a heartbeat is due. The feed ends (`FeedEnded`)
+    at an `OVERFLOW`, as too slow, and once `source`, the task that fills the queue, has ended
+    and what it queued is sent: it ends only when it could not read the log. (The token's
+    expiry ends the response: `FeedResponse`.)"""
     heartbeat_s = services.settings.heartbeat_s
+    if source is not None:
+        source.add_done_callback(lambda _: _wake(queue))
     while True:
+        if source is not None and source.done() and queue.empty():
+            log.info("ending a feed whose subscription could not read the log")
+            raise FeedEnded(CloseCode.INTERNAL)
         try:
             frame = await asyncio.wait_for(queue.get(), heartbeat_s)
         except TimeoutError:
-            if stopped():
-                return
             yield None
             continue
-        yield frame
+        if frame == OVERFLOW:
+            log.info("ending a feed whose client fell behind its updates")
+            raise FeedEnded(CloseCode.TOO_SLOW)
+        if frame != SOURCE_ENDED:
+            yield frame
+
+
+def _wake(queue: Outbox) -> None:
+    """Wake a feed waiting for its queue (a full queue wakes it anyway)."""
+    with contextlib.suppress(asyncio.QueueFull):
+        queue.put_nowait(SOURCE_ENDED)
+
+
+def put_or_overflow(queue: Outbox, frame: str) -> None:
+    """Queue `frame` for a feed with no cursor to resume from (the inbox, the thread list): a
+    reader this far behind is ended, as a WebSocket is (`CloseCode.TOO_SLOW`), and reads a
+    fresh snapshot when it reconnects."""
+    try:
+        queue.put_nowait(frame)
+    except asyncio.QueueFull:
+        while not queue.empty():
+            queue.get_nowait()
+        queue.put_nowait(OVERFLOW)
 
 
 def _cursor(request: Request) -> int:
@@ -194,7 +228,7 @@ async def _feed(
     try:
         # The subscription's task ends only when it could not read the log: the feed ends
         # then, and the client resumes from its Last-Event-ID.
-        async for frame in _frames(services, queue, stopped=task.done):
+        async for frame in feed_frames(services, queue, source=task):
             if frame is None:
                 yield HEARTBEAT
                 continue
@@ -222,14 +256,7 @@ async def _inbox_feed(services: Services, principal: Principal) -> AsyncIterator
 
     def on_update(added: list[dict[str, Any]], removed: list[str]) -> None:
         frame = protocol.inbox_update(views.for_inbox_reader(principal, added), removed)
-        try:
-            queue.put_nowait(protocol.encode(frame))
-        except asyncio.QueueFull:
-            # The inbox has no cursor to resume from: a reader this far behind is ended (as a
-            # WebSocket is) and gets a fresh snapshot when it reconnects.
-            while not queue.empty():
-                queue.get_nowait()
-            queue.put_nowait(OVERFLOW)
+        put_or_overflow(queue, protocol.encode(frame))
 
     # Subscribed before the snapshot is read, so no change falls between the two; updates
     # that arrive meanwhile wait in the queue and follow the snapshot.
@@ -238,12 +265,10 @@ async def _inbox_feed(services: Services, principal: Principal) -> AsyncIterator
         pending = await views.inbox_views(principal)
         snapshot = protocol.encode(protocol.inbox(pending))
         yield f"retry: {RETRY_MS}\n".encode() + sse_message(snapshot, event="inbox")
-        async for frame in _frames(services, queue):
+        async for frame in feed_frames(services, queue):
             if frame is None:
                 yield HEARTBEAT
                 continue
-            if frame == OVERFLOW:
-                return
             yield sse_message(frame, event="inbox.update")
     finally:
         unsubscribe()

@@ -8,7 +8,6 @@ list when it reconnects, as the inbox feed does.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,8 +22,14 @@ from gateway.run_lifecycle.thread_list import check_can_list
 from gateway.transport.http_api import authenticate, endpoint
 from gateway.transport.http_threads import archived_param
 from gateway.transport.outbox import Outbox
-from gateway.transport.sse import HEARTBEAT, OVERFLOW, RETRY_MS, feed_response, sse_message
-from gateway.transport.sse import _frames as feed_frames
+from gateway.transport.sse import (
+    HEARTBEAT,
+    RETRY_MS,
+    feed_frames,
+    feed_response,
+    put_or_overflow,
+    sse_message,
+)
 
 
 @endpoint
@@ -43,13 +48,7 @@ async def _threads_feed(
     queue = Outbox(settings.send_queue_size, settings.send_queue_bytes)
 
     def put(frame: dict[str, Any]) -> None:
-        try:
-            queue.put_nowait(protocol.encode(frame))
-        except asyncio.QueueFull:
-            # A list has no cursor: a reader this far behind is ended and reads it afresh.
-            while not queue.empty():
-                queue.get_nowait()
-            queue.put_nowait(OVERFLOW)
+        put_or_overflow(queue, protocol.encode(frame))
 
     snapshot, stop = await services.runs.thread_list.watch(
         principal,
@@ -64,8 +63,6 @@ async def _threads_feed(
             if frame is None:
                 yield HEARTBEAT
                 continue
-            if frame == OVERFLOW:
-                return
             kind = "threads" if frame.startswith('{"type":"threads",') else "threads.update"
             yield sse_message(frame, event=kind)
     finally:

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from tests.integration.test_http_api import assert_error, bearer, paused_refund
+from tests.support.client import Client
 from tests.support.gateway import Gateway
 
 
@@ -278,3 +279,41 @@ async def test_feeds_count_as_open_connections(gateway_factory) -> None:
                     break
             await asyncio.sleep(0.1)
         assert again.status_code == 200
+
+
+async def test_an_inbox_feed_too_far_behind_its_updates_ends_with_its_last_word(
+    gateway_factory: Callable[..., Any],
+) -> None:
+    """The inbox has no cursor: a reader so far behind that an update no longer fits its queue
+    is ended, as a WebSocket is (4009), with `event: end` after what it was sent, and reads a
+    fresh snapshot when it reconnects."""
+    from tests.support.hostile import never_reading_feed, read_all
+
+    async with gateway_factory(
+        socket_sndbuf=4096, send_queue_size=16, send_queue_bytes=65536, send_timeout_s=120
+    ) as gw:
+        sock = never_reading_feed(gw.port, "/v1/approvals/stream", gw.token("bob", "reviewer"))
+        try:
+            alice = await Client.connect(gw.ws_url, gw.token("alice", "user"))
+            try:
+                # Each pause's e-mail quotes its input: inbox updates of about 30 KB each.
+                for _ in range(12):
+                    ack = await alice.request(
+                        "run.start", input="email ann@example.com " + "x" * 30_000
+                    )
+                    await alice.wait_for(
+                        lambda f, run_id=ack["run_id"]: (
+                            f.get("event") == "run.paused" and f["run_id"] == run_id
+                        )
+                    )
+            finally:
+                await alice.close()
+            received = await asyncio.to_thread(read_all, sock, 5)
+        finally:
+            sock.close()
+    assert b"event: inbox\n" in received
+    tail = received[-2000:]
+    assert b"event: end\n" in tail, tail[-300:]
+    end = json.loads(tail.split(b"event: end\n")[-1].split(b"data: ", 1)[1].split(b"\n")[0])
+    assert end["type"] == "end" and end["code"] == 4009, end
+    assert tail.endswith(b"0\r\n\r\n"), tail[-50:]

@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from agents import Agent
 from agents.testing import ModelStep, ScriptedModel
@@ -589,6 +590,47 @@ async def ready_again(http: httpx.AsyncClient, timeout: float = 10) -> httpx.Res
         if response.status_code == 200 or time.monotonic() > deadline:
             return response
         await asyncio.sleep(0.05)
+
+
+def event_reads(statement: str, parameters: Any) -> bool:
+    """Reads of the event log (a subscription's replay)."""
+    text = " ".join(statement.split()).upper()
+    return text.startswith("SELECT") and " FROM EVENTS" in text
+
+
+async def test_a_thread_feed_that_cannot_read_the_log_ends_at_once_with_its_last_word(
+    database_url: str,
+) -> None:
+    """docs/protocol.md §8: when the server cannot read the log it ends the feed, with
+    `event: end` naming the WebSocket's code of the same case (1011), at once rather than at
+    the next heartbeat; the client resumes from its Last-Event-ID."""
+    settings = settings_for(database_url, heartbeat_s=30.0)
+    async with faulty_gateway(settings) as fg, clients(fg.gateway) as connect:
+        gw, faults = fg.gateway, fg.faults
+        alice = await connect("alice", "user")
+        ack = await alice.request("run.start", input="hello")
+        await alice.wait_event("run.completed")
+        faults.fail(event_reads)
+        headers = {"Authorization": f"Bearer {gw.token('alice')}"}
+        opened = time.monotonic()
+        async with (
+            gw.http() as http,
+            http.stream("GET", f"/v1/threads/{ack['thread_id']}/stream", headers=headers) as feed,
+        ):
+            assert feed.status_code == 200
+            body = (await asyncio.wait_for(feed.aread(), 10)).decode()
+        took = time.monotonic() - opened
+    assert faults.hits >= 1
+    assert took < 5, took  # not the 30 s heartbeat
+    messages = [m for m in body.split("\n\n") if m.strip()]
+    assert messages[0].splitlines()[-2] == "event: subscribed"
+    assert messages[-1].startswith("event: end\ndata: "), messages[-1]
+    end = orjson.loads(messages[-1].split("data: ", 1)[1])
+    assert end == {
+        "type": "end",
+        "code": 1011,
+        "message": "the thread's log could not be read: reconnect to resume",
+    }
 
 
 async def test_readyz_follows_storage(database_url: str) -> None:
