@@ -33,7 +33,7 @@ export class GatewayClient extends Emitter {
     super();
     this.store = options.store ?? memoryStore();
     this.connection = new Connection(options);
-    /** @type {Map<string, {state: import("./thread.js").ThreadState, subscribed: boolean, live: boolean}>} */
+    /** @type {Map<string, {state: import("./thread.js").ThreadState, subscribed: boolean, live: boolean, restarting: boolean, saveQueued: boolean}>} */
     this.threads = new Map();
     this.inboxWanted = false;
     /** @type {Map<string, any>} approval_id -> approval */
@@ -320,7 +320,7 @@ export class GatewayClient extends Emitter {
     if (!entry) {
       const stored = this.store.get(threadId);
       const state = stored ? { ...stored.state, epoch: stored.epoch, seq: stored.seq } : emptyThread(threadId);
-      entry = { state, subscribed: false, live: false, saveQueued: false };
+      entry = { state, subscribed: false, live: false, restarting: false, saveQueued: false };
       this.threads.set(threadId, entry);
     }
     return entry;
@@ -401,6 +401,9 @@ export class GatewayClient extends Emitter {
     const entry = this._entry(frame.thread_id);
     entry.subscribed = true;
     entry.live = true;
+    // After a reset the replay starts at the first event the log still stores, which need not
+    // be seq 1 (retention may have removed the beginning): the first event may not follow.
+    entry.restarting = Boolean(frame.reset);
     if (frame.reset) {
       this.stats.resets += 1;
       this.emit("reset", frame.thread_id);
@@ -419,9 +422,14 @@ export class GatewayClient extends Emitter {
     // The seq this frame follows: the one before it, or (after events this connection asked
     // to omit, §3) the one it names.
     const follows = frame.prev_seq ?? frame.seq - 1;
-    if (state.seq > 0 && follows > state.seq) {
-      // §5 promises no gaps within a subscription; should one appear anyway, ask again from
-      // the cursor rather than show a thread with a hole in it.
+    const restarting = entry.restarting;
+    entry.restarting = false;
+    if (follows > state.seq && !restarting) {
+      // §5 promises no gaps within a subscription, but a subscription need not start at this
+      // state's cursor: acting on a thread this connection does not watch (run.input,
+      // run.regenerate, run.retry, run.start with thread_id) subscribes it from the new run's
+      // first event, after history this state may not hold (all of it when the state is
+      // empty). Ask again from the cursor rather than show a thread with a hole in it.
       this.stats.gaps += 1;
       entry.live = false;
       this._subscribe(frame.thread_id).catch(() => {});

@@ -167,6 +167,45 @@ describe("resuming", () => {
     assert.equal(done.mismatches, 0);
   });
 
+  test("input sent to a thread not yet watched loads the thread's history, and keeps it after a reconnect", async () => {
+    const token = await gateway.token("alice");
+    const first = client({ WebSocket: trackedWebSocket().WebSocket, token });
+    await first.ready();
+    const { threadId } = await first.startRun({ input: "hello there" });
+    await threadDone(first, threadId);
+    first.close();
+
+    // Another device: nothing stored, and no subscribe before acting on the thread. The
+    // gateway subscribes it from the new run's first event, after the earlier run.
+    const net = trackedWebSocket();
+    const second = client({ WebSocket: net.WebSocket, token });
+    await second.ready();
+    const { disposition, runId } = await second.sendInput(threadId, "and again");
+    assert.equal(disposition, "started");
+    const whole = async (c) => {
+      const state = await waitFor(c, "thread", () => {
+        const s = c.thread(threadId);
+        return s.runs[runId]?.status === "completed" && s;
+      }, 10_000);
+      const { events, head_seq } = await gateway.events(threadId, token);
+      assert.equal(state.seq, head_seq);
+      assert.deepEqual(state.items.filter((i) => i.kind === "input").map((i) => i.text), ["hello there", "and again"]);
+      assert.deepEqual(messages(state).map((m) => m.text), await completedTexts(threadId, token));
+      assert.equal(events[0].seq, 1);
+      assert.equal(state.mismatches, 0);
+      return state;
+    };
+    const before = await whole(second);
+    assert.ok(second.stats.gaps >= 1, "the events after the history were noticed as a gap");
+    assert.equal(second.subscribedFrom[threadId], 0, "subscribed again from the start");
+
+    // A reconnect resubscribes from the saved cursor: the history stays.
+    net.current().terminate();
+    await waitFor(second, "welcome", () => second.connection.stats.reconnects === 1);
+    const after = await whole(second);
+    assert.deepEqual(after.items, before.items);
+  });
+
   test("cancel stops the run: the open message keeps its text, stopped, and the connection stays", async () => {
     const alice = client({ WebSocket: trackedWebSocket().WebSocket, token: await gateway.token("alice") });
     await alice.ready();
