@@ -52,6 +52,7 @@ def node_or_skip() -> str:
 def test_the_package_has_node_tests() -> None:
     assert {
         "client.test.js",
+        "connection.test.js",
         "docs.test.js",
         "pack.test.js",
         "react.test.js",

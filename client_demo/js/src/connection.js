@@ -84,6 +84,9 @@ export class Connection extends Emitter {
     this.authError = null;
     this.refreshedAfterRefusal = false;
     this.retryAt = null;
+    // Counts connect attempts: an attempt still waiting for its token when a newer one starts
+    // (or `close()` is called) sees the count moved on and gives up.
+    this.connectGeneration = 0;
     // sockets: WebSockets opened; connects: welcomes to a first hello; reconnects: connects
     // after the first; renewals: welcomes to a hello on an open socket; silences: sockets
     // given up for lack of frames.
@@ -103,6 +106,7 @@ export class Connection extends Emitter {
    * `on_disconnect`), unlike a `run.cancel` which stops the run itself.
    */
   close() {
+    this.connectGeneration += 1; // an attempt waiting for its token must not open a socket
     this._watchBrowser(false);
     this._clearTimers();
     this._detach(1000, "client closed");
@@ -217,6 +221,7 @@ export class Connection extends Emitter {
   }
 
   async _connect() {
+    const generation = ++this.connectGeneration;
     this._clearTimers();
     this.retryAt = null;
     this._setStatus("connecting");
@@ -224,10 +229,12 @@ export class Connection extends Emitter {
     try {
       token = await this._currentToken();
     } catch {
-      this._scheduleReconnect();
+      if (generation === this.connectGeneration) this._scheduleReconnect();
       return;
     }
-    if (this.status !== "connecting") return; // closed meanwhile
+    // Closed, or superseded by a newer attempt (close() then open() while the token was being
+    // fetched), meanwhile: that one makes the socket, or none is wanted.
+    if (generation !== this.connectGeneration || this.status !== "connecting") return;
     if (!token) {
       // The token supplier has none to give (signed out, or no longer offered): stop here.
       this._clearTimers();
