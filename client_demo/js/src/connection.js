@@ -87,6 +87,8 @@ export class Connection extends Emitter {
     // Counts connect attempts: an attempt still waiting for its token when a newer one starts
     // (or `close()` is called) sees the count moved on and gives up.
     this.connectGeneration = 0;
+    // Whether the browser's online/offline/visibility listeners are attached (`_watchBrowser`).
+    this.watchingBrowser = false;
     // sockets: WebSockets opened; connects: welcomes to a first hello; reconnects: connects
     // after the first; renewals: welcomes to a hello on an open socket; silences: sockets
     // given up for lack of frames.
@@ -97,7 +99,6 @@ export class Connection extends Emitter {
   open() {
     if (this.status !== "idle" && this.status !== "unauthorized" && this.status !== "closed") return;
     this.refreshedAfterRefusal = false;
-    this._watchBrowser(true);
     this._connect();
   }
 
@@ -222,6 +223,9 @@ export class Connection extends Emitter {
 
   async _connect() {
     const generation = ++this.connectGeneration;
+    // Every way of connecting (open, a reconnect, a renewal after a refused token) watches the
+    // browser again: the paths ending as "unauthorized" stopped watching it.
+    this._watchBrowser(true);
     this._clearTimers();
     this.retryAt = null;
     this._setStatus("connecting");
@@ -432,6 +436,8 @@ export class Connection extends Emitter {
     const win = globalThis.window;
     const doc = globalThis.document;
     if (!win?.addEventListener || !doc?.addEventListener) return;
+    if (this.watchingBrowser === on) return; // each listener attached once, removed once
+    this.watchingBrowser = on;
     this._onBrowserBack ??= () => {
       if (doc.visibilityState === "hidden") return;
       if (this.status === "offline") this._connect();

@@ -70,3 +70,56 @@ test("close() then open() while the token is being fetched opens one socket, and
   assert.deepEqual(net.open(), [], "no socket left open");
   assert.equal(connection.status, "closed");
 });
+
+/** A window and a document that keep their listeners, so the test can fire browser events. */
+function fakeBrowser() {
+  const target = () => {
+    const listeners = new Map();
+    return {
+      listeners,
+      addEventListener(name, listener) {
+        if (!listeners.has(name)) listeners.set(name, new Set());
+        listeners.get(name).add(listener);
+      },
+      removeEventListener(name, listener) {
+        listeners.get(name)?.delete(listener);
+      },
+      dispatch(name) {
+        for (const listener of listeners.get(name) ?? []) listener({ type: name });
+      },
+    };
+  };
+  const browser = { window: target(), document: { ...target(), visibilityState: "visible" } };
+  globalThis.window = browser.window;
+  globalThis.document = browser.document;
+  return browser;
+}
+
+test("after a refused token, renew(token) watches the browser again: coming back online reconnects at once", async (t) => {
+  const browser = fakeBrowser();
+  t.after(() => {
+    delete globalThis.window;
+    delete globalThis.document;
+  });
+  const net = fakeNetwork();
+  // A back-off far longer than the test: only the `online` event can bring the next socket.
+  const connection = connect({ WebSocket: net.WebSocket, token: "old", backoff: { baseMs: 600_000, capMs: 600_000 } });
+  connection.open();
+  await settle();
+  net.sockets[0].onclose({ code: 4001, reason: "unauthorized" });
+  assert.equal(connection.status, "unauthorized");
+
+  await connection.renew("new");
+  await settle();
+  assert.equal(net.sockets.length, 2, "the new token connects");
+  net.sockets[1].onclose({ code: 1006, reason: "" }); // the network went away
+  assert.equal(connection.status, "offline");
+
+  browser.window.dispatch("online");
+  await settle();
+  assert.equal(net.sockets.length, 3, "reconnected on `online`, not after the back-off");
+  assert.equal(connection.status, "connecting");
+  assert.equal(browser.window.listeners.get("online").size, 1, "its listener attached once");
+  connection.close();
+  assert.equal(browser.window.listeners.get("online").size, 0, "close() removes it");
+});
