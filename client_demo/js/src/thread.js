@@ -14,8 +14,9 @@
  * @property {number} seq
  * @property {string | null} runId
  * @property {string} text
- * @property {"started" | "staged" | "queued" | "delivered"} status  staged/queued: waiting to be
- *   taken up; delivered: a staged input the continued run took in
+ * @property {"started" | "staged" | "queued" | "delivered" | "dropped"} status  staged/queued:
+ *   waiting to be taken up; delivered: a staged input the continued run took in; dropped: a
+ *   staged input its run never took in, as it ended (cancelled, failed) without continuing
  *
  * @typedef {object} MessageItem     an agent's message, its text growing as deltas arrive
  * @property {"message"} kind
@@ -313,10 +314,11 @@ function fold(s, frame) {
       return approval ? s : notice(s, frame, "run.suspended", { reason: data.reason ?? null });
     }
     case "run.resumed":
-      // Staged input went into the run's state before it continued.
-      s = mapItems(s, (i) => (i.kind === "input" && i.status === "staged" && i.runId === runId ? { ...i, status: "delivered" } : i));
-      return setRun(s, runId, { status: "running", pausedReason: null });
+      return setRun(deliverStaged(s, runId), runId, { status: "running", pausedReason: null });
     case "run.recovered":
+      // A run taken over between its claim to continue and its `run.resumed` applies the
+      // staged input in this continuation instead.
+      s = deliverStaged(s, runId);
       return notice(setRun(s, runId, { status: "running", pausedReason: null }), frame, "run.recovered", {});
     case "agent.changed":
       return notice(setRun(s, runId, { agent: data.agent ?? null }), frame, "agent.changed", { agent: data.agent ?? null });
@@ -399,14 +401,22 @@ function totals(data) {
   return data.usage ? { usage: data.usage } : {};
 }
 
+/** Staged input goes into the run's state as it continues, before its next model call. */
+function deliverStaged(s, runId) {
+  return mapItems(s, (i) => (i.kind === "input" && i.status === "staged" && i.runId === runId ? { ...i, status: "delivered" } : i));
+}
+
 /**
- * A run that ended leaves no approval pending (cancelling supersedes them, §6) and no message
- * streaming.
+ * A run that ended leaves no approval pending (cancelling supersedes them, §6), no message
+ * streaming, and no input staged: the gateway applies staged input only when the paused run
+ * continues (`run.resumed`), and neither the next queued run nor a retry takes it up, so input
+ * still staged when its run ends is never read.
  */
 function endRun(s, runId, outcome) {
   return mapItems(s, (i) => {
     if (i.runId !== runId) return i;
     if (i.kind === "approval" && i.status === "pending") return { ...i, status: "superseded", outcome };
+    if (i.kind === "input" && i.status === "staged") return { ...i, status: "dropped" };
     if ((i.kind === "message" || i.kind === "reasoning") && i.status === "streaming") return { ...i, status: "completed" };
     return i;
   });

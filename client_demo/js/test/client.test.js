@@ -97,6 +97,36 @@ describe("approval flow", () => {
   });
 });
 
+describe("staged input", () => {
+  test("input staged on a paused run that is cancelled shows as dropped; the next run does not take it", async () => {
+    const alice = client({ WebSocket: trackedWebSocket().WebSocket, token: await gateway.token("alice") });
+    await alice.ready();
+    const { threadId, runId } = await alice.startRun({ input: "refund order 9 for 5 dollars" });
+    await waitFor(alice, "thread", () => alice.thread(threadId).status === "waiting_for_review");
+    const staged = await alice.sendInput(threadId, "make it 10 dollars");
+    assert.deepEqual(staged, { disposition: "staged", runId });
+    await waitFor(alice, "thread", () => alice.thread(threadId).items.some((i) => i.kind === "input" && i.status === "staged"));
+    await alice.cancel(runId);
+    const cancelled = await threadDone(alice, threadId);
+    assert.equal(cancelled.status, "cancelled");
+    const inputs = (s) => s.items.filter((i) => i.kind === "input").map((i) => [i.text, i.status]);
+    assert.deepEqual(inputs(cancelled), [
+      ["refund order 9 for 5 dollars", "started"],
+      ["make it 10 dollars", "dropped"],
+    ]);
+
+    // The gateway forgets it: the next input starts a run that answers that input alone.
+    const next = await alice.sendInput(threadId, "hello");
+    assert.equal(next.disposition, "started");
+    const done = await waitFor(alice, "thread", () => {
+      const s = alice.thread(threadId);
+      return s.runs[next.runId]?.status === "completed" && s;
+    });
+    assert.equal(messages(done).at(-1).text, 'You said: "hello"');
+    assert.deepEqual(inputs(done).slice(1), [["make it 10 dollars", "dropped"], ["hello", "started"]]);
+  });
+});
+
 describe("resuming", () => {
   test("a connection cut mid-story resumes from its cursor: no word missing or doubled", async () => {
     const token = await gateway.token("alice");

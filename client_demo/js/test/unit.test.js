@@ -73,3 +73,18 @@ test("a thread folds reasoning summaries and counts its runs' tokens", () => {
   assert.equal(state.items.find((i) => i.kind === "reasoning").status, "completed");
   assert.deepEqual(state.runs.r.usage, totals);
 });
+
+test("input staged on a paused run is delivered when the run resumes or is recovered, dropped when it ends first", () => {
+  const frame = (seq, event, data = {}) => ({ type: "event", thread_id: "t", seq, run_id: "r", event, ts: "", data });
+  const paused = [
+    frame(1, "run.started", { input: "refund", agent: "a" }),
+    frame(2, "run.paused", { reason: "approval" }),
+    frame(3, "input.staged", { input: "and more" }),
+  ];
+  const staged = (ending) => [...paused, ending].reduce(applyEvent, emptyThread("t")).items.find((i) => i.text === "and more").status;
+  assert.equal(staged(frame(4, "run.resumed")), "delivered");
+  // Taken over after its claim to continue: the recovery applies the staged input.
+  assert.equal(staged(frame(4, "run.recovered", { checkpoint_version: 2 })), "delivered");
+  assert.equal(staged(frame(4, "run.cancelled")), "dropped");
+  assert.equal(staged(frame(4, "run.failed", { error: { code: "internal", message: "x" } })), "dropped");
+});

@@ -15,9 +15,12 @@ export interface InputItem {
   seq: number;
   runId: string | null;
   text: string;
-  /** staged or queued: sent while a run was paused or busy, waiting to be taken up */
-  /** staged/queued: waiting to be taken up; delivered: a staged input the continued run took in */
-  status: "started" | "staged" | "queued" | "delivered";
+  /**
+   * staged/queued: sent while a run was paused or busy, waiting to be taken up; delivered: a
+   * staged input the continued run took in; dropped: a staged input its run never took in, as
+   * the run ended (cancelled, failed) without continuing
+   */
+  status: "started" | "staged" | "queued" | "delivered" | "dropped";
 }
 
 export interface MessageItem {

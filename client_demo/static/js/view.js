@@ -20,6 +20,7 @@ export const STATUS_LABELS = {
 const USER_STATE_LABELS = {
   staged: "Waiting — read once the approval is decided",
   delivered: "Read by the assistant",
+  dropped: "Not read — the answer ended before it continued",
   queued: "Waiting — answered once the current answer is finished",
 };
 
@@ -432,7 +433,7 @@ export class ChatView {
 
 // -- from the package's items to the view's entries ---------------------------------------------
 
-const USER_STATES = { started: "sent", staged: "staged", queued: "queued", delivered: "delivered" };
+const USER_STATES = { started: "sent", staged: "staged", queued: "queued", delivered: "delivered", dropped: "dropped" };
 let nextVersion = 1;
 // key -> {deps, entry}: an entry is rebuilt (and gets a new version) only when one of the
 // package objects it was made from is a different object.
