@@ -199,6 +199,15 @@ await until(() => alert(), "an error on screen");
 report({ alert: alert(), approvals: texts("approval"), messages: texts("message") });
 `;
 
+// send_email is decided by "either": the run's own user confirms it, no reviewer needed.
+const EMAIL = `import { button, click, report, send, status, texts, until } from "./react-harness.mjs";
+await send("email bob@example.com about order 5");
+await until(() => button("Approve"), "the owner's buttons");
+await click("Approve");
+await until(() => status() === "completed", "the e-mail");
+report({ approvals: texts("approval"), messages: texts("message") });
+`;
+
 const RELOADED = `import { button, click, report, send, status, texts, until } from "./react-harness.mjs";
 await until(() => status() === "completed" && texts("input").length === 2, "the conversation, again");
 const restored = { inputs: texts("input"), approvals: texts("approval") };
@@ -209,7 +218,7 @@ await until(() => status() === "cancelled", "the run stopped");
 report({ ...restored, notices: texts("notice") });
 `;
 
-test("the React example: the owner waits, a reviewer approves, errors show, a reload keeps the thread", async () => {
+test("the React example: the owner waits, a reviewer approves, errors show, a reload keeps the thread, the owner confirms an e-mail", async () => {
   writeFileSync(join(WORK, "react-example.mjs"), reactExample());
   writeFileSync(join(WORK, "react-harness.mjs"), REACT_HARNESS);
   const scenario = async (name, source, user, roles, storage) => {
@@ -248,4 +257,9 @@ test("the React example: the owner waits, a reviewer approves, errors show, a re
   const { events } = await gateway.events(threadId, token);
   assert.ok(events.some((e) => e.event === "approval.decided" && e.data.reviewer === "rene" && e.data.decision === "approve"));
   assert.equal(events.filter((e) => e.event === "run.cancelled").length, 1);
+
+  // A call the run's own user may decide: the owner gets the buttons and approves it.
+  const email = await scenario("email", EMAIL, "uma", "user", "uma-email.json");
+  assert.deepEqual(email.approvals.map((text) => text.replace(/ \{.*\}/, "")), ["send_email: approved"]);
+  assert.match(email.messages.at(-1), /Email sent to bob@example\.com/);
 });
