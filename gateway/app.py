@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterable
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from agents import set_tracing_disabled
 from agents.models import get_default_model
@@ -197,18 +198,29 @@ def close_connections(services: Services) -> None:
         connection.close_soon(CloseCode.RESTART)
 
 
+# Query parameters that carry a secret: redis-py and asyncpg also take a `password` there.
+SECRET_QUERY_KEY = re.compile(r"pass|secret|token", re.IGNORECASE)
+
+
 def redacted_url(url: str) -> str:
-    """`url` for a log line: its password (and a user name's secret part) left out."""
+    """`url` for a log line: its password (and a user name's secret part) left out, in its
+    user part or its query."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        shown = make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
         parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        netloc = f"{parts.username or ''}:***@{parts.hostname or ''}"
-        if parts.port is not None:
-            netloc += f":{parts.port}"
-        return urlunsplit(parts._replace(netloc=netloc))
+        shown = url
+        if parts.password is not None:
+            netloc = f"{parts.username or ''}:***@{parts.hostname or ''}"
+            if parts.port is not None:
+                netloc += f":{parts.port}"
+            shown = urlunsplit(parts._replace(netloc=netloc))
+    parts = urlsplit(shown)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    if not any(SECRET_QUERY_KEY.search(key) for key, _ in pairs):
+        return shown
+    hidden = [(key, "***" if SECRET_QUERY_KEY.search(key) else value) for key, value in pairs]
+    return urlunsplit(parts._replace(query=urlencode(hidden, safe="*")))
 
 
 def cors(settings: Settings) -> list[Middleware]:

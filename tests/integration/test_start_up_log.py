@@ -63,6 +63,14 @@ def test_credentials_are_left_out_of_the_urls_logged() -> None:
     assert redacted_url("redis://:s3cret@cache:6379/0") == "redis://:***@cache:6379/0"
     assert "s3cret" not in redacted_url("rediss://user:s3cret@cache/0")
     assert redacted_url("memory://") == "memory://"
+    # Both redis-py and asyncpg also take the password as a query parameter.
+    assert redacted_url("redis://cache:6379/0?password=s3cret&db=1") == (
+        "redis://cache:6379/0?db=1&password=***"
+    )
+    assert redacted_url("postgresql+asyncpg://gw@db/gw?password=s3cret&ssl=require") == (
+        "postgresql+asyncpg://gw@db/gw?password=***&ssl=require"
+    )
+    assert "s3cret" not in redacted_url("unix:///run/redis.sock?db=0&password=s3cret")
 
 
 async def test_shutdown_says_which_runs_it_hands_over(
