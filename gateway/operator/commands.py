@@ -83,7 +83,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--older-than",
         dest="older_than",
         metavar="DURATION",
-        help="in their state (since their last status change) at least this long: 90s, 10m, 2h",
+        help="unchanged (no status change or checkpoint) at least this long: 90s, 10m, 2h",
     )
     listing.add_argument("--tenant", help="runs of this tenant only")
     listing.add_argument("--thread", dest="thread_id", metavar="THREAD_ID")
