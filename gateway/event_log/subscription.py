@@ -17,6 +17,7 @@ from gateway.event_log.logged_event import LoggedEvent
 from gateway.event_log.masked_events import needs_reveal
 from gateway.event_log.writer import EventLog
 from gateway.observability.metrics import GatewayMetrics
+from gateway.protocol.error_codes import CodedError
 from persistence.threads import ThreadRecord
 
 REPLAY_PAGE = 500
@@ -27,6 +28,12 @@ REPLAY_PAGE = 500
 # 30 MB for a client that never read.
 REPLAY_PAGE_BYTES = 512 * 1024
 FIRST_REPLAY_PAGE = 16
+
+
+class ReplayCut(CodedError):
+    """Events after the subscription's cursor are gone from the log: retention cut it while
+    the subscription replayed it. The subscriber starts again (a fresh subscription from its
+    cursor is told `reset`, docs/protocol.md §4); carrying on would skip the cut events."""
 
 
 class Subscription:
@@ -183,6 +190,13 @@ class Subscription:
 
     async def _send_page(self, page: Sequence[LoggedEvent]) -> None:
         for event in page:
+            # The log's seqs are dense. Only a replay from nothing (the cursor 0, no event
+            # yet) may begin past 1, where retention cut the log's start before it.
+            if event.seq != self.last_seq + 1 and self.last_seq != 0:
+                raise ReplayCut(
+                    f"the log of thread {self.thread_id} was cut after seq {self.last_seq} "
+                    "while it was replayed"
+                )
             if self._omit and event.type in self._omit:
                 self.last_seq = event.seq
                 continue

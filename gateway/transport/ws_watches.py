@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from gateway.auth.access import AccessDenied, check_can_use_inbox
 from gateway.event_log.logged_event import LoggedEvent
-from gateway.event_log.subscription import Subscription, resume_point
+from gateway.event_log.subscription import ReplayCut, Subscription, resume_point
 from gateway.protocol import frames as protocol
 from gateway.protocol.close_codes import CloseCode
 from gateway.protocol.error_codes import ErrorCode, GatewayError, rate_limited
@@ -243,6 +243,10 @@ class Watches:
         if error is None or isinstance(error, Closed):
             return
         # A subscription that cannot read the log must not leave its client waiting in
-        # silence: close, and the client resumes from its cursor on reconnect.
-        log_failure(log, error, "subscription failed; closing the connection")
+        # silence: close, and the client resumes from its cursor on reconnect (told `reset`
+        # when retention cut the log under it).
+        if isinstance(error, ReplayCut):
+            log.info("closing a connection: %s", error)
+        else:
+            log_failure(log, error, "subscription failed; closing the connection")
         self._outlet.close_soon(CloseCode.INTERNAL)

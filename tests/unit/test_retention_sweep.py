@@ -5,6 +5,7 @@ finds a run's events through its thread (the log has no index by run)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from functools import partial
@@ -15,6 +16,8 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
+from gateway.event_log.bus import EventBus
+from gateway.event_log.subscription import ReplayCut, Subscription, resume_point
 from persistence.checkpoints import CheckpointRecord, CheckpointRepository
 from persistence.clock import utcnow
 from persistence.events import EventRepository, NewEvent, append_in
@@ -23,7 +26,7 @@ from persistence.runs import RunStatus
 from persistence.store import Store
 from persistence.tables import checkpoints, runs
 from persistence.threads import ThreadRepository
-from tests.support.storage import insert_running_run, migrated_store
+from tests.support.storage import insert_running_run, migrated_store, running_event_log
 
 
 @pytest.fixture
@@ -101,3 +104,54 @@ async def test_ended_runs_are_swept_once_and_the_rest_is_kept(store: Store) -> N
     outputs = await log.for_run(t, "r_live", ("tool.output",))
     assert [(e.seq, e.type) for e in outputs] == [(6, "tool.output")]
     assert await log.for_run(t, "r_old1", ("tool.output",)) == []
+
+
+async def test_a_replay_the_sweep_cuts_under_its_cursor_ends_instead_of_skipping(
+    store: Store,
+) -> None:
+    """A subscription replaying an old run when the sweep removes it: it must not go on after
+    the cut as if nothing were missing (its client would never learn); it ends, and a new
+    subscription from its cursor is told `reset`."""
+    thread = await ThreadRepository(store).create(tenant="acme", owner="alice")
+    t = thread.thread_id
+    # Events of 20 KB: replay pages of a few dozen, so most of the old run is read after the
+    # sweep has removed it.
+    large = NewEvent(t, "r_old", "tool.output", "2026-01-01T00:00:00.000Z", "x" * 20_000, None)
+    await insert_running_run(store, "r_old", t)
+    await store.write(partial(append_in, batch=[large] * 200))
+    await end_long_ago(store, "r_old")
+    await insert_running_run(store, "r_new", t)
+    await store.write(partial(append_in, batch=[event(t, "r_new", "tool.output")] * 3))
+    bus = EventBus()
+    async with running_event_log(store, bus) as log:
+        received: list[int] = []
+        stalled, reader_may_go_on = asyncio.Event(), asyncio.Event()
+
+        async def slow_reader(frame: str) -> None:
+            received.append(int(frame.split('"seq":', 1)[1].split(",", 1)[0]))
+            if len(received) == 20:
+                stalled.set()
+                await reader_may_go_on.wait()
+
+        subscription = Subscription(
+            thread_id=t,
+            after_seq=0,
+            bus=bus,
+            log=log,
+            send_replay=slow_reader,
+            send_live=lambda frame, _committed: False,
+        )
+        subscription.start()
+        await asyncio.wait_for(stalled.wait(), 5)
+        swept = await RetentionRepository(store).sweep(utcnow() - timedelta(days=1))
+        assert swept.events == 200
+        reader_may_go_on.set()
+        assert subscription.task is not None
+        with pytest.raises(ReplayCut):
+            await asyncio.wait_for(subscription.task, 5)
+        subscription.close()
+    # Only what came before the cut, in order; nothing after it was taken as if it followed.
+    assert received == list(range(1, len(received) + 1)) and len(received) < 200
+    cut = await ThreadRepository(store).get(t)
+    assert cut is not None
+    assert resume_point(cut, received[-1], cut.epoch) == (0, True)
