@@ -70,6 +70,10 @@ class Subscription:
         """
         self.thread_id = thread_id
         self.last_seq = after_seq
+        # Where it started: the first event read may lie past it (retention cut the log there
+        # before: a caller that follows from an old cursor has been told, or built its view
+        # from what the log holds); a gap after that is a cut made while it replayed.
+        self._start_seq = after_seq
         self._omit = omit
         # The seq of the last event sent (or the cursor): `last_seq` but for omitted events.
         self._sent_seq = after_seq
@@ -190,9 +194,8 @@ class Subscription:
 
     async def _send_page(self, page: Sequence[LoggedEvent]) -> None:
         for event in page:
-            # The log's seqs are dense. Only a replay from nothing (the cursor 0, no event
-            # yet) may begin past 1, where retention cut the log's start before it.
-            if event.seq != self.last_seq + 1 and self.last_seq != 0:
+            # The log's seqs are dense: past the first event read, a gap is a cut.
+            if event.seq != self.last_seq + 1 and self.last_seq != self._start_seq:
                 raise ReplayCut(
                     f"the log of thread {self.thread_id} was cut after seq {self.last_seq} "
                     "while it was replayed"

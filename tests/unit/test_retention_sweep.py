@@ -155,3 +155,38 @@ async def test_a_replay_the_sweep_cuts_under_its_cursor_ends_instead_of_skipping
     cut = await ThreadRepository(store).get(t)
     assert cut is not None
     assert resume_point(cut, received[-1], cut.epoch) == (0, True)
+
+
+async def test_a_subscription_from_a_cursor_already_cut_starts_at_the_first_stored_event(
+    store: Store,
+) -> None:
+    """A cut made before the subscription's first read is not one made under its replay: a
+    caller that follows from an old cursor (the frontends' streams, which build their view from
+    what the log holds) gets the log from its first stored event, and follows it live."""
+    thread = await ThreadRepository(store).create(tenant="acme", owner="alice")
+    t = thread.thread_id
+    await insert_running_run(store, "r_old", t)
+    await store.write(partial(append_in, batch=[event(t, "r_old", "tool.output")] * 10))
+    await end_long_ago(store, "r_old")
+    await RetentionRepository(store).sweep(utcnow() - timedelta(days=1))
+    await insert_running_run(store, "r_new", t)
+    await store.write(partial(append_in, batch=[event(t, "r_new", "tool.output")] * 3))
+    bus = EventBus()
+    async with running_event_log(store, bus) as log:
+        received: list[int] = []
+        three = asyncio.Event()
+
+        def take(frame: str, _committed: float = 0.0) -> bool:
+            received.append(int(frame.split('"seq":', 1)[1].split(",", 1)[0]))
+            if len(received) == 3:
+                three.set()
+            return True
+
+        subscription = Subscription(
+            thread_id=t, after_seq=4, bus=bus, log=log, send_replay=take, send_live=take
+        )
+        subscription.start()
+        await asyncio.wait_for(three.wait(), 5)
+        assert subscription.task is not None and not subscription.task.done()
+        subscription.close()
+    assert received == [11, 12, 13]
