@@ -31,6 +31,11 @@ class ApprovalStatus(StrEnum):
     SUPERSEDED = "superseded"
     EXPIRED = "expired"
 
+    @classmethod
+    def of_verdict(cls, verdict: str) -> ApprovalStatus:
+        """What a decision (`"approve"` or `"reject"`) makes of an approval."""
+        return cls.APPROVED if verdict == "approve" else cls.REJECTED
+
 
 @dataclass(frozen=True)
 class ApprovalRecord:

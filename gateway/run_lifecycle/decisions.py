@@ -144,10 +144,9 @@ class Decisions:
         under the thread's lock.) An approval found past its `expires_at` is expired on the
         way, as `decide` expires it. `thread_id`: the conversation the decision was sent to; an
         approval of another is not found there, before anything about it is told."""
-        approval, run, thread = await self._ctx.approval_for(principal, approval_id)
-        if thread_id is not None and approval.thread_id != thread_id:
-            raise not_found("approval not found in this conversation")
-        self._check_request(principal, approval, run, thread, decision, arguments)
+        approval, run, _ = await self._read_request(
+            principal, approval_id, decision, arguments, thread_id=thread_id
+        )
         if approval.status is not ApprovalStatus.PENDING:
             raise conflict(settled_message(approval))
         if run.checkpoint_version != approval.checkpoint_version or run.status.terminal:
@@ -173,11 +172,10 @@ class Decisions:
         changing nothing) unless it is the stored decision, the same verdict with the same
         reason and edited `arguments`; an answer that abandons the call (`abandoned`) also
         repeats its expiry. What `vet` would refuse of the answer itself is refused first."""
-        approval, run, thread = await self._ctx.approval_for(principal, approval_id)
-        self._check_request(principal, approval, run, thread, decision, arguments)
+        approval, _, _ = await self._read_request(principal, approval_id, decision, arguments)
         if abandoned and approval.status is ApprovalStatus.EXPIRED:
             return approval
-        status = ApprovalStatus.APPROVED if decision == "approve" else ApprovalStatus.REJECTED
+        status = ApprovalStatus.of_verdict(decision)
         if approval.status is not status:
             raise conflict(settled_message(approval))
         if approval.edited_arguments != arguments:
@@ -201,15 +199,15 @@ class Decisions:
         thread_id = ctx.approval_thread(approval_id)
         if thread_id is None:
             # Read to know which thread's lock to take, refusing what can be refused before.
-            approval, run, thread = await ctx.approval_for(principal, approval_id)
-            self._check_request(principal, approval, run, thread, decision, arguments)
+            _, _, thread = await self._read_request(principal, approval_id, decision, arguments)
             thread_id = thread.thread_id
         async with ctx.lock(thread_id):
             # Read (again) under the lock: a decision or an expiry may have landed meanwhile.
-            approval, run, thread = await ctx.approval_for(principal, approval_id)
-            self._check_request(principal, approval, run, thread, decision, arguments)
+            approval, run, thread = await self._read_request(
+                principal, approval_id, decision, arguments
+            )
             approval, pause = await self._check_decidable(run, approval)
-            status = ApprovalStatus.APPROVED if decision == "approve" else ApprovalStatus.REJECTED
+            status = ApprovalStatus.of_verdict(decision)
             now = utcnow()
 
             entry = decision_entry(
@@ -293,6 +291,24 @@ class Decisions:
         # The decision is durable; the reviewer's ack need not wait for the restore.
         self._continue_soon(run, recorded.known, claimed=recorded.claimed)
         return decided
+
+    async def _read_request(
+        self,
+        principal: Principal,
+        approval_id: str,
+        decision: str,
+        arguments: dict[str, Any] | None,
+        *,
+        thread_id: str | None = None,
+    ) -> tuple[ApprovalRecord, RunRecord, ThreadRecord]:
+        """The approval a decision names, its run and its thread, read as `principal` may
+        see them (`not_found` in another tenant, or outside conversation `thread_id` when
+        given), once `_check_request` has passed the decision."""
+        approval, run, thread = await self._ctx.approval_for(principal, approval_id)
+        if thread_id is not None and approval.thread_id != thread_id:
+            raise not_found("approval not found in this conversation")
+        self._check_request(principal, approval, run, thread, decision, arguments)
+        return approval, run, thread
 
     def _check_request(
         self,

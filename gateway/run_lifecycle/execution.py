@@ -871,7 +871,7 @@ def with_rule_decisions(
 
 def _ruled(record: ApprovalRecord, approval_id: str, decision: RuleDecision) -> ApprovalRecord:
     """A pause's approval row as a rule decided it (no reviewer; the rule is in its event)."""
-    status = ApprovalStatus.APPROVED if decision.decision == "approve" else ApprovalStatus.REJECTED
+    status = ApprovalStatus.of_verdict(decision.decision)
     return replace(
         record,
         approval_id=approval_id,
