@@ -36,6 +36,11 @@ async def migrated_store(url: str) -> AsyncIterator[Store]:
         await store.close()
 
 
+def seq_of(frame: str) -> int:
+    """The `seq` of an event frame as a subscription sends it."""
+    return int(frame.split('"seq":', 1)[1].split(",", 1)[0])
+
+
 @asynccontextmanager
 async def running_event_log(
     store: Store, bus: EventBus | None = None, *, merge_s: float = 0.0

@@ -11,6 +11,7 @@ from typing import Any
 from gateway.event_log.bus import EventBus
 from gateway.event_log.subscription import FIRST_REPLAY_PAGE, Subscription
 from gateway.event_log.writer import EventLog
+from tests.support.storage import seq_of
 
 EVENTS = FIRST_REPLAY_PAGE + 700
 
@@ -46,10 +47,6 @@ async def a_long_thread(log: EventLog, thread_id: str) -> None:
         for n in range(EVENTS)
     ]
     await log.commit(events, None)
-
-
-def seq_of(frame: str) -> int:
-    return int(frame.split('"seq":', 1)[1].split(",", 1)[0])
 
 
 async def test_the_next_page_is_asked_for_before_this_one_is_sent(

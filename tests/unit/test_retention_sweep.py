@@ -26,7 +26,7 @@ from persistence.runs import RunStatus
 from persistence.store import Store
 from persistence.tables import checkpoints, runs
 from persistence.threads import ThreadRepository
-from tests.support.storage import insert_running_run, migrated_store, running_event_log
+from tests.support.storage import insert_running_run, migrated_store, running_event_log, seq_of
 
 
 @pytest.fixture
@@ -128,7 +128,7 @@ async def test_a_replay_the_sweep_cuts_under_its_cursor_ends_instead_of_skipping
         stalled, reader_may_go_on = asyncio.Event(), asyncio.Event()
 
         async def slow_reader(frame: str) -> None:
-            received.append(int(frame.split('"seq":', 1)[1].split(",", 1)[0]))
+            received.append(seq_of(frame))
             if len(received) == 20:
                 stalled.set()
                 await reader_may_go_on.wait()
@@ -177,7 +177,7 @@ async def test_a_subscription_from_a_cursor_already_cut_starts_at_the_first_stor
         three = asyncio.Event()
 
         def take(frame: str, _committed: float = 0.0) -> bool:
-            received.append(int(frame.split('"seq":', 1)[1].split(",", 1)[0]))
+            received.append(seq_of(frame))
             if len(received) == 3:
                 three.set()
             return True

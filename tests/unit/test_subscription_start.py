@@ -12,7 +12,7 @@ from gateway.event_log.bus import EventBus
 from gateway.event_log.logged_event import LoggedEvent
 from gateway.event_log.subscription import Subscription
 from gateway.event_log.writer import EventLog
-from tests.support.storage import running_event_log
+from tests.support.storage import running_event_log, seq_of
 
 
 class Reads:
@@ -33,7 +33,7 @@ def follow(
     seqs: list[int] = []
 
     def send(frame: str, _committed: float = 0.0) -> bool:
-        seqs.append(int(frame.split('"seq":', 1)[1].split(",", 1)[0]))
+        seqs.append(seq_of(frame))
         return True
 
     log.read = reads  # type: ignore[method-assign]
