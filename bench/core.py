@@ -184,13 +184,16 @@ async def sdk_run(
 
 @contextlib.asynccontextmanager
 async def durable_sdk(database: str) -> AsyncIterator[DurableSdk]:
-    """A migrated database with a `GatewaySession` template and a running event log."""
+    """A migrated database with a `GatewaySession` template and a running event log; the
+    checkpoint serialised as the gateway does it (gateway/agents/identity_shortcut.py)."""
+    from gateway.agents import identity_shortcut
     from gateway.event_log.bus import EventBus
     from gateway.event_log.writer import EventLog
     from persistence.backends import open_store
     from persistence.schema import migrate
     from persistence.sessions import GatewaySession
 
+    identity_shortcut.install()
     store = open_store(database)
     try:
         await migrate(store)

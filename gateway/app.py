@@ -25,6 +25,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from gateway.abuse.limits import Limits
 from gateway.abuse.shared_usage import SharedUsage
+from gateway.agents import identity_shortcut
 from gateway.agents.demo.assistant import demo_graph
 from gateway.agents.model_providers import (
     OFFLINE,
@@ -343,6 +344,9 @@ def create_app(
             settings.model,
         )
         graphs = registry or build_registry(settings, model_name)
+        # Every checkpoint's serialisation and restore ranks the graph's agents; for agents
+        # whose name is their own the SDK's ranking costs 0.6 ms and decides nothing.
+        identity_shortcut.install()
         provider = build_model_provider(
             model=model_name,
             delay_ms=settings.demo_delay_ms,
