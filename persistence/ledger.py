@@ -14,7 +14,7 @@ from persistence.prepared import Prepared
 from persistence.tables import operations
 
 if TYPE_CHECKING:
-    from persistence.store import Store
+    from persistence.store import Store, Work
 
 
 class OperationStatus(StrEnum):
@@ -69,14 +69,7 @@ class OperationRepository:
     async def finish(
         self, scope: str, call_id: str, status: OperationStatus, result: str | None
     ) -> None:
-        params = {
-            "b_scope": scope,
-            "b_call": call_id,
-            "b_status": status.value,
-            "b_result": result,
-            "b_now": utcnow(),
-        }
-        await self._store.write(lambda conn: _FINISH.rowcount(conn, params), single_statement=True)
+        await self._store.write(outcome_in(scope, call_id, status, result), single_statement=True)
 
     async def count(
         self, tool_name: str | None = None, status: OperationStatus | None = None
@@ -87,6 +80,19 @@ class OperationRepository:
         if status is not None:
             query = query.where(operations.c.status == status.value)
         return await self._store.read(lambda conn: int(conn.execute(query).scalar_one()))
+
+
+def outcome_in(scope: str, call_id: str, status: OperationStatus, result: str | None) -> Work[int]:
+    """The call's outcome (`done`, `failed` or `reconcile`, with its text) as one statement of a
+    writing transaction: on its own (`finish`), or queued on the event log's writer."""
+    params = {
+        "b_scope": scope,
+        "b_call": call_id,
+        "b_status": status.value,
+        "b_result": result,
+        "b_now": utcnow(),
+    }
+    return lambda conn: _FINISH.rowcount(conn, params)
 
 
 _BEGIN = Prepared(

@@ -12,7 +12,10 @@ A tool wraps its side effect in `run_once`, keyed by the run and the SDK's `call
             policy=Policy.RECONCILE,
         )
 
-- first attempt: recorded "started", runs, recorded "done" with its result (or "failed");
+- first attempt: recorded "started" (durable before the operation runs), runs, recorded "done"
+  with its result (or "failed"). The outcome is queued ahead of whatever the run stores next
+  (the tool's output first), not waited for: a crash before it lands leaves the call "started",
+  as a crash between the side effect and its record always could;
 - a call already "done" returns the stored result without running again;
 - a call found "started" (the process died between the side effect and its record) follows
   the tool's policy: `RERUN` for idempotent operations (the same idempotency key goes to the
@@ -59,6 +62,9 @@ class LedgerScope:
     scope: str  # the run id
     repository: OperationRepository
     on_reconcile: Callable[[str, str, str], Awaitable[None]]  # (call_id, tool_name, key)
+    # (call_id, status, text): records a call's outcome, returning once it is queued ahead of
+    # whatever the run stores next (the event log's writer), not once it is durable.
+    record_outcome: Callable[[str, OperationStatus, str], Awaitable[None]]
 
 
 # A ContextVar, not shared state: each run's task sees its own scope, and tool tasks the SDK
@@ -108,9 +114,7 @@ async def run_once(
             raise OperationFailed(previous.result or f"{name} failed before")
         if previous.status is OperationStatus.NEEDS_RECONCILIATION or policy is Policy.RECONCILE:
             message = reconciliation_message(name, key)
-            await bound.repository.finish(
-                bound.scope, call_id, OperationStatus.NEEDS_RECONCILIATION, message
-            )
+            await bound.record_outcome(call_id, OperationStatus.NEEDS_RECONCILIATION, message)
             log.warning("operation %s (%s) needs reconciliation", name, call_id)
             await bound.on_reconcile(call_id, name, key)
             return message
@@ -118,11 +122,10 @@ async def run_once(
     try:
         text = await _call(operation, key)
     except Exception as exc:
-        await bound.repository.finish(
-            bound.scope, call_id, OperationStatus.FAILED, f"{type(exc).__name__}: {exc}"[:2000]
-        )
+        error = f"{type(exc).__name__}: {exc}"[:2000]
+        await bound.record_outcome(call_id, OperationStatus.FAILED, error)
         raise
-    await bound.repository.finish(bound.scope, call_id, OperationStatus.DONE, text)
+    await bound.record_outcome(call_id, OperationStatus.DONE, text)
     return text
 
 

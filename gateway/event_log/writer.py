@@ -260,15 +260,30 @@ class EventLog:
         stored and the exception propagates to the caller; storage failures surface as
         `StorageUnavailable`.
         """
+        return await (await self.queue_commit(events, action, agent=agent))
+
+    async def queue_commit(
+        self,
+        events: Sequence[NewEvent] = (),
+        action: Work[Any] | None = None,
+        *,
+        agent: str | None = None,
+    ) -> asyncio.Future[tuple[Any, list[LoggedEvent]]]:
+        """`commit`, returning once it is queued (it waits only for queue space): whatever
+        is queued after it is stored after it. The future resolves as `commit` returns."""
         future: asyncio.Future[tuple[Any, list[LoggedEvent]]] = (
             asyncio.get_running_loop().create_future()
         )
         # Nothing produced after this commit may be stored before it.
         self._open_deltas.clear()
         self._urgent_queued = True
-        await self._queue.put(_Atomic(list(events), action, future, agent))
+        entry = _Atomic(list(events), action, future, agent)
+        try:
+            self._queue.put_nowait(entry)
+        except asyncio.QueueFull:
+            await self._queue.put(entry)
         self._end_hold()
-        return await future
+        return future
 
     async def flush(self) -> None:
         """Wait until everything queued so far is committed (or has failed)."""

@@ -69,7 +69,7 @@ from persistence.errors import StaleWrite, StorageUnavailable
 from persistence.events import NewEvent
 from persistence.ids import new_id
 from persistence.leases import Lease, LeaseLost, LeaseRepository, fenced
-from persistence.ledger import OperationRepository
+from persistence.ledger import OperationRepository, OperationStatus, outcome_in
 from persistence.run_status import RunStatus, moves_into
 from persistence.runs import RunRecord, RunRepository
 from persistence.session_marks import SessionMarks
@@ -217,6 +217,8 @@ class SegmentRunner:
         # will need it restored: gateway/run_lifecycle/restored_checkpoints.py).
         self._on_paused = on_paused
         self._leases = LeaseKeeper(log, lease_ttl_s)
+        # Side effects' outcomes whose queued write failed, written again on their own.
+        self._outcome_retries: set[asyncio.Task[None]] = set()
         # Held while a finished run's state is serialised (`_checkpoint`): endings take turns.
         self._serializing = asyncio.Lock()
         # GATEWAY_APPROVAL_TTL_S: stamped on each approval as `expires_at` (0: approvals wait).
@@ -244,6 +246,7 @@ class SegmentRunner:
                 scope=run.operations_scope,
                 repository=OperationRepository(self._store),
                 on_reconcile=partial(self._needs_reconciliation, segment),
+                record_outcome=partial(self._record_outcome, run.operations_scope),
             )
         )
         edits = current_edits.set(segment.edits)
@@ -354,6 +357,9 @@ class SegmentRunner:
             execution.done.set()
 
     async def close(self) -> None:
+        for task in self._outcome_retries:
+            task.cancel()
+        await asyncio.gather(*self._outcome_retries, return_exceptions=True)
         await self._leases.close()
 
     async def _stream(
@@ -504,6 +510,46 @@ class SegmentRunner:
 
         await self._commit(segment, (), store, checkpoint)
         segment.run = replace(run, checkpoint_version=checkpoint.version)
+
+    async def _record_outcome(
+        self, scope: str, call_id: str, status: OperationStatus, text: str
+    ) -> None:
+        """A side effect's outcome, queued on the event log's writer, not waited for: the tool's
+        output is queued after it, so it is committed with the output (on PostgreSQL one round
+        trip and one WAL flush fewer before the output reaches its client) and never after
+        anything the run stores next. If it cannot be stored it is retried on its own; until
+        it is, the ledger shows the call `started`, as after a crash between the side effect
+        and its record (docs/agents.md "Side effects exactly once")."""
+        stored = await self._log.queue_commit(action=outcome_in(scope, call_id, status, text))
+        stored.add_done_callback(partial(self._outcome_stored, scope, call_id, status, text))
+
+    def _outcome_stored(
+        self,
+        scope: str,
+        call_id: str,
+        status: OperationStatus,
+        text: str,
+        stored: asyncio.Future[Any],
+    ) -> None:
+        if stored.cancelled() or stored.exception() is None:
+            return
+        log.warning(
+            "the outcome of call %s could not be stored (%s); retrying",
+            call_id,
+            type(stored.exception()).__name__,
+        )
+        retry = partial(OperationRepository(self._store).finish, scope, call_id, status, text)
+        task = asyncio.create_task(storage_retry(retry), name=f"operation-outcome-{call_id}")
+        self._outcome_retries.add(task)
+        task.add_done_callback(self._outcome_retried)
+
+    def _outcome_retried(self, task: asyncio.Task[None]) -> None:
+        self._outcome_retries.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "the outcome of an operation could not be stored: the ledger shows it started",
+                exc_info=task.exception(),
+            )
 
     async def _needs_reconciliation(
         self, segment: Segment, call_id: str, tool_name: str, key: str

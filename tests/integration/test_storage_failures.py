@@ -447,6 +447,71 @@ async def test_session_write_failure_mid_turn_does_not_fail_the_run(database_url
         assert effects.count("charge") == 1
 
 
+def outcome_writes(statement: str, parameters: Any) -> bool:
+    """The operation ledger's record of a call's outcome (the UPDATE after `started`)."""
+    return (
+        bool(writes_to("operations")(statement, parameters))
+        and statement.lstrip().upper()[:6] == "UPDATE"
+    )
+
+
+async def ledger_status(database_url: str, call_id: str) -> list[tuple[Any, ...]]:
+    query = "SELECT status, result FROM operations WHERE call_id = ?"
+    return await rows(database_url, query, call_id)
+
+
+async def test_a_side_effect_whose_outcome_cannot_be_stored_still_reports_its_output(
+    database_url: str,
+) -> None:
+    """The lookup's side effect happens, then the ledger's record of its outcome fails. The
+    model and the client still get the tool's real output (before, the failed record made the
+    tool raise, and the model was told a side effect that had happened had failed); the run
+    goes on, and the outcome is stored once storage is back."""
+    effects = EffectLog()
+    async with (
+        faulty_gateway(settings_for(database_url), charger_registry(effects)) as fg,
+        clients(fg.gateway) as connect,
+    ):
+        faults = fg.faults
+        alice = await connect("alice", "user")
+        faults.fail(outcome_writes)
+        ack = await alice.request("run.start", input="charge order 5", agent=AGENT)
+        output = await alice.wait_event("tool.output", call_id="call_lookup_1")
+        assert output["data"]["output"] == 'lookup done with {"value": "order 5"}'
+        await faults.wait_hits(1)
+        assert await ledger_status(database_url, "call_lookup_1") == [("started", None)]
+        await asyncio.sleep(0.3)
+        faults.heal()
+        await alice.wait_event("approval.requested")
+
+        async def ledger_done() -> bool:
+            found = await ledger_status(database_url, "call_lookup_1")
+            return found == [("done", output["data"]["output"])]
+
+        deadline = time.monotonic() + 10
+        while not await ledger_done():
+            assert time.monotonic() < deadline, await ledger_status(database_url, "call_lookup_1")
+            await asyncio.sleep(0.05)
+        assert effects.count("lookup") == 1
+        assert "run.failed" not in names(alice.events_of(ack["thread_id"]))
+
+
+async def test_a_side_effects_outcome_is_stored_before_its_output_is_seen(
+    database_url: str,
+) -> None:
+    """The outcome is not waited for by the tool, but is queued ahead of the tool's output:
+    a client that has the output finds the ledger's record of it."""
+    effects = EffectLog()
+    async with running_gateway(settings_for(database_url), charger_registry(effects)) as gw:
+        async with clients(gw) as connect:
+            alice = await connect("alice", "user")
+            await alice.request("run.start", input="charge order 5", agent=AGENT)
+            output = await alice.wait_event("tool.output", call_id="call_lookup_1")
+            assert await ledger_status(database_url, "call_lookup_1") == [
+                ("done", output["data"]["output"])
+            ]
+
+
 # -- 2. the decision cannot be recorded ----------------------------------------------------
 
 
