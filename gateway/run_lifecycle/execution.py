@@ -514,12 +514,13 @@ class SegmentRunner:
     async def _record_outcome(
         self, scope: str, call_id: str, status: OperationStatus, text: str
     ) -> None:
-        """A side effect's outcome, queued on the event log's writer, not waited for: the tool's
-        output is queued after it, so it is committed with the output (on PostgreSQL one round
-        trip and one WAL flush fewer before the output reaches its client) and never after
-        anything the run stores next. If it cannot be stored it is retried on its own; until
-        it is, the ledger shows the call `started`, as after a crash between the side effect
-        and its record (docs/agents.md "Side effects exactly once")."""
+        """A side effect's outcome, queued on the event log's writer, not waited for: the SDK
+        goes on with the tool's output while it is written, and whatever the run stores next
+        (the output first) is queued after it, so stored after it. If it cannot be stored it
+        is retried on its own and the run goes on (waited for, a failed record failed a run
+        whose side effect had happened); until it is stored the ledger shows the call
+        `started`, as after a crash between the side effect and its record (docs/agents.md
+        "Side effects exactly once")."""
         stored = await self._log.queue_commit(action=outcome_in(scope, call_id, status, text))
         stored.add_done_callback(partial(self._outcome_stored, scope, call_id, status, text))
 
