@@ -121,12 +121,21 @@ class Store(ABC):
         )
 
     async def commit(
-        self, batch: Sequence[NewEvent], work: Work[T] | None, announce: Announce | None = None
+        self,
+        batch: Sequence[NewEvent],
+        work: Work[T] | None,
+        announce: Announce | None = None,
+        *,
+        single_statement: bool = False,
     ) -> tuple[T | None, list[EventRecord]]:
         """An atomic commit: every lease of `batch` must hold (else `LeaseLost`, nothing
-        stored), then `work`, then the events, then `announce` of them, in one transaction."""
+        stored), then `work`, then the events, then `announce` of them, in one transaction.
+        `single_statement`: `work` is one statement, so with no events it is a commit of its
+        own, without a `BEGIN` and a `COMMIT` where the backend has one."""
         return await self.write(
-            partial(commit_in, batch=list(batch), work=work, announce=announce), log_writer=True
+            partial(commit_in, batch=list(batch), work=work, announce=announce),
+            single_statement=single_statement and not batch and self.backend == "postgresql",
+            log_writer=True,
         )
 
     async def commit_parts(self, parts: Sequence[Part]) -> list[PartStored | Exception]:

@@ -135,6 +135,8 @@ class _Atomic:
     future: asyncio.Future[tuple[Any, list[LoggedEvent]]]
     # The agent of the run whose `run.*` events these are, for the metrics' `agent` label.
     agent: str | None = None
+    # `action` is one statement (`Store.commit`).
+    single_statement: bool = False
 
 
 class Announcements(Protocol):
@@ -268,16 +270,18 @@ class EventLog:
         action: Work[Any] | None = None,
         *,
         agent: str | None = None,
+        single_statement: bool = False,
     ) -> asyncio.Future[tuple[Any, list[LoggedEvent]]]:
         """`commit`, returning once it is queued (it waits only for queue space): whatever
-        is queued after it is stored after it. The future resolves as `commit` returns."""
+        is queued after it is stored after it. The future resolves as `commit` returns.
+        `single_statement`: `action` is one statement (`Store.commit`)."""
         future: asyncio.Future[tuple[Any, list[LoggedEvent]]] = (
             asyncio.get_running_loop().create_future()
         )
         # Nothing produced after this commit may be stored before it.
         self._open_deltas.clear()
         self._urgent_queued = True
-        entry = _Atomic(list(events), action, future, agent)
+        entry = _Atomic(list(events), action, future, agent, single_statement)
         try:
             self._queue.put_nowait(entry)
         except asyncio.QueueFull:
@@ -451,7 +455,9 @@ class EventLog:
         started = time.perf_counter()
         announce = self._announcer(entry.events)
         try:
-            result, records = await self._store.commit(entry.events, entry.action, announce)
+            result, records = await self._store.commit(
+                entry.events, entry.action, announce, single_statement=entry.single_statement
+            )
         except BaseException as exc:
             self._atomic_failed(entry, exc)
             if not isinstance(exc, Exception):

@@ -521,7 +521,9 @@ class SegmentRunner:
         whose side effect had happened); until it is stored the ledger shows the call
         `started`, as after a crash between the side effect and its record (docs/agents.md
         "Side effects exactly once")."""
-        stored = await self._log.queue_commit(action=outcome_in(scope, call_id, status, text))
+        stored = await self._log.queue_commit(
+            action=outcome_in(scope, call_id, status, text), single_statement=True
+        )
         stored.add_done_callback(partial(self._outcome_stored, scope, call_id, status, text))
 
     def _outcome_stored(
