@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import agents
+import orjson
 import pytest
 from agents import Agent, RunConfig, Runner
 from agents import _run_state_agent_identity as identities
@@ -182,3 +183,75 @@ def test_the_sdk_ranks_agents_only_where_the_shortcut_was_proven() -> None:
         "_run_state_agent_identity.py:_build_agent_identity_map",
         "_run_state_agent_identity.py:_get_ambiguous_agent_ids",
     }
+
+
+def twin_billing_graph(charged: list[str]) -> Agent[Any]:
+    """Two agent-tools whose agents are both named `billing`; the second one's `charge`
+    needs approval, so the run pauses inside the agent that shares its name."""
+    from agents import function_tool
+    from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+    @function_tool(needs_approval=True)
+    def charge(amount: str) -> str:
+        charged.append(amount)
+        return f"charged {amount}"
+
+    quiet = Agent(
+        name="billing",
+        instructions="Answers.",
+        model=ScriptedModel([ModelStep(output=[assistant_message("nothing to do")])]),
+    )
+    charging = Agent(
+        name="billing",
+        instructions="Charges.",
+        model=ScriptedModel(
+            [
+                ModelStep(output=[function_call("charge", {"amount": "5"}, call_id="c_charge")]),
+                ModelStep(output=[assistant_message("charged")]),
+            ]
+        ),
+        tools=[charge],
+    )
+    return Agent(
+        name="desk",
+        instructions="Routes.",
+        model=ScriptedModel(
+            [
+                ModelStep(output=[function_call("charge_it", {"input": "5"}, call_id="c_out")]),
+                ModelStep(output=[assistant_message("done")]),
+            ]
+        ),
+        # The charging agent comes first in the graph, but its signature ranks it second
+        # ("Answers." sorts before "Charges."): only its signature names it `billing#2`.
+        tools=[
+            charging.as_tool(tool_name="charge_it", tool_description="Charges."),
+            quiet.as_tool(tool_name="ask_quiet", tool_description="Quiet."),
+        ],
+    )
+
+
+async def test_a_pause_inside_an_agent_that_shares_its_name_restores_and_goes_on(
+    with_sort_key: Callable[[bool], None],
+) -> None:
+    charged: list[str] = []
+    root = twin_billing_graph(charged)
+    with_sort_key(False)
+    paused = Runner.run_streamed(root, "charge 5")
+    async for _ in paused.stream_events():
+        pass
+    assert [item.tool_name for item in paused.interruptions] == ["charge"]
+    state = paused.to_state()
+    expected = state.to_json()
+    # The SDK told the two `billing` agents apart by their signatures.
+    assert "billing#2" in orjson.dumps(expected).decode()
+
+    with_sort_key(True)
+    assert state.to_json() == expected
+    restored = await RunState.from_json(root, expected)
+    for item in restored.get_interruptions():
+        restored.approve(item)
+    resumed = Runner.run_streamed(root, restored)
+    async for _ in resumed.stream_events():
+        pass
+    assert resumed.final_output == "done"
+    assert charged == ["5"]
