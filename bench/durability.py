@@ -207,8 +207,11 @@ async def checkpoint_sizes(database: str, reps: int, conversation_runs: int) -> 
     from agents.extensions.memory import SQLAlchemySession
     from sqlalchemy.ext.asyncio import create_async_engine
 
+    from gateway.agents import identity_shortcut
     from gateway.agents.demo.assistant import OfflineModelProvider, build_demo_agent
 
+    # Both forms serialised as in a gateway's process, whichever part ran first in this one.
+    identity_shortcut.install()
     agent = build_demo_agent()
     run_config = RunConfig(model_provider=OfflineModelProvider(0), tracing_disabled=True)
     await boundaries_of_run(agent, STATUS_INPUT, run_config, 1)  # warm-up, not reported
@@ -234,8 +237,9 @@ async def checkpoint_sizes(database: str, reps: int, conversation_runs: int) -> 
         "method": (
             "in-process, demo agent on OfflineModelProvider(0); result.to_state() at every "
             "tool_output event; sdk = state.to_string() (json.dumps indent=2), compact = "
-            "orjson.dumps(state.to_json()).decode() (what the gateway stores); times are "
-            f"medians of {reps} alternating side-by-side repetitions"
+            "orjson.dumps(state.to_json()).decode() (what the gateway stores), both with "
+            "the agents ranked as in a gateway (gateway/agents/identity_shortcut.py); times "
+            f"are medians of {reps} alternating side-by-side repetitions"
         ),
         "reps": reps,
         "five_tool_turns": {"input": STATUS_INPUT, "summary": summarise_rows(five), "rows": five},
