@@ -548,11 +548,15 @@ class SegmentRunner:
 
     def _outcome_retried(self, task: asyncio.Task[None]) -> None:
         self._outcome_retries.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error(
-                "the outcome of an operation could not be stored: the ledger shows it started",
-                exc_info=task.exception(),
-            )
+        if task.cancelled() or task.exception() is None:
+            return
+        # The error's type only: the driver's own message quotes the statement's parameters,
+        # the tool's output among them.
+        log.error(
+            "%s could not be stored (%s): the ledger shows the call started",
+            task.get_name(),
+            type(task.exception()).__name__,
+        )
 
     async def _needs_reconciliation(
         self, segment: Segment, call_id: str, tool_name: str, key: str
