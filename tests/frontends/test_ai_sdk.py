@@ -22,10 +22,11 @@ from gateway.frontends import conversation
 from gateway.frontends.ai_sdk import responses
 from gateway.frontends.ai_sdk.ui_chunks import RunChunks
 from gateway.frontends.thread_log import LogEntry
-from tests.integration.test_audit import db_rows
+from tests.integration.test_audit import db_rows_written
 from tests.integration.test_audit import eventually as audit_eventually
 from tests.integration.test_cross_process import TOKEN, bus_env, pair
 from tests.support.agents import EffectLog, call, effect_tool, say, scripted_graph
+from tests.support.approvals import http_decide
 from tests.support.gateway import Gateway, GatewayProcess
 from tests.support.node_scripts import node_or_skip, node_script
 
@@ -345,12 +346,9 @@ async def test_a_reviewer_decides_elsewhere_while_the_chat_waits(
         # The owner may not decide (self-approval is off): the response stays open.
         assert waiting["status"] == "streaming"
         assert waiting["descriptor"]["canDecide"] is False
-        async with gateway.http() as http:
-            decided = await http.post(
-                f"/v1/approvals/{waiting['approvalId']}/decision",
-                json={"decision": "approve"},
-                headers=auth(gateway, "bob", "reviewer"),
-            )
+        decided = await http_decide(
+            gateway, gateway.token("bob", "reviewer"), waiting["approvalId"]
+        )
         assert decided.status_code == 200, decided.text
         script.tell({"decided": True})
         result = await script.until("done", timeout_s=60)
@@ -371,12 +369,9 @@ async def test_a_chat_dropped_while_a_reviewer_decides_rejoins_with_resume(
         config(gateway, "reviewer", transport, chat_id, text=REFUND, dropWhileWaiting=True),
     ) as script:
         waiting = await script.until("approval")
-        async with gateway.http() as http:
-            decided = await http.post(
-                f"/v1/approvals/{waiting['approvalId']}/decision",
-                json={"decision": "approve"},
-                headers=auth(gateway, "bob", "reviewer"),
-            )
+        decided = await http_decide(
+            gateway, gateway.token("bob", "reviewer"), waiting["approvalId"]
+        )
         assert decided.status_code == 200, decided.text
         script.tell({"decided": True})
         result = await script.until("done", timeout_s=60)
@@ -434,12 +429,7 @@ async def test_a_pause_mixing_the_users_call_and_a_reviewers_ends_for_the_user(
                 for e in await events_of(gateway, chat_id)
                 if e["event"] == "approval.requested" and e["data"]["tool_name"] == "charge"
             )
-            async with gateway.http() as http:
-                decided = await http.post(
-                    f"/v1/approvals/{approval_id}/decision",
-                    json={"decision": "approve"},
-                    headers=auth(gateway, "bob", "reviewer"),
-                )
+            decided = await http_decide(gateway, gateway.token("bob", "reviewer"), approval_id)
             assert decided.status_code == 200, decided.text
             script.tell({"decided": True})
             result = await script.until("done", timeout_s=60)
@@ -733,11 +723,7 @@ async def test_refusals_on_the_socket_are_audited_as_over_http(
         ("mallory", "alices-audited", {"code": "forbidden", "operation": op, "transport": "ws"})
         for op in ("ai-sdk.send", "ai-sdk.resume")
     ]
-    for _ in range(100):
-        rejected = db_rows(db_path, "auth.token_rejected")
-        if len(rejected) >= 2:
-            break
-        await asyncio.sleep(0.05)
+    rejected = await db_rows_written(db_path, "auth.token_rejected", 2)
     assert [json.loads(r["details"]) for r in rejected] == [
         {"transport": "ws", "reason": "invalid"},
         {"transport": "ws", "reason": "missing"},

@@ -70,6 +70,17 @@ def db_rows(db_path: Path, action: str) -> list[dict[str, Any]]:
     return [dict(row) for row in rows]
 
 
+async def db_rows_written(db_path: Path, action: str, at_least: int) -> list[dict[str, Any]]:
+    """`db_rows` once the background task has written `at_least` of them (or after 5 s, for
+    the caller's assertion to show what there is)."""
+    for _ in range(100):
+        rows = db_rows(db_path, action)
+        if len(rows) >= at_least:
+            break
+        await asyncio.sleep(0.05)
+    return rows
+
+
 # -- what is recorded -------------------------------------------------------------------------
 
 
@@ -154,11 +165,7 @@ async def test_token_failures_are_recorded_without_the_token(gateway, db_path) -
         response = await http.get("/v1/threads", headers={"Authorization": "Bearer not-a-jwt"})
         assert response.status_code == 401
 
-    for _ in range(100):
-        rows = db_rows(db_path, "auth.token_rejected")
-        if len(rows) >= 4:
-            break
-        await asyncio.sleep(0.05)
+    rows = await db_rows_written(db_path, "auth.token_rejected", 4)
     assert [json.loads(r["details"]) for r in rows] == [
         {"transport": "ws", "reason": "expired"},
         {"transport": "ws", "reason": "bad_signature"},
