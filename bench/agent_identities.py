@@ -81,8 +81,7 @@ async def measure(reps: int) -> dict[str, Any]:
     from gateway.agents import identity_shortcut
     from gateway.agents.demo.assistant import OfflineModelProvider, build_demo_agent
 
-    sdk_key = identities._agent_identity_sort_key
-    sdk_key = getattr(sdk_key, identity_shortcut._WRAPS, sdk_key)
+    sdk_key = identity_shortcut.sdk_sort_key()
     keys = {
         "sdk": sdk_key,
         "shortcut": identity_shortcut.shortcut_sort_key(sdk_key, identities._iter_agent_graph),

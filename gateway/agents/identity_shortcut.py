@@ -52,6 +52,14 @@ def install() -> bool:
     return True
 
 
+def sdk_sort_key() -> SortKey:
+    """The SDK's own sort key, whether or not `install()` has wrapped it."""
+    from agents import _run_state_agent_identity as identities
+
+    key = identities._agent_identity_sort_key
+    return getattr(key, _WRAPS, key)
+
+
 def shortcut_sort_key(original: SortKey, graph: Callable[[Any], Any]) -> SortKey:
     """`original`, except for an agent whose name no other agent of `root_agent`'s graph has."""
 

@@ -22,16 +22,10 @@ from gateway.agents.demo.assistant import OfflineModelProvider, build_demo_agent
 REFUND = "refund order 42 for 30"
 
 
-def sdk_sort_key() -> identity_shortcut.SortKey:
-    """The SDK's own sort key, whether or not an app of this process installed the shortcut."""
-    key = identities._agent_identity_sort_key
-    return getattr(key, identity_shortcut._WRAPS, key)
-
-
 @pytest.fixture
 def with_sort_key(monkeypatch: pytest.MonkeyPatch) -> Callable[[bool], None]:
     def use(shortcut: bool) -> None:
-        original = sdk_sort_key()
+        original = identity_shortcut.sdk_sort_key()
         key = (
             identity_shortcut.shortcut_sort_key(original, identities._iter_agent_graph)
             if shortcut
@@ -148,12 +142,12 @@ async def test_a_checkpoint_is_the_same_and_signs_no_agent(
 
 
 def test_install_wraps_the_sdk_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(identities, "_agent_identity_sort_key", sdk_sort_key())
+    monkeypatch.setattr(identities, "_agent_identity_sort_key", identity_shortcut.sdk_sort_key())
     assert identity_shortcut.install()
     installed = identities._agent_identity_sort_key
     assert identity_shortcut.install()
     assert identities._agent_identity_sort_key is installed
-    assert getattr(installed, identity_shortcut._WRAPS) is sdk_sort_key()
+    assert getattr(installed, identity_shortcut._WRAPS) is identity_shortcut.sdk_sort_key()
 
 
 def test_an_sdk_without_the_sort_key_is_left_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
